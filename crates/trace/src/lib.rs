@@ -1,6 +1,29 @@
 //! Block trace readers. Every format yields [`Record`]s in bytes and nanoseconds.
+//!
+//! [`open`] reads any supported [`Format`] (guessed by [`detect`] when not
+//! given), transparently decompressing gzip, xz, zstd and bzip2 files (see
+//! [`compress`]). Times are normalised so that the first record of a trace is
+//! at 0 ns; records earlier than the first one (some traces are not strictly
+//! time ordered) are clamped to 0. The [`native`] format stores records as
+//! written, without normalisation, and is the fast path for benchmarks.
+//! [`stats`] summarises a trace and [`convert()`] writes one in another format.
+
+use std::path::Path;
 
 use tiercache_core::{Class, IoKind};
+
+pub mod compress;
+pub mod convert;
+pub mod error;
+pub mod formats;
+pub mod native;
+pub mod stats;
+
+pub use convert::convert;
+pub use error::{Location, Result, TraceError};
+pub use formats::{detect, Format};
+pub use native::{write_native, NativeWriter};
+pub use stats::{trace_stats, TraceStats};
 
 /// One block request of a trace, normalised to bytes and nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,4 +38,150 @@ pub struct Record {
     pub kind: IoKind,
     /// Metadata/data class when the format carries one (blkparse RWBS 'M').
     pub class: Option<Class>,
+}
+
+/// How to read a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Skip malformed lines/records (counted in [`TraceReader::skipped`])
+    /// instead of returning an error for them.
+    pub skip_bad: bool,
+    /// Bytes per block id for formats that carry ids or block numbers in a
+    /// trace-specific unit: `blockid`, `cloudphysics` and `arc-lis`. Default 512.
+    pub block_size: u32,
+    /// Keep only requests of this volume/LUN/disk: MSR `DiskNumber`, DiskSim
+    /// `devno`, blkparse and FIU device `major,minor`, Tencent volume id,
+    /// SYSTOR `LUN`. An error for formats without such a field.
+    pub volume: Option<String>,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            skip_bad: false,
+            block_size: 512,
+            volume: None,
+        }
+    }
+}
+
+/// A source of raw records (times not yet normalised) behind a [`TraceReader`].
+pub(crate) trait Source: Send {
+    fn next_record(&mut self) -> Option<Result<Record>>;
+}
+
+enum Inner {
+    /// Native traces are read without dynamic dispatch per record.
+    Native(native::NativeReader),
+    Other(Box<dyn Source>),
+}
+
+/// Iterator over the records of a trace opened with [`open`].
+///
+/// Yields `Err` for a malformed line (unless `skip_bad`) and continues with
+/// the next line if iterated further; after a read error (I/O failure,
+/// truncated compressed stream) it ends.
+pub struct TraceReader {
+    inner: Inner,
+    format: Format,
+    skip_bad: bool,
+    skipped: u64,
+    /// Raw time of the first record, the zero of normalised times.
+    base: Option<u64>,
+    done: bool,
+}
+
+impl TraceReader {
+    /// Number of malformed lines/records skipped so far (with `skip_bad`).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Format being read.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    fn fail(&mut self, e: TraceError) -> Option<Result<Record>> {
+        if !e.is_bad_record() {
+            self.done = true;
+        }
+        Some(Err(e))
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Record>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Result<Record>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let item = match &mut self.inner {
+                Inner::Native(r) => r.next_record(),
+                Inner::Other(s) => s.next_record(),
+            };
+            match item {
+                None => {
+                    self.done = true;
+                    return None;
+                }
+                Some(Ok(mut rec)) => {
+                    if let Inner::Other(_) = self.inner {
+                        let base = *self.base.get_or_insert(rec.time_ns);
+                        rec.time_ns = rec.time_ns.saturating_sub(base);
+                    }
+                    return Some(Ok(rec));
+                }
+                Some(Err(e)) if self.skip_bad && e.is_bad_record() => {
+                    self.skipped += 1;
+                }
+                Some(Err(e)) => return self.fail(e),
+            }
+        }
+    }
+}
+
+/// Opens a trace for reading, detecting its format with [`detect`] when
+/// `format` is `None`. Compressed files are decompressed on the fly.
+pub fn open(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<TraceReader> {
+    let format = match format {
+        Some(f) => f,
+        None => detect(path)?,
+    };
+    if opts.block_size == 0 {
+        return Err(TraceError::Invalid {
+            path: path.to_path_buf(),
+            msg: "block size must be > 0".into(),
+        });
+    }
+    if opts.volume.is_some() && !format.has_volume() {
+        return Err(TraceError::Invalid {
+            path: path.to_path_buf(),
+            msg: format!(
+                "format {format} has no volume/LUN/disk field to filter on; formats with one: {}",
+                Format::ALL
+                    .iter()
+                    .filter(|f| f.has_volume())
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let (reader, _codec) = compress::open_decompressed(path)?;
+    let inner = match format {
+        Format::Native => Inner::Native(native::NativeReader::new(path, reader)?),
+        other => Inner::Other(formats::source(other, path, reader, opts)?),
+    };
+    Ok(TraceReader {
+        inner,
+        format,
+        skip_bad: opts.skip_bad,
+        skipped: 0,
+        base: None,
+        done: false,
+    })
 }

@@ -1,0 +1,3 @@
+//! Conversion (in progress).
+/// Converts (in progress).
+pub fn convert() {}
