@@ -1,0 +1,338 @@
+//! Fixed-newstyle handshake and option haggling.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::backend::Backend;
+use crate::protocol::*;
+use crate::server::Shared;
+
+/// What the option phase ended with.
+pub(crate) enum Outcome {
+    /// Enter transmission on this export.
+    Transmit(Session),
+    /// The client aborted or the connection must be dropped.
+    Close,
+}
+
+/// Negotiated transmission parameters.
+pub(crate) struct Session {
+    pub backend: Arc<dyn Backend>,
+    pub structured: bool,
+    pub flags: u16,
+}
+
+/// Transmission flags advertised for `backend`.
+pub(crate) fn transmission_flags(backend: &dyn Backend, structured: bool) -> u16 {
+    let mut f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA;
+    if backend.is_read_only() {
+        f |= TFLAG_READ_ONLY;
+    } else {
+        if backend.can_trim() {
+            f |= TFLAG_SEND_TRIM;
+        }
+        if backend.can_zero() {
+            // FAST_ZERO is always offered with WRITE_ZEROES: a client can then
+            // ask "zero only if cheap" and gets ENOTSUP when it is not.
+            f |= TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO;
+        }
+    }
+    if backend.can_cache() {
+        f |= TFLAG_SEND_CACHE;
+    }
+    if backend.can_multi_conn() {
+        f |= TFLAG_CAN_MULTI_CONN;
+    }
+    if backend.is_rotational() {
+        f |= TFLAG_ROTATIONAL;
+    }
+    if structured {
+        f |= TFLAG_SEND_DF;
+    }
+    f
+}
+
+async fn reply<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    option: u32,
+    reply_type: u32,
+    data: &[u8],
+) -> std::io::Result<()> {
+    s.write_all(&option_reply(option, reply_type, data)).await?;
+    s.flush().await
+}
+
+/// Parsed `NBD_OPT_INFO`/`NBD_OPT_GO` data.
+struct InfoRequest {
+    name: String,
+    infos: Vec<u16>,
+}
+
+fn parse_info(data: &[u8]) -> Result<InfoRequest, String> {
+    if data.len() < 6 {
+        return Err(format!(
+            "option data is {} bytes; INFO/GO needs at least 6 (name length, name, info count)",
+            data.len()
+        ));
+    }
+    let name_len = u32::from_be_bytes(data[0..4].try_into().expect("4 bytes")) as usize;
+    if name_len > data.len() - 6 {
+        return Err(format!(
+            "export name length {name_len} exceeds the option data ({} bytes)",
+            data.len()
+        ));
+    }
+    let name = std::str::from_utf8(&data[4..4 + name_len])
+        .map_err(|_| "export name is not valid UTF-8".to_string())?
+        .to_string();
+    let rest = &data[4 + name_len..];
+    let count = u16::from_be_bytes([rest[0], rest[1]]) as usize;
+    if rest.len() != 2 + 2 * count {
+        return Err(format!(
+            "info request count {count} does not match the {} bytes that follow",
+            rest.len() - 2
+        ));
+    }
+    let infos = rest[2..]
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]))
+        .collect();
+    Ok(InfoRequest { name, infos })
+}
+
+/// Send the `NBD_REP_INFO` replies for one export (INFO and GO answer identically).
+async fn send_infos<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    option: u32,
+    name: &str,
+    backend: &dyn Backend,
+    flags: u16,
+    requested: &[u16],
+) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    let mut export = Vec::with_capacity(12);
+    export.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+    export.extend_from_slice(&backend.size().to_be_bytes());
+    export.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&option_reply(option, REP_INFO, &export));
+
+    let bs = backend.block_size();
+    let mut sent = Vec::new();
+    // Block size constraints beyond the defaults are sent even unrequested
+    // (the spec allows it; clients that do not understand them ignore them).
+    let mut wanted: Vec<u16> = requested.to_vec();
+    if bs.minimum > 1 {
+        wanted.push(INFO_BLOCK_SIZE);
+    }
+    for info in wanted {
+        if sent.contains(&info) {
+            continue;
+        }
+        sent.push(info);
+        let mut d = Vec::new();
+        d.extend_from_slice(&info.to_be_bytes());
+        match info {
+            INFO_NAME => d.extend_from_slice(name.as_bytes()),
+            INFO_DESCRIPTION => match backend.description() {
+                Some(desc) => d.extend_from_slice(truncate_utf8(&desc, 4096).as_bytes()),
+                None => continue,
+            },
+            INFO_BLOCK_SIZE => {
+                d.extend_from_slice(&bs.minimum.to_be_bytes());
+                d.extend_from_slice(&bs.preferred.to_be_bytes());
+                d.extend_from_slice(&bs.maximum.to_be_bytes());
+            }
+            // INFO_EXPORT is always sent; unknown requests are ignored per spec.
+            _ => continue,
+        }
+        out.extend_from_slice(&option_reply(option, REP_INFO, &d));
+    }
+    out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
+    s.write_all(&out).await?;
+    s.flush().await
+}
+
+/// Run the handshake on a fresh connection.
+pub(crate) async fn negotiate<S>(s: &mut S, shared: &Shared) -> std::io::Result<Outcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut greeting = Vec::with_capacity(18);
+    greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
+    greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.write_all(&greeting).await?;
+    s.flush().await?;
+
+    let client_flags = s.read_u32().await?;
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        tracing::debug!("client sent unknown flags {client_flags:#x}; disconnecting");
+        return Ok(Outcome::Close);
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    let mut structured = false;
+
+    loop {
+        let magic = s.read_u64().await?;
+        if magic != IHAVEOPT {
+            tracing::debug!("bad option magic {magic:#x}; disconnecting");
+            return Ok(Outcome::Close);
+        }
+        let option = s.read_u32().await?;
+        let len = s.read_u32().await?;
+        if len > shared.limits.max_option_len {
+            if option == OPT_EXPORT_NAME {
+                return Ok(Outcome::Close);
+            }
+            // Skip the data so the stream stays in sync, then refuse.
+            let mut sink = tokio::io::sink();
+            let skipped = tokio::io::copy(&mut (&mut *s).take(len as u64), &mut sink).await?;
+            if skipped != len as u64 {
+                return Ok(Outcome::Close);
+            }
+            let msg = format!(
+                "option data of {len} bytes exceeds the limit of {} bytes",
+                shared.limits.max_option_len
+            );
+            reply(s, option, REP_ERR_TOO_BIG, msg.as_bytes()).await?;
+            continue;
+        }
+        let mut data = vec![0u8; len as usize];
+        s.read_exact(&mut data).await?;
+
+        if shared.cancel.is_cancelled() {
+            if option != OPT_EXPORT_NAME {
+                reply(s, option, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
+            }
+            return Ok(Outcome::Close);
+        }
+
+        match option {
+            OPT_EXPORT_NAME => {
+                let Ok(name) = std::str::from_utf8(&data) else {
+                    return Ok(Outcome::Close);
+                };
+                // No error can be reported for EXPORT_NAME: unknown name -> disconnect.
+                let Some((_, backend)) = shared.lookup(name) else {
+                    tracing::debug!("unknown export {name:?} via EXPORT_NAME; disconnecting");
+                    return Ok(Outcome::Close);
+                };
+                let backend = Arc::clone(backend);
+                let flags = transmission_flags(&*backend, structured);
+                let mut out = Vec::with_capacity(134);
+                out.extend_from_slice(&backend.size().to_be_bytes());
+                out.extend_from_slice(&flags.to_be_bytes());
+                if !no_zeroes {
+                    out.extend_from_slice(&[0u8; 124]);
+                }
+                s.write_all(&out).await?;
+                s.flush().await?;
+                return Ok(Outcome::Transmit(Session {
+                    backend,
+                    structured,
+                    flags,
+                }));
+            }
+            OPT_ABORT => {
+                // The client may already have closed; that is fine.
+                let _ = reply(s, option, REP_ACK, &[]).await;
+                return Ok(Outcome::Close);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    reply(s, option, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
+                    continue;
+                }
+                let mut out = Vec::new();
+                for (name, _) in &shared.exports {
+                    let mut d = Vec::with_capacity(4 + name.len());
+                    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+                    d.extend_from_slice(name.as_bytes());
+                    out.extend_from_slice(&option_reply(option, REP_SERVER, &d));
+                }
+                out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
+                s.write_all(&out).await?;
+                s.flush().await?;
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    let msg = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+                    reply(s, option, REP_ERR_INVALID, msg).await?;
+                } else if structured {
+                    let msg = b"structured replies already negotiated";
+                    reply(s, option, REP_ERR_INVALID, msg).await?;
+                } else {
+                    structured = true;
+                    reply(s, option, REP_ACK, &[]).await?;
+                }
+            }
+            OPT_INFO | OPT_GO => {
+                let req = match parse_info(&data) {
+                    Ok(r) => r,
+                    Err(msg) => {
+                        reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
+                        continue;
+                    }
+                };
+                let Some((canonical, backend)) = shared.lookup(&req.name) else {
+                    let msg = format!(
+                        "unknown export {:?}; available: {}",
+                        req.name,
+                        shared.export_names()
+                    );
+                    reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+                    continue;
+                };
+                let backend = Arc::clone(backend);
+                let flags = transmission_flags(&*backend, structured);
+                let name = if req.name.is_empty() {
+                    canonical.clone()
+                } else {
+                    req.name.clone()
+                };
+                send_infos(s, option, &name, &*backend, flags, &req.infos).await?;
+                if option == OPT_GO {
+                    return Ok(Outcome::Transmit(Session {
+                        backend,
+                        structured,
+                        flags,
+                    }));
+                }
+            }
+            OPT_STARTTLS => {
+                reply(
+                    s,
+                    option,
+                    REP_ERR_POLICY,
+                    b"TLS is not supported by this server",
+                )
+                .await?;
+            }
+            _ => {
+                let msg = format!("option {option} is not supported by this server");
+                reply(s, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_request_parsing_validates_lengths() {
+        // name "ab", two info requests (NAME, BLOCK_SIZE)
+        let d = [0, 0, 0, 2, b'a', b'b', 0, 2, 0, 1, 0, 3];
+        let r = parse_info(&d).unwrap();
+        assert_eq!(r.name, "ab");
+        assert_eq!(r.infos, vec![INFO_NAME, INFO_BLOCK_SIZE]);
+        // count claims 3 requests but only 2 follow
+        let bad = [0, 0, 0, 2, b'a', b'b', 0, 3, 0, 1, 0, 3];
+        assert!(parse_info(&bad).is_err());
+        // name length runs past the data
+        assert!(parse_info(&[0, 0, 0, 9, 0, 0]).is_err());
+        assert!(parse_info(&[0, 0]).is_err());
+    }
+}

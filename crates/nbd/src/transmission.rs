@@ -1,0 +1,462 @@
+//! Transmission phase: concurrent request processing with out-of-order replies.
+//!
+//! A reader task parses requests and spawns one task per request; a writer
+//! task serializes replies. In-flight work is bounded by two semaphores
+//! (request count and payload bytes) whose permits are released only after
+//! the reply has been written, so a slow client cannot make the server buffer
+//! unbounded data.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use crate::backend::{in_range, Backend};
+use crate::error::{Errno, Error};
+use crate::handshake::Session;
+use crate::protocol::*;
+use crate::server::Limits;
+
+/// A validated request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Command {
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Disconnect,
+    Flush,
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
+    Zero {
+        offset: u64,
+        len: u32,
+        no_hole: bool,
+        fua: bool,
+    },
+}
+
+const KNOWN_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_FAST_ZERO;
+
+fn command_name(kind: u16) -> &'static str {
+    match kind {
+        CMD_READ => "READ",
+        CMD_WRITE => "WRITE",
+        CMD_DISC => "DISC",
+        CMD_FLUSH => "FLUSH",
+        CMD_TRIM => "TRIM",
+        CMD_CACHE => "CACHE",
+        CMD_WRITE_ZEROES => "WRITE_ZEROES",
+        _ => "unknown",
+    }
+}
+
+/// Validate a request header against the negotiated session (spec order:
+/// unknown command, bad flags, read-only, size limit, range).
+fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command, Error> {
+    let b = &*s.backend;
+    let ro = b.is_read_only();
+    let size = b.size();
+    let (offset, len) = (h.offset, h.length);
+    let name = command_name(h.kind);
+    if h.kind > CMD_WRITE_ZEROES {
+        return Err(Error::invalid(format!(
+            "unknown command {} (supported: READ, WRITE, DISC, FLUSH, TRIM, CACHE, WRITE_ZEROES)",
+            h.kind
+        )));
+    }
+    if h.flags & !KNOWN_FLAGS != 0 {
+        return Err(Error::invalid(format!(
+            "unknown command flags {:#x} on {name}",
+            h.flags & !KNOWN_FLAGS
+        )));
+    }
+    if h.flags & (CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO) != 0 && h.kind != CMD_WRITE_ZEROES {
+        return Err(Error::invalid(format!(
+            "NO_HOLE/FAST_ZERO flags are only valid on WRITE_ZEROES, not {name}"
+        )));
+    }
+    if h.flags & CMD_FLAG_DF != 0 && (h.kind != CMD_READ || !s.structured) {
+        return Err(Error::invalid(
+            "DF flag is only valid on READ after structured replies were negotiated",
+        ));
+    }
+    let fua = h.flags & CMD_FLAG_FUA != 0;
+    let mutating = matches!(h.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if mutating && ro {
+        return Err(Error::new(
+            Errno::Perm,
+            format!("{name} on a read-only export"),
+        ));
+    }
+    if h.kind == CMD_TRIM && s.flags & TFLAG_SEND_TRIM == 0 {
+        return Err(Error::invalid("TRIM is not supported by this export"));
+    }
+    if h.kind == CMD_WRITE_ZEROES && s.flags & TFLAG_SEND_WRITE_ZEROES == 0 {
+        return Err(Error::invalid(
+            "WRITE_ZEROES is not supported by this export",
+        ));
+    }
+    if matches!(h.kind, CMD_READ | CMD_WRITE) && len > max_payload {
+        return Err(Error::invalid(format!(
+            "{name} length {len} exceeds the maximum payload of {max_payload} bytes"
+        )));
+    }
+    let range_ok = in_range(offset, len as u64, size);
+    let past_end = |errno: Errno| {
+        Error::new(
+            errno,
+            format!("{name} range {offset}+{len} is past the end of the export ({size} bytes)"),
+        )
+    };
+    match h.kind {
+        CMD_READ if !range_ok => Err(past_end(Errno::Inval)),
+        CMD_READ => Ok(Command::Read { offset, len }),
+        CMD_WRITE if !range_ok => Err(past_end(Errno::NoSpc)),
+        CMD_WRITE => Ok(Command::Write { offset, len, fua }),
+        CMD_DISC => Ok(Command::Disconnect),
+        CMD_FLUSH => Ok(Command::Flush),
+        CMD_TRIM if !range_ok => Err(past_end(Errno::Inval)),
+        CMD_TRIM => Ok(Command::Trim { offset, len, fua }),
+        CMD_CACHE if !range_ok => Err(past_end(Errno::Inval)),
+        CMD_CACHE => Ok(Command::Cache { offset, len }),
+        CMD_WRITE_ZEROES if !range_ok => Err(past_end(Errno::NoSpc)),
+        CMD_WRITE_ZEROES => {
+            if h.flags & CMD_FLAG_FAST_ZERO != 0 && !b.can_fast_zero() {
+                return Err(Error::not_supported(
+                    "fast zeroing is not available on this export",
+                ));
+            }
+            Ok(Command::Zero {
+                offset,
+                len,
+                no_hole: h.flags & CMD_FLAG_NO_HOLE != 0,
+                fua,
+            })
+        }
+        _ => Err(Error::invalid("unknown command")),
+    }
+}
+
+/// One reply queued for the writer, holding its in-flight permits.
+struct Reply {
+    cookie: u64,
+    offset: u64,
+    /// READ with structured replies negotiated: use chunks.
+    structured_read: bool,
+    /// Data for a successful READ, `None` for other commands.
+    result: Result<Option<Vec<u8>>, Error>,
+    _permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
+}
+
+async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, r: &Reply) -> std::io::Result<()> {
+    match (&r.result, r.structured_read) {
+        (Ok(data), true) => {
+            let data = data.as_deref().unwrap_or(&[]);
+            if data.is_empty() {
+                w.write_all(&chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie, 0))
+                    .await
+            } else {
+                let hdr = chunk_header(
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_OFFSET_DATA,
+                    r.cookie,
+                    8 + data.len() as u32,
+                );
+                w.write_all(&hdr).await?;
+                w.write_all(&r.offset.to_be_bytes()).await?;
+                w.write_all(data).await
+            }
+        }
+        (Err(e), true) => {
+            w.write_all(&error_chunk(r.cookie, e.errno().code(), e.message()))
+                .await
+        }
+        (Ok(data), false) => {
+            w.write_all(&simple_reply(0, r.cookie)).await?;
+            if let Some(d) = data {
+                w.write_all(d).await?;
+            }
+            Ok(())
+        }
+        (Err(e), false) => w.write_all(&simple_reply(e.errno().code(), r.cookie)).await,
+    }
+}
+
+/// Drain replies to the socket until every sender is gone.
+async fn write_loop<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::UnboundedReceiver<Reply>) {
+    let mut w = BufWriter::with_capacity(256 * 1024, w);
+    let mut ok = true;
+    while let Some(reply) = rx.recv().await {
+        if ok {
+            if let Err(e) = write_reply(&mut w, &reply).await {
+                tracing::debug!("writing reply failed: {e}; dropping further replies");
+                ok = false;
+            }
+        }
+        drop(reply); // releases the in-flight permits
+        if ok && rx.is_empty() {
+            ok = w.flush().await.is_ok();
+        }
+    }
+    if ok {
+        let _ = w.flush().await;
+        let _ = w.shutdown().await;
+    }
+}
+
+/// Future adaptor that turns a panic in the backend into an EIO reply
+/// instead of a silently lost request.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+async fn execute(
+    backend: &dyn Backend,
+    cmd: Command,
+    payload: Option<Vec<u8>>,
+) -> Result<Option<Vec<u8>>, Error> {
+    match cmd {
+        Command::Read { offset, len } => {
+            let mut buf = vec![0u8; len as usize];
+            backend.read(offset, &mut buf).await?;
+            Ok(Some(buf))
+        }
+        Command::Write { offset, fua, .. } => {
+            let data = payload.unwrap_or_default();
+            backend.write(offset, &data, fua).await.map(|_| None)
+        }
+        Command::Flush => backend.flush().await.map(|_| None),
+        Command::Trim { offset, len, fua } => {
+            backend.trim(offset, len as u64, fua).await.map(|_| None)
+        }
+        Command::Zero {
+            offset,
+            len,
+            no_hole,
+            fua,
+        } => backend
+            .write_zeroes(offset, len as u64, no_hole, fua)
+            .await
+            .map(|_| None),
+        Command::Cache { offset, len } => {
+            if backend.can_cache() {
+                backend.cache(offset, len as u64).await?;
+            }
+            Ok(None)
+        }
+        Command::Disconnect => Ok(None),
+    }
+}
+
+/// Discard exactly `len` bytes of payload; false if the stream ended first.
+async fn skip<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> std::io::Result<bool> {
+    let copied = tokio::io::copy(&mut r.take(len), &mut tokio::io::sink()).await?;
+    Ok(copied == len)
+}
+
+/// Serve requests until DISC, EOF, a protocol violation or shutdown; then wait
+/// for in-flight requests to be answered and close the connection.
+pub(crate) async fn serve<S>(
+    stream: S,
+    session: Session,
+    limits: Limits,
+    cancel: tokio_util::sync::CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (rd, wr) = tokio::io::split(stream);
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let requests = Arc::new(Semaphore::new(limits.max_in_flight_requests));
+    let bytes = Arc::new(Semaphore::new(limits.max_in_flight_bytes));
+    let session = Arc::new(session);
+
+    loop {
+        let mut hdr = [0u8; REQUEST_LEN];
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            r = rd.read_exact(&mut hdr) => if r.is_err() {
+                // EOF without DISC is normal (fio probe, nbdfuse).
+                break;
+            },
+        }
+        let h = RequestHeader::decode(&hdr);
+        if h.magic != REQUEST_MAGIC {
+            tracing::debug!("bad request magic {:#x}; disconnecting", h.magic);
+            break;
+        }
+        let Ok(req_permit) = Arc::clone(&requests).acquire_owned().await else {
+            break;
+        };
+        let has_payload = h.kind == CMD_WRITE;
+        let structured_read = h.kind == CMD_READ && session.structured;
+        let cmd = match validate(&h, &session, limits.max_payload) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("rejecting request {h:?}: {e}");
+                if has_payload && !matches!(skip(&mut rd, h.length as u64).await, Ok(true)) {
+                    break;
+                }
+                let _ = tx.send(Reply {
+                    cookie: h.cookie,
+                    offset: h.offset,
+                    structured_read,
+                    result: Err(e),
+                    _permits: (req_permit, None),
+                });
+                continue;
+            }
+        };
+        if cmd == Command::Disconnect {
+            break;
+        }
+        let data_len = match cmd {
+            Command::Read { len, .. } | Command::Write { len, .. } => len,
+            _ => 0,
+        };
+        let byte_permit = if data_len > 0 {
+            match Arc::clone(&bytes).acquire_many_owned(data_len).await {
+                Ok(p) => Some(p),
+                Err(_) => break,
+            }
+        } else {
+            None
+        };
+        let payload = if has_payload {
+            let mut buf = vec![0u8; data_len as usize];
+            if rd.read_exact(&mut buf).await.is_err() {
+                tracing::debug!("connection closed in the middle of a WRITE payload");
+                break;
+            }
+            Some(buf)
+        } else {
+            None
+        };
+        let tx = tx.clone();
+        let session = Arc::clone(&session);
+        tokio::spawn(async move {
+            let fut = Box::pin(execute(&*session.backend, cmd, payload));
+            let result = match CatchUnwind(fut).await {
+                Ok(r) => r,
+                Err(()) => Err(Error::io("backend panicked while handling the request")),
+            };
+            let _ = tx.send(Reply {
+                cookie: h.cookie,
+                offset: h.offset,
+                structured_read,
+                result,
+                _permits: (req_permit, byte_permit),
+            });
+        });
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemBackend;
+
+    fn session(ro: bool, structured: bool) -> Session {
+        let mut b = MemBackend::new(1 << 20);
+        if ro {
+            b = b.read_only();
+        }
+        let backend: Arc<dyn Backend> = Arc::new(b);
+        let flags = crate::handshake::transmission_flags(&*backend, structured);
+        Session {
+            backend,
+            structured,
+            flags,
+        }
+    }
+
+    fn req(kind: u16, flags: u16, offset: u64, length: u32) -> RequestHeader {
+        RequestHeader {
+            magic: REQUEST_MAGIC,
+            flags,
+            kind,
+            cookie: 1,
+            offset,
+            length,
+        }
+    }
+
+    fn errno(h: RequestHeader, s: &Session) -> Option<Errno> {
+        validate(&h, s, 32 << 20).err().map(|e| e.errno())
+    }
+
+    #[test]
+    fn validation_follows_the_spec_error_table() {
+        let s = session(false, false);
+        let end = 1u64 << 20;
+        assert_eq!(errno(req(CMD_READ, 0, 0, 4096), &s), None);
+        assert_eq!(errno(req(CMD_READ, 0, end - 1, 2), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(CMD_WRITE, 0, end, 1), &s), Some(Errno::NoSpc));
+        assert_eq!(
+            errno(req(CMD_WRITE_ZEROES, 0, end, 1), &s),
+            Some(Errno::NoSpc)
+        );
+        assert_eq!(errno(req(CMD_TRIM, 0, end, 1), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(CMD_READ, 0, u64::MAX, 2), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(9, 0, 0, 0), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(CMD_READ, 1 << 3, 0, 1), &s), Some(Errno::Inval));
+        assert_eq!(
+            errno(req(CMD_WRITE, CMD_FLAG_NO_HOLE, 0, 1), &s),
+            Some(Errno::Inval)
+        );
+        // DF needs structured replies
+        assert_eq!(
+            errno(req(CMD_READ, CMD_FLAG_DF, 0, 1), &s),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(req(CMD_READ, CMD_FLAG_DF, 0, 1), &session(false, true)),
+            None
+        );
+        // FUA is accepted on any command
+        assert_eq!(errno(req(CMD_READ, CMD_FLAG_FUA, 0, 1), &s), None);
+        assert_eq!(
+            errno(req(CMD_READ, 0, 0, (32 << 20) + 1), &s),
+            Some(Errno::Inval)
+        );
+        let ro = session(true, false);
+        assert_eq!(errno(req(CMD_WRITE, 0, 0, 1), &ro), Some(Errno::Perm));
+        assert_eq!(errno(req(CMD_TRIM, 0, 0, 1), &ro), Some(Errno::Perm));
+        assert_eq!(
+            errno(req(CMD_WRITE_ZEROES, 0, 0, 1), &ro),
+            Some(Errno::Perm)
+        );
+        assert_eq!(errno(req(CMD_READ, 0, 0, 1), &ro), None);
+    }
+}
