@@ -1,0 +1,169 @@
+//! XFS layout parsing (see `shared/notes/fs-metadata.md`).
+//!
+//! Static metadata: the AG header sectors (superblock, AGF, AGI, AGFL) of
+//! every allocation group and the blocks on each AG free list (reserved for
+//! btree splits); the internal log is the journal class. Everything else
+//! (inodes, btrees, directories) is dynamic and found by content sniffing.
+
+use crate::device::ReadAt;
+use crate::error::{FsMetaError, Result};
+use crate::layout::{
+    be16, be32, be64, read, CriticalBlock, Filesystem, Layout, SniffParams, XfsParams,
+};
+use crate::ranges::BlockRanges;
+
+const INCOMPAT_META_UUID: u32 = 0x4;
+
+/// Superblock byte ranges the layout depends on.
+const SB_FIELDS: [(usize, usize); 6] = [
+    (4, 56),    // blocksize, dblocks, rblocks, rextents, uuid, logstart
+    (84, 108), // agblocks, agcount, rbmblocks, logblocks, versionnum, sectsize, inodesize, inopblock
+    (120, 125), // blocklog .. agblklog
+    (200, 204), // features2
+    (208, 224), // v5 feature words
+    (248, 264), // meta uuid
+];
+
+fn bad(offset: u64, reason: impl Into<String>) -> FsMetaError {
+    FsMetaError::BadSuperblock {
+        filesystem: "xfs",
+        offset,
+        reason: reason.into(),
+    }
+}
+
+/// Parse the XFS layout of the filesystem at byte `base`.
+pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
+    let mut s = [0u8; 512];
+    read(dev, base, &mut s)?;
+    let bs = be32(&s, 4) as u64;
+    if !(512..=65536).contains(&bs) || !bs.is_power_of_two() {
+        return Err(bad(
+            base,
+            format!("sb_blocksize {bs} must be a power of two in 512..=65536"),
+        ));
+    }
+    let dblocks = be64(&s, 8);
+    let uuid: [u8; 16] = s[32..48].try_into().expect("16 bytes");
+    let logstart = be64(&s, 48);
+    let agblocks = be32(&s, 84) as u64;
+    let agcount = be32(&s, 88) as u64;
+    let logblocks = be32(&s, 96) as u64;
+    let v5 = be16(&s, 100) & 0xF == 5;
+    let sectsize = be16(&s, 102) as u64;
+    let inodesize = be16(&s, 104) as u64;
+    let inopblog = s[123] as u32;
+    let agblklog = s[124] as u32;
+    let incompat = be32(&s, 216);
+    let meta_uuid: [u8; 16] = if v5 && incompat & INCOMPAT_META_UUID != 0 {
+        s[248..264].try_into().expect("16 bytes")
+    } else {
+        uuid
+    };
+    if !(512..=bs).contains(&sectsize) || !sectsize.is_power_of_two() {
+        return Err(bad(
+            base,
+            format!("sb_sectsize {sectsize} must be a power of two in 512..={bs}"),
+        ));
+    }
+    if !(256..=2048).contains(&inodesize) || !inodesize.is_power_of_two() || inodesize > bs {
+        return Err(bad(
+            base,
+            format!("sb_inodesize {inodesize} must be a power of two in 256..=min(2048, {bs})"),
+        ));
+    }
+    if agblocks == 0 || agcount == 0 || agblklog > 31 || (1u64 << agblklog) < agblocks {
+        return Err(bad(base, format!("inconsistent AG geometry: agblocks {agblocks}, agcount {agcount}, agblklog {agblklog}")));
+    }
+    if (bs / inodesize).trailing_zeros() != inopblog {
+        return Err(bad(
+            base,
+            format!("sb_inopblog {inopblog} does not match {bs}/{inodesize}"),
+        ));
+    }
+    if dblocks == 0 || dblocks > agblocks * agcount {
+        return Err(bad(
+            base,
+            format!("sb_dblocks {dblocks} must be in 1..={}", agblocks * agcount),
+        ));
+    }
+
+    let mut meta = Vec::new();
+    let mut journal = Vec::new();
+    let mut critical = Vec::new();
+    let hdr_blocks = (4 * sectsize).div_ceil(bs);
+    let agfl_entries = (sectsize as usize - if v5 { 36 } else { 0 }) / 4;
+    for ag in 0..agcount {
+        let start = ag * agblocks;
+        if start >= dblocks {
+            break;
+        }
+        meta.push((start, hdr_blocks));
+        let mut hdr = vec![0u8; (hdr_blocks * bs) as usize];
+        read(dev, base + start * bs, &mut hdr)?;
+        let agf = sectsize as usize;
+        let agfl = 3 * sectsize as usize;
+        let mut fields: Vec<(usize, usize)> = if ag == 0 {
+            SB_FIELDS.to_vec()
+        } else {
+            Vec::new()
+        };
+        fields.push((agf + 40, agf + 52));
+        fields.push((agfl, agfl + sectsize as usize));
+        // Free-list blocks, when the AGF is valid.
+        if &hdr[agf..agf + 4] == b"XAGF" {
+            let (first, count) = (be32(&hdr, agf + 40) as usize, be32(&hdr, agf + 48) as usize);
+            if first < agfl_entries && count <= agfl_entries {
+                let arr = agfl + if v5 { 36 } else { 0 };
+                for k in 0..count {
+                    let agbno = be32(&hdr, arr + 4 * ((first + k) % agfl_entries)) as u64;
+                    if agbno < agblocks {
+                        meta.push((start + agbno, 1));
+                    }
+                }
+            }
+        }
+        // One critical entry per header block, with fields rebased.
+        for hb in 0..hdr_blocks {
+            let (lo, hi) = ((hb * bs) as usize, ((hb + 1) * bs) as usize);
+            let f: Vec<(usize, usize)> = fields
+                .iter()
+                .filter(|&&(a, b)| a < hi && b > lo)
+                .map(|&(a, b)| (a.max(lo) - lo, b.min(hi) - lo))
+                .collect();
+            critical.push(CriticalBlock::new(start + hb, f, &hdr[lo..hi]));
+        }
+    }
+    if logstart != 0 {
+        let (agno, agbno) = (logstart >> agblklog, logstart & ((1u64 << agblklog) - 1));
+        let first = agno * agblocks + agbno;
+        if agno >= agcount || agbno >= agblocks || first + logblocks > dblocks {
+            return Err(bad(
+                base,
+                format!("internal log at {logstart} (+{logblocks}) lies outside the filesystem"),
+            ));
+        }
+        journal.push((first, logblocks));
+    }
+    critical.sort_by_key(|c| c.block);
+    Ok(Layout {
+        filesystem: Filesystem::Xfs,
+        block_size: bs as u32,
+        blocks: dblocks,
+        uuid: meta_uuid,
+        metadata: BlockRanges::from_runs(meta),
+        journal: BlockRanges::from_runs(journal),
+        critical,
+        sniff: SniffParams::Xfs(XfsParams {
+            bs: bs as usize,
+            v5,
+            sb_uuid: uuid,
+            meta_uuid,
+            agblocks,
+            agcount,
+            agblklog,
+            inopblog,
+            inodesize: inodesize as usize,
+        }),
+    })
+}
