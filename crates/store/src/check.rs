@@ -1,0 +1,151 @@
+//! `tiercache check`: a read-only verification of a cache device's metadata.
+
+use crate::checkpoint::{self, HeaderStatus};
+use crate::device::MetaDevice;
+use crate::error::{Result, StoreError};
+use crate::layout::BLOCK;
+use crate::log::LogEnd;
+use crate::store::{recover, RecoveryReport};
+use crate::superblock::{State, Superblock};
+
+/// What `check` found. `problems` make the store unusable or reveal a bug;
+/// `warnings` are leftovers of a crash that the next `open` repairs.
+#[derive(Clone, Debug)]
+pub struct CheckReport {
+    /// The superblock in force (the valid copy with the highest generation).
+    pub superblock: Superblock,
+    /// Whether copy 0 and copy 1 are valid.
+    pub superblock_copies: [bool; 2],
+    /// Status of checkpoint regions A and B.
+    pub checkpoints: [String; 2],
+    /// What a recovery would do, if it succeeds.
+    pub recovery: Option<RecoveryReport>,
+    /// Slots mapped after recovery.
+    pub mapped_slots: u64,
+    /// Slots with at least one dirty sub-block.
+    pub dirty_slots: u64,
+    /// Dirty sub-blocks in total.
+    pub dirty_sub_blocks: u64,
+    /// Errors.
+    pub problems: Vec<String>,
+    /// Repairable crash leftovers.
+    pub warnings: Vec<String>,
+}
+
+impl CheckReport {
+    /// No problems found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Verifies the superblock (both copies), the layout, both checkpoints and
+/// the log, then that the recovered table maps no line twice and keeps every
+/// bitmap within the line. Errs only when the device holds no readable
+/// tiercache superblock or cannot be read.
+pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
+    let (sb, copies) = Superblock::read(dev)?;
+    let l = sb.layout;
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, ok) in copies.iter().enumerate() {
+        if !ok {
+            warnings.push(format!(
+                "superblock copy {i} is damaged (the other copy is used; open rewrites both)"
+            ));
+        }
+    }
+    let size = dev
+        .len()
+        .map_err(|e| StoreError::io("sizing the cache device", e))?;
+    let entry = l.checkpoint_entry_bytes() as u64;
+    let data_end = l.data_offset + l.slots as u64 * l.line_size as u64;
+    let layout_ok = l.checkpoint_offsets[0] >= 2 * BLOCK
+        && l.checkpoint_offsets[1] >= l.checkpoint_offsets[0] + l.checkpoint_size
+        && l.log_offset >= l.checkpoint_offsets[1] + l.checkpoint_size
+        && l.data_offset >= l.log_offset + l.log_blocks * BLOCK
+        && l.checkpoint_size >= BLOCK + l.slots as u64 * entry
+        && l.log_blocks >= 1
+        && data_end <= l.dev_size;
+    if !layout_ok {
+        problems.push(format!("superblock layout is inconsistent: {l:?}"));
+    }
+    if size < data_end {
+        problems.push(format!(
+            "device has {size} bytes, the layout needs {data_end}"
+        ));
+    }
+    let mut checkpoints = [String::new(), String::new()];
+    if layout_ok {
+        let uuid = *sb.uuid.as_bytes();
+        for (i, status) in checkpoints.iter_mut().enumerate() {
+            *status = match checkpoint::read_header(dev, &l, &uuid, i)? {
+                HeaderStatus::Absent => "absent".to_string(),
+                HeaderStatus::Damaged(why) => {
+                    warnings.push(format!("checkpoint region {i}: {why}"));
+                    format!("damaged: {why}")
+                }
+                HeaderStatus::Present(h) => match checkpoint::read_body(dev, &l, i, &h)? {
+                    Ok(_) => format!("valid: epoch {}, {} entries", h.epoch, h.entries),
+                    Err(why) => {
+                        warnings.push(format!("checkpoint region {i} (epoch {}): {why}", h.epoch));
+                        format!("damaged: epoch {}: {why}", h.epoch)
+                    }
+                },
+            };
+        }
+    }
+    let mut report = CheckReport {
+        superblock: sb.clone(),
+        superblock_copies: copies,
+        checkpoints,
+        recovery: None,
+        mapped_slots: 0,
+        dirty_slots: 0,
+        dirty_sub_blocks: 0,
+        problems,
+        warnings,
+    };
+    if !layout_ok {
+        return Ok(report);
+    }
+    match recover(dev, &sb) {
+        Ok(rec) => {
+            match &rec.report.log_end {
+                LogEnd::Invalid(why) => report.problems.push(format!(
+                    "log holds a checksummed record that does not apply: {why}"
+                )),
+                LogEnd::Torn(why) if sb.state == State::Clean => report
+                    .problems
+                    .push(format!("store was closed cleanly yet its log is torn: {why}")),
+                LogEnd::Torn(why) => report
+                    .warnings
+                    .push(format!("log ends in a torn commit (crash leftover): {why}")),
+                LogEnd::Clean | LogEnd::RegionEnd => {}
+            }
+            if sb.state == State::Clean && rec.report.records_replayed > 0 {
+                report.problems.push(format!(
+                    "store was closed cleanly yet its log holds {} records",
+                    rec.report.records_replayed
+                ));
+            }
+            let n = l.sub_blocks();
+            for (slot, m) in rec.table.iter().enumerate() {
+                let Some(m) = m else { continue };
+                report.mapped_slots += 1;
+                if !m.dirty.is_empty() {
+                    report.dirty_slots += 1;
+                    report.dirty_sub_blocks += m.dirty.count() as u64;
+                }
+                if !m.valid.within(n) || !m.dirty.is_subset(&m.valid) {
+                    report.problems.push(format!(
+                        "slot {slot}: bitmaps outside the line's {n} sub-blocks or dirty but not valid"
+                    ));
+                }
+            }
+            report.recovery = Some(rec.report);
+        }
+        Err(e) => report.problems.push(e.to_string()),
+    }
+    Ok(report)
+}

@@ -1,0 +1,133 @@
+//! Crash-consistent persistent metadata for the live cache: which backing
+//! line each cache slot holds and which of its sub-blocks are valid and dirty.
+//!
+//! # Why a format of our own
+//! The metadata must live in fixed regions of a raw cache device (file or
+//! block device) next to the cached data, survive power loss at any sector,
+//! and cost a bounded number of device flushes per NBD FLUSH. Embedded
+//! key-value stores and WALs (sled, redb, okaywal, ...) want a filesystem
+//! directory of their own, bring their own threads and caches, and hide when
+//! they flush; serialisation crates (bincode, postcard) give no layout or
+//! checksum guarantees. The format here is small: a superblock, two
+//! checkpoint regions and a log ring of checksummed records ([`layout`]).
+//!
+//! # Structure
+//! - [`format`] writes a new store (refusing filesystems, partition tables and
+//!   existing stores unless forced); [`open`] validates it, recovers the slot
+//!   table and returns a [`Store`]; [`check`] verifies a device read-only.
+//! - [`Store::append`] buffers [`Record`]s; [`Store::commit`] makes them
+//!   durable as one atomic group; [`Store::checkpoint`] writes the whole table
+//!   and empties the log; [`Store::close`] is the clean shutdown.
+//! - Recovery loads the newest valid checkpoint (falling back to the other
+//!   region if it is torn) and replays that epoch's log up to the first bad
+//!   block, bad record, wrong epoch or sequence gap. Commits are atomic: a
+//!   commit whose last block was not read intact is rolled back, so the
+//!   recovered table is the state after some prefix of commits that includes
+//!   every commit that returned `Ok`.
+//!
+//! # Costs
+//! - `append`: memory only.
+//! - `commit` of `n` records: 2 device syncs (one before, so data writes that
+//!   completed before the records were appended are durable first; one after)
+//!   plus `ceil` of the records' bytes / 4064 rounded to whole 4 KiB blocks.
+//!   Records take 18 bytes (Map), 9 (Unmap) or 9 + ceil(sub-blocks / 8)
+//!   (Valid, Dirty, Clean). An empty commit issues 1 sync (the data flush an
+//!   NBD FLUSH needs anyway). Group commit amortises both syncs over every
+//!   record buffered since the previous commit.
+//! - `checkpoint`: 2 syncs plus a 4 KiB header and 13 + 2 x ceil(sub-blocks / 8)
+//!   bytes per mapped slot (17 bytes with 16 sub-blocks per line).
+//! - Recovery: reads one checkpoint and the log of its epoch once.
+//!
+//! # The crash rule
+//! The store guarantees: after a crash, the recovered table is the table as
+//! of some prefix of commits containing every commit that returned `Ok`
+//! (plus, if a checkpoint was being written, either its state or the state
+//! before it). It does not see data writes, so the engine must order data
+//! writes and records so that every such table is safe. "Durable" below
+//! means: the commit containing the record has returned.
+//!
+//! Invariant: in every table recovery can produce, a valid sub-block `(s, k)`
+//! of a slot mapped to line `L` holds a version of `L`'s sub-block `k` that
+//! is at least as new as the newest write to it acknowledged before the last
+//! completed FLUSH/FUA; if it is clean, the backing device holds that same
+//! version. Every dirty sub-block whose newest acknowledged-and-flushed data
+//! is only in the cache is valid and dirty in every such table.
+//!
+//! Rules for the engine (each follows from the invariant):
+//! 1. **Records after data.** Append a `Valid`/`Dirty` record (or pass a
+//!    table to `checkpoint`) only after the cache data write it describes
+//!    has completed. `commit` syncs the device before writing the log, so
+//!    that data is durable before the record claiming it.
+//! 2. **Write-back write** of `(L, k)` in slot `s` where `(s, k)` is not
+//!    valid or already dirty: write the data, append `Dirty{s, k}`, then the
+//!    write may be acknowledged; a FLUSH or a FUA write calls `commit` before
+//!    it is acknowledged. Rewriting an already durable dirty sub-block in
+//!    place needs no record (a torn in-place write is as allowed for an
+//!    unflushed write as on a disk).
+//! 3. **Overwriting a valid clean sub-block** in place (write-back or
+//!    write-through): first make `Dirty{s, k}` durable (commit), then write.
+//!    Otherwise a crash can leave new data in the cache marked clean over old
+//!    backing data, and a later eviction would silently revert it. (Or make
+//!    the invalidation `Valid{s, valid - k}` durable first and treat the
+//!    write as a fill.)
+//! 4. **Write-through / fill** of a sub-block that is not valid: write the
+//!    cache (and for write-through the backing device), and after both
+//!    complete append `Valid`. The record may stay buffered: losing it in a
+//!    crash is a silent eviction (FlashTier's *write-clean*).
+//! 5. **Writes that bypass the cache** (write-around, TRIM forwarded to the
+//!    backing device): make the invalidation of the cached copy durable
+//!    (`Valid` without those sub-blocks, or `Unmap`) before issuing the
+//!    backing write, or a crash leaves the old data valid in the cache.
+//! 6. **Cleaning:** write the dirty data to the backing device, flush the
+//!    backing device, and only then append `Clean` (buffered is fine: after
+//!    a crash the data is merely written back again). Do not clean
+//!    sub-blocks rewritten since the writeback read them.
+//! 7. **Evicting a dirty line:** as 6 for all dirty sub-blocks (backing
+//!    flushed) before appending `Unmap`.
+//! 8. **Reusing a slot** for a new line `M`: the `Unmap{s}` of the old line,
+//!    or `Map{s, M}` itself (which resets both bitmaps), must be durable
+//!    (committed) **before any data of `M` is written into the slot**. A slot
+//!    whose durable mapping is still valid for `L` must never receive other
+//!    data, or recovery would serve `M`'s bytes as `L`'s. After `Map{s, M}` is
+//!    durable, bits become valid only through rule 1, so a recovered `Map`
+//!    never points at another line's data. No per-slot generation is needed:
+//!    the cached data carries no header to compare one against, so ordering
+//!    is what makes reuse safe.
+//! 9. **Moving a line between slots** (`s` to `t`): write the data to `t`
+//!    (durably unmapped, or see 8), then append `Unmap{s}`, `Map{t, L}` and its
+//!    `Valid`/`Dirty` records and commit them together: commits are atomic,
+//!    so recovery never sees the line in both slots or in neither with dirty
+//!    data lost.
+//! 10. **A line in one slot only:** `Unmap` a line's old slot in the same or
+//!     an earlier commit than its new `Map`; recovery refuses a table that
+//!     maps one line twice.
+//!
+//! With these rules clean data is also trustworthy after a crash (FlashTier's
+//! consistency for clean and dirty data); [`RecoveryReport::clean_shutdown`]
+//! lets an engine drop clean lines after a crash anyway.
+
+pub mod check;
+mod checkpoint;
+mod codec;
+pub mod crash_sim;
+pub mod device;
+pub mod error;
+pub mod foreign;
+pub mod layout;
+pub mod log;
+pub mod record;
+pub mod store;
+pub mod superblock;
+
+pub use check::{check, CheckReport};
+pub use device::MetaDevice;
+pub use error::{Result, StoreError};
+pub use foreign::detect_foreign;
+pub use layout::{layout, Layout};
+pub use log::LogEnd;
+pub use record::{LineMeta, Record, Slot, SubBlocks};
+pub use store::{
+    format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened, RecoveryReport,
+    Store,
+};
+pub use superblock::{BackingIdentity, State, Superblock};

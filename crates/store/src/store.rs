@@ -1,0 +1,508 @@
+//! Formatting, opening (with recovery) and the live [`Store`]: group-committed
+//! log appends and checkpoints.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::checkpoint::{self, CpHeader, HeaderStatus};
+use crate::device::MetaDevice;
+use crate::error::{Result, StoreError};
+use crate::foreign::detect_foreign;
+use crate::layout::{layout, Layout, BLOCK};
+use crate::log::{self, LogEnd};
+use crate::record::{LineMeta, Record, Slot};
+use crate::superblock::{BackingIdentity, State, Superblock};
+
+/// What `format` needs besides the device.
+#[derive(Clone, Debug)]
+pub struct FormatParams {
+    /// Cache line size in bytes (power of two, at least 4 KiB).
+    pub line_size: u32,
+    /// Sub-block size in bytes (power of two, 512..=line size, at most 256 per line).
+    pub sub_block_size: u32,
+    /// Log region size; `None` for the default (checkpoint size clamped to 4..256 MiB).
+    pub log_bytes: Option<u64>,
+    /// Opaque policy configuration (JSON or TOML), at most 2 KiB.
+    pub policy: String,
+    /// The backing device this cache will front.
+    pub backing: BackingIdentity,
+}
+
+/// Writes a new, empty store. Refuses a device holding a tiercache store,
+/// a filesystem, a partition table, LUKS, LVM or swap unless `force`.
+pub fn format<D: MetaDevice>(dev: &D, params: &FormatParams, force: bool) -> Result<Superblock> {
+    let size = dev
+        .len()
+        .map_err(|e| StoreError::io("sizing the cache device", e))?;
+    let layout = layout(size, params.line_size, params.sub_block_size, params.log_bytes)?;
+    if !force {
+        if let Some(found) = detect_foreign(dev)? {
+            return Err(StoreError::Occupied { found });
+        }
+    }
+    let sb = Superblock {
+        generation: 1,
+        uuid: uuid::Uuid::new_v4(),
+        layout,
+        policy: params.policy.clone(),
+        backing: params.backing.clone(),
+        created_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        state: State::Clean,
+    };
+    sb.encode()?; // validate sizes before touching the device
+    let uuid = *sb.uuid.as_bytes();
+    // Both regions get an empty checkpoint (epochs 0 and 1), so a healthy store
+    // always has two valid checkpoints. The superblock goes last: a format
+    // interrupted before it leaves no store that `open` would accept.
+    checkpoint::write(dev, &layout, &uuid, 0, 0, 0, std::iter::empty())?;
+    checkpoint::write(dev, &layout, &uuid, 1, 0, 0, std::iter::empty())?;
+    dev.sync()
+        .map_err(|e| StoreError::io("syncing the checkpoints", e))?;
+    sb.write(dev)?;
+    Ok(sb)
+}
+
+/// What recovery found and how long it took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Epoch of the checkpoint recovery started from.
+    pub checkpoint_epoch: u64,
+    /// Log records replayed on top of it.
+    pub records_replayed: u64,
+    /// Metadata bytes read (checkpoint header and body, log blocks).
+    pub bytes_read: u64,
+    /// Wall time of loading and replaying.
+    pub duration: Duration,
+    /// The log ended in a damaged block or record (a commit interrupted by the crash).
+    pub torn_tail: bool,
+    /// Why replay stopped.
+    pub log_end: LogEnd,
+    /// The store had been closed cleanly.
+    pub clean_shutdown: bool,
+    /// The other checkpoint region was damaged or newer but unreadable; says why.
+    pub fallback: Option<String>,
+}
+
+/// A store whose recovery has run, and the slot table it reconstructed.
+pub struct Opened<D: MetaDevice> {
+    /// The live store, ready for appends.
+    pub store: Store<D>,
+    /// The recovered table, one entry per slot.
+    pub table: Vec<Option<LineMeta>>,
+    /// What recovery did.
+    pub report: RecoveryReport,
+}
+
+/// Result of a read-only recovery (shared by `open` and `check`).
+pub(crate) struct Recovered {
+    pub table: Vec<Option<LineMeta>>,
+    pub report: RecoveryReport,
+    pub header: CpHeader,
+    pub log_blocks_seen: u64,
+    pub next_seq: u64,
+}
+
+/// Loads the newest valid checkpoint and replays its epoch's log; never writes.
+pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovered> {
+    let t0 = Instant::now();
+    let layout = &sb.layout;
+    let uuid = *sb.uuid.as_bytes();
+    let headers = [
+        checkpoint::read_header(dev, layout, &uuid, 0)?,
+        checkpoint::read_header(dev, layout, &uuid, 1)?,
+    ];
+    let mut regions = [String::new(), String::new()];
+    let mut cands: Vec<(usize, CpHeader)> = Vec::new();
+    for (i, h) in headers.iter().enumerate() {
+        match h {
+            HeaderStatus::Absent => regions[i] = "absent".into(),
+            HeaderStatus::Damaged(why) => regions[i] = format!("damaged: {why}"),
+            HeaderStatus::Present(h) => {
+                regions[i] = format!("epoch {}, {} entries", h.epoch, h.entries);
+                cands.push((i, *h));
+            }
+        }
+    }
+    cands.sort_by(|a, b| b.1.epoch.cmp(&a.1.epoch));
+    let mut bytes_read = 2 * 52;
+    let mut chosen = None;
+    let mut fallback: Option<String> = None;
+    for (region, h) in &cands {
+        bytes_read += h.body_len;
+        match checkpoint::read_body(dev, layout, *region, h)? {
+            Ok(table) => {
+                chosen = Some((*region, *h, table));
+                break;
+            }
+            Err(why) => {
+                regions[*region] = format!("epoch {} damaged: {why}", h.epoch);
+                fallback = Some(format!(
+                    "checkpoint region {} (epoch {}) unusable: {why}",
+                    region_name(*region),
+                    h.epoch
+                ));
+            }
+        }
+    }
+    let Some((region, header, mut table)) = chosen else {
+        return Err(StoreError::Corrupt(format!(
+            "no valid checkpoint (region A: {}; region B: {}); the cache cannot be recovered, reformat it with --force (dirty data not yet on the backing device is lost)",
+            regions[0], regions[1]
+        )));
+    };
+    let other = 1 - region;
+    if let HeaderStatus::Damaged(why) = &headers[other] {
+        fallback = Some(format!(
+            "checkpoint region {} unusable: {why}",
+            region_name(other)
+        ));
+    }
+    if fallback.is_some() {
+        // Falling back is safe only if the lost checkpoint never became the
+        // base of a log: otherwise slots may since have been reused and the
+        // older table would point at other lines' data.
+        if let Some(e) = log::newer_epoch_present(dev, layout, &uuid, header.epoch)? {
+            return Err(StoreError::Corrupt(format!(
+                "the newest checkpoint is damaged but the log holds records of its epoch {e} (recovery could only go back to epoch {}, whose table may point at reused slots); the cache contents cannot be trusted, reformat with --force (dirty data not yet on the backing device is lost)",
+                header.epoch
+            )));
+        }
+        bytes_read += layout.log_blocks * BLOCK;
+    }
+    let replay = log::replay(
+        dev,
+        layout,
+        &uuid,
+        header.epoch,
+        header.log_start,
+        header.log_first_seq,
+        &mut table,
+    )?;
+    if let Some((line, a, b)) = checkpoint::duplicate_line(&table) {
+        return Err(StoreError::Corrupt(format!(
+            "after replay line {line} is mapped by both slot {a} and slot {b} (the engine must Unmap a line's old slot before mapping it elsewhere)"
+        )));
+    }
+    let report = RecoveryReport {
+        checkpoint_epoch: header.epoch,
+        records_replayed: replay.records,
+        bytes_read: bytes_read + replay.bytes_read,
+        duration: t0.elapsed(),
+        torn_tail: !matches!(replay.end, LogEnd::Clean | LogEnd::RegionEnd),
+        log_end: replay.end.clone(),
+        clean_shutdown: sb.state == State::Clean,
+        fallback,
+    };
+    Ok(Recovered {
+        table,
+        report,
+        header,
+        log_blocks_seen: replay.blocks,
+        next_seq: replay.next_seq,
+    })
+}
+
+fn region_name(i: usize) -> &'static str {
+    if i == 0 {
+        "A"
+    } else {
+        "B"
+    }
+}
+
+/// Opens a formatted cache device: validates the superblock and the backing
+/// identity, recovers the slot table, and makes the store ready for appends.
+///
+/// After an unclean shutdown it writes a checkpoint of the recovered table
+/// (a new epoch), so that a torn tail of the old log can never be mistaken
+/// for a continuation of new commits.
+pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result<Opened<D>> {
+    let (mut sb, _) = Superblock::read(&dev)?;
+    let size = dev
+        .len()
+        .map_err(|e| StoreError::io("sizing the cache device", e))?;
+    let end = sb.layout.data_offset + sb.layout.slots as u64 * sb.layout.line_size as u64;
+    if size < end {
+        return Err(StoreError::Corrupt(format!(
+            "the cache device has {size} bytes but its layout needs {end}: it shrank or is not the device that was formatted"
+        )));
+    }
+    if let Some(diff) = sb
+        .backing
+        .differences(expected_backing, sb.state == State::Clean)
+    {
+        return Err(StoreError::BackingMismatch(diff));
+    }
+    let rec = recover(&dev, &sb)?;
+    let uuid = *sb.uuid.as_bytes();
+    let layout = sb.layout;
+    let mut store = Store {
+        dev,
+        layout,
+        uuid,
+        epoch: rec.header.epoch,
+        log_start: rec.header.log_start,
+        log_used: rec.log_blocks_seen,
+        next_seq: rec.next_seq,
+        pending: Vec::new(),
+        mapped: Vec::new(),
+        failed: None,
+        sb: sb.clone(),
+    };
+    let clean_continuation = sb.state == State::Clean
+        && rec.report.records_replayed == 0
+        && rec.report.fallback.is_none()
+        && rec.report.log_end == LogEnd::Clean;
+    if clean_continuation {
+        store.mapped = mapped_bits(&rec.table);
+    } else {
+        store.checkpoint(table_entries(&rec.table))?;
+    }
+    sb.state = State::Open;
+    sb.generation += 1;
+    sb.backing = expected_backing.clone();
+    sb.write(&store.dev)?;
+    store.sb = sb;
+    Ok(Opened {
+        store,
+        table: rec.table,
+        report: rec.report,
+    })
+}
+
+/// The mapped slots of a table as `(slot, meta)` pairs, for [`Store::checkpoint`].
+pub fn table_entries(table: &[Option<LineMeta>]) -> impl Iterator<Item = (Slot, LineMeta)> + '_ {
+    table
+        .iter()
+        .enumerate()
+        .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
+}
+
+fn mapped_bits(table: &[Option<LineMeta>]) -> Vec<u64> {
+    let mut bits = vec![0u64; table.len().div_ceil(64)];
+    for (s, m) in table.iter().enumerate() {
+        if m.is_some() {
+            bits[s / 64] |= 1 << (s % 64);
+        }
+    }
+    bits
+}
+
+/// What a commit wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Records made durable.
+    pub records: u64,
+    /// 4 KiB log blocks written.
+    pub blocks: u64,
+    /// Device syncs issued (1 for an empty commit, else 2).
+    pub syncs: u32,
+}
+
+/// Log space in 4 KiB blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogUsage {
+    /// Blocks written in the current epoch.
+    pub used: u64,
+    /// Blocks the buffered records would take.
+    pub pending: u64,
+    /// Blocks in the log region.
+    pub capacity: u64,
+}
+
+/// An open cache metadata store. Not thread-safe by itself: the engine
+/// serialises appends, commits and checkpoints.
+pub struct Store<D: MetaDevice> {
+    dev: D,
+    sb: Superblock,
+    layout: Layout,
+    uuid: [u8; 16],
+    epoch: u64,
+    log_start: u64,
+    log_used: u64,
+    next_seq: u64,
+    pending: Vec<Record>,
+    /// Mapped slots as the engine sees them (durable and buffered records).
+    mapped: Vec<u64>,
+    failed: Option<String>,
+}
+
+impl<D: MetaDevice> Store<D> {
+    /// The superblock as last written.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+    /// Region placement and geometry.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    /// The current checkpoint epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    /// Sequence number the next committed record gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq + self.pending.len() as u64
+    }
+    /// Records buffered since the last commit.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+    /// Log space used, buffered and available.
+    pub fn log_usage(&self) -> LogUsage {
+        LogUsage {
+            used: self.log_used,
+            pending: log::blocks_needed(&self.pending, self.layout.bitmap_bytes()),
+            capacity: self.layout.log_blocks,
+        }
+    }
+    /// Whether the log is two-thirds full (FlashTier's checkpoint trigger):
+    /// the engine should checkpoint soon, before commits fail with `LogFull`.
+    pub fn wants_checkpoint(&self) -> bool {
+        let u = self.log_usage();
+        3 * (u.used + u.pending) >= 2 * u.capacity
+    }
+    /// The underlying device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    fn guard(&self) -> Result<()> {
+        match &self.failed {
+            Some(why) => Err(StoreError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn fail<T>(&mut self, e: StoreError) -> Result<T> {
+        if matches!(e, StoreError::Io { .. }) {
+            self.failed = Some(e.to_string());
+        }
+        Err(e)
+    }
+
+    fn is_mapped(&self, slot: Slot) -> bool {
+        self.mapped
+            .get(slot as usize / 64)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+    }
+
+    /// Buffers a record (nothing is written until [`Store::commit`]). Refuses
+    /// records outside the geometry and bitmap records or Unmaps of unmapped slots.
+    pub fn append(&mut self, rec: Record) -> Result<()> {
+        self.guard()?;
+        rec.check(self.layout.slots, self.layout.sub_blocks(), self.is_mapped(rec.slot()))
+            .map_err(StoreError::InvalidRecord)?;
+        let s = rec.slot();
+        match rec {
+            Record::Map { .. } => self.mapped[s as usize / 64] |= 1 << (s % 64),
+            Record::Unmap { .. } => self.mapped[s as usize / 64] &= !(1 << (s % 64)),
+            _ => {}
+        }
+        self.pending.push(rec);
+        Ok(())
+    }
+
+    /// Makes every buffered record durable (group commit): sync the device
+    /// (so cache data written before the records is durable first), write the
+    /// records as whole 4 KiB blocks, sync again. The records form one atomic
+    /// group: after a crash either all or none of them are recovered. An empty
+    /// commit only syncs the device (the data flush an NBD FLUSH needs).
+    /// On `LogFull` the records stay buffered: write a checkpoint.
+    pub fn commit(&mut self) -> Result<CommitStats> {
+        self.guard()?;
+        if self.pending.is_empty() {
+            if let Err(e) = self.dev.sync() {
+                return self.fail(StoreError::io("syncing the cache device", e));
+            }
+            return Ok(CommitStats {
+                syncs: 1,
+                ..CommitStats::default()
+            });
+        }
+        let bm = self.layout.bitmap_bytes();
+        let needed = log::blocks_needed(&self.pending, bm);
+        let free = self.layout.log_blocks - self.log_used;
+        if needed > free {
+            return Err(StoreError::LogFull {
+                needed,
+                free,
+                capacity: self.layout.log_blocks,
+            });
+        }
+        let blocks = log::encode_blocks(&self.uuid, self.epoch, self.next_seq, &self.pending, bm);
+        let pos = (self.log_start + self.log_used) % self.layout.log_blocks;
+        if let Err(e) = self.dev.sync() {
+            return self.fail(StoreError::io("syncing cache data before a log commit", e));
+        }
+        if let Err(e) = log::write_blocks(&self.dev, &self.layout, pos, &blocks) {
+            return self.fail(StoreError::io("writing log blocks", e));
+        }
+        if let Err(e) = self.dev.sync() {
+            return self.fail(StoreError::io("syncing log blocks", e));
+        }
+        let records = self.pending.len() as u64;
+        self.log_used += needed;
+        self.next_seq += records;
+        self.pending.clear();
+        Ok(CommitStats {
+            records,
+            blocks: needed,
+            syncs: 2,
+        })
+    }
+
+    /// Writes the whole slot table (the engine's current state, which must
+    /// include the effect of every buffered record) as a checkpoint of a new
+    /// epoch, syncs, and empties the log. Buffered records are subsumed and
+    /// dropped. Cost: two syncs plus 4 KiB + entries x (13 + 2 x bitmap bytes).
+    pub fn checkpoint(&mut self, table: impl IntoIterator<Item = (Slot, LineMeta)>) -> Result<()> {
+        self.guard()?;
+        let epoch = self.epoch + 1;
+        let log_start = (self.log_start + self.log_used) % self.layout.log_blocks;
+        if let Err(e) = self.dev.sync() {
+            return self.fail(StoreError::io("syncing cache data before a checkpoint", e));
+        }
+        let mapped = match checkpoint::write(
+            &self.dev,
+            &self.layout,
+            &self.uuid,
+            epoch,
+            log_start,
+            self.next_seq,
+            table,
+        ) {
+            Ok(m) => m,
+            Err(e) => return self.fail(e),
+        };
+        if let Err(e) = self.dev.sync() {
+            return self.fail(StoreError::io("syncing a checkpoint", e));
+        }
+        self.epoch = epoch;
+        self.log_start = log_start;
+        self.log_used = 0;
+        self.pending.clear();
+        self.mapped = mapped;
+        Ok(())
+    }
+
+    /// Clean shutdown: checkpoints `table`, records the backing identity as it
+    /// is now (probe it after the last writeback and backing flush, so the
+    /// next open can tell whether the backing device was modified while the
+    /// cache was detached) and marks the superblock clean. Returns the device.
+    pub fn close(
+        mut self,
+        table: impl IntoIterator<Item = (Slot, LineMeta)>,
+        backing_now: &BackingIdentity,
+    ) -> Result<D> {
+        self.checkpoint(table)?;
+        let mut sb = self.sb.clone();
+        sb.state = State::Clean;
+        sb.generation += 1;
+        sb.backing = backing_now.clone();
+        sb.write(&self.dev)?;
+        Ok(self.dev)
+    }
+}
