@@ -98,3 +98,120 @@ fn cloudphysics_w106_detected() {
     };
     assert_eq!(tiercache_trace::detect(&p).unwrap(), Format::Cloudphysics);
 }
+
+fn reads(recs: &[Record]) -> usize {
+    recs.iter().filter(|r| r.kind == IoKind::Read).count()
+}
+
+fn pct(part: usize, all: usize) -> f64 {
+    100.0 * part as f64 / all as f64
+}
+
+#[test]
+fn disksim_postmark() {
+    let Some(p) = trace("disksim/ssd-postmark-aligned2.trace") else {
+        return;
+    };
+    let recs = read_all(&p, None);
+    assert_eq!(recs.len(), 62_257);
+    let r = pct(reads(&recs), recs.len());
+    assert!((82.5..83.5).contains(&r), "read share {r}");
+    // t = 8.0 .. 498.4 s in the notes: duration about 490.4 s.
+    let last = recs.iter().map(|r| r.time_ns).max().unwrap();
+    assert!(
+        (490.0e9..491.0e9).contains(&(last as f64)),
+        "duration {last}"
+    );
+    let mean = pages(&recs) as f64 / recs.len() as f64;
+    assert!((444.0..446.0).contains(&mean), "mean sectors {mean}");
+}
+
+#[test]
+fn disksim_iozone() {
+    let Some(p) = trace("disksim/ssd-iozone-aligned2-100K.trace") else {
+        return;
+    };
+    let recs = read_all(&p, Some(Format::Disksim));
+    assert_eq!(recs.len(), 100_000);
+    assert_eq!(reads(&recs), 0);
+    let mean = pages(&recs) as f64 / recs.len() as f64;
+    assert!((719.0..721.0).contains(&mean), "mean sectors {mean}");
+}
+
+#[test]
+fn vscsi_sample() {
+    let Some(p) = trace("samples/cloudPhysicsIO.vscsi") else {
+        return;
+    };
+    let recs = read_all(&p, None);
+    assert_eq!(recs.len(), 113_872);
+    let r = pct(reads(&recs), recs.len());
+    assert!((40.5..41.5).contains(&r), "read share {r}");
+    let lbns: FxHashSet<u64> = recs.iter().map(|r| r.offset / 512).collect();
+    assert_eq!(lbns.len(), 48_974);
+}
+
+#[test]
+fn msr_sample() {
+    let Some(p) = trace("samples/msr-cambridge1-sample.csv") else {
+        return;
+    };
+    let recs = read_all(&p, None);
+    assert_eq!(recs.len(), 1_000);
+    assert_eq!(reads(&recs), 508);
+    let span = recs.iter().map(|r| r.time_ns).max().unwrap();
+    assert!(
+        (120e9..135e9).contains(&(span as f64)),
+        "~127 s window, got {span}"
+    );
+    let mean = recs.iter().map(|r| u64::from(r.len)).sum::<u64>() as f64 / 1000.0;
+    assert!((9.0e3..10.5e3).contains(&mean), "mean size {mean}");
+}
+
+#[test]
+fn tencent_sample() {
+    let Some(p) = trace("samples/cloud_storage-sample.bz2") else {
+        return;
+    };
+    let recs = read_all(&p, Some(Format::Tencent));
+    assert_eq!(recs.len(), 50_000);
+    let r = pct(reads(&recs), recs.len());
+    assert!((48.5..49.5).contains(&r), "read share {r}");
+    let mean = pages(&recs) as f64 / recs.len() as f64;
+    assert!((58.5..59.5).contains(&mean), "mean sectors {mean}");
+}
+
+#[test]
+fn systor_samples() {
+    for (file, read_pct) in [
+        ("samples/systor17-traces-sample.csv.gz", 83.0),
+        ("samples/systor17-additional-sample.csv.gz", 70.0),
+    ] {
+        let Some(p) = trace(file) else { return };
+        assert_eq!(tiercache_trace::detect(&p).unwrap(), Format::Systor);
+        let recs = read_all(&p, None);
+        assert_eq!(recs.len(), 999, "{file}");
+        let r = pct(reads(&recs), recs.len());
+        assert!((r - read_pct).abs() < 1.0, "{file}: read share {r}");
+    }
+}
+
+#[test]
+fn blkparse_sample_uses_queue_events() {
+    let Some(p) = trace("samples/blktrace.txt") else {
+        return;
+    };
+    let recs = read_all(&p, None);
+    // Reference: awk '$6=="Q"' counts 15,524 queue events, all with data:
+    // 80 R, 15,174 W, 2 WBS, 268 WS, none with M.
+    assert_eq!(recs.len(), 15_524);
+    assert_eq!(reads(&recs), 80);
+    assert!(recs
+        .iter()
+        .all(|r| r.class == Some(tiercache_core::Class::Data)));
+    let span = recs.iter().map(|r| r.time_ns).max().unwrap();
+    assert!(
+        (9.0e9..9.5e9).contains(&(span as f64)),
+        "~9.4 s, got {span}"
+    );
+}
