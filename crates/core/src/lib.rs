@@ -6,7 +6,17 @@
 //! operations on device models) and the live server (which executes them on
 //! real devices) run exactly the same policy.
 
+pub mod admission;
+pub mod config;
+pub mod engine;
 pub mod eviction;
+pub mod mapping;
+pub mod ops;
+pub mod stats;
 pub mod types;
 
+pub use config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
+pub use engine::Engine;
+pub use ops::{Dev, Op, OpId, Purpose, ReqId, Request, Source};
+pub use stats::Stats;
 pub use types::*;

@@ -23,7 +23,13 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+pub mod arc;
+#[cfg(test)]
+mod conformance;
+pub mod fifo;
+mod links;
 pub mod lru;
+pub mod s3fifo;
 
 /// Index of a line slot in the cache's line table.
 pub type Slot = u32;
@@ -82,8 +88,9 @@ impl EvictionKind {
     pub fn build(self, sets: u32, ways: u32) -> Box<dyn Eviction> {
         match self {
             Self::Lru => Box::new(lru::Lru::new(sets, ways)),
-            // Filled in by their own modules.
-            Self::Fifo | Self::Arc | Self::S3fifo => Box::new(lru::Lru::new(sets, ways)),
+            Self::Fifo => Box::new(fifo::Fifo::new(sets, ways)),
+            Self::Arc => Box::new(arc::Arc::new(sets, ways)),
+            Self::S3fifo => Box::new(s3fifo::S3Fifo::new(sets, ways)),
         }
     }
 }
@@ -101,6 +108,8 @@ impl FromStr for EvictionKind {
             .iter()
             .copied()
             .find(|k| k.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown eviction policy '{s}' (allowed: lru, fifo, arc, s3fifo)"))
+            .ok_or_else(|| {
+                format!("unknown eviction policy '{s}' (allowed: lru, fifo, arc, s3fifo)")
+            })
     }
 }

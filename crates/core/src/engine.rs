@@ -1,0 +1,890 @@
+//! The cache engine: requests in, device operations out.
+//!
+//! [`Engine::submit`] updates the cache state at once (eagerly) and returns
+//! the device operations the request needs. Ordering that the eager state
+//! relies on is expressed as op dependencies, never as waiting inside the
+//! core:
+//! - every cache-device op on a slot depends on the previous op on that slot
+//!   (a fill finishes before the line is read; a victim's data is read out
+//!   before the slot is overwritten), which is Azor 2.3's "lock only lines
+//!   with I/O pending";
+//! - every backing-device op on a line depends on a pending writeback of that
+//!   line (a read miss never overtakes the write of newer data).
+//!
+//! A driver runs an op once its dependencies completed and reports it with
+//! [`Engine::complete`]. A driver that completes every op before submitting
+//! the next request (the `--no-timing` simulator) may switch dependency
+//! tracking off with [`Engine::set_synchronous`]: decisions are identical.
+
+use crate::admission::nhit::Nhit;
+use crate::admission::seq_cutoff::SeqCutoff;
+use crate::admission::two_level::TwoLevel;
+use crate::admission::AdmissionKind;
+use crate::config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
+use crate::eviction::{Eviction, EvictionKind, Slot};
+use crate::mapping::Mapping;
+use crate::ops::{Dev, Op, OpId, Purpose, ReqId, Request, Source};
+use crate::stats::Stats;
+use crate::types::IoKind;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+
+/// The policy core of one cache.
+pub struct Engine {
+    cfg: CacheConfig,
+    geo: Geometry,
+    map: Mapping,
+    evict: Box<dyn Eviction>,
+    seq: Option<SeqCutoff>,
+    nhit: Option<Nhit>,
+    two_level: Option<TwoLevel>,
+    stats: Stats,
+    next_op: OpId,
+    synchronous: bool,
+    /// Last cache op on each slot with ops in flight.
+    slot_last: FxHashMap<Slot, OpId>,
+    /// Pending backing write of a line's cleaned or evicted data.
+    backing_pending: FxHashMap<u64, OpId>,
+    /// Dirty lines in backing order (write-back cleaning walks it).
+    dirty: BTreeSet<u64>,
+    clean_cursor: u64,
+    /// Open op runs being merged while a request is decoded.
+    runs: Vec<Op>,
+    /// The request being decoded bypasses the cache (sequential cutoff).
+    bypass: bool,
+    line_shift: u32,
+    sub_shift: u32,
+}
+
+/// What the engine does with one sub-block range of a line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Cache,
+    Backing,
+}
+
+impl Engine {
+    /// Build an engine; refuses impossible configurations with a message saying what is allowed.
+    pub fn new(cfg: CacheConfig) -> Result<Self, ConfigError> {
+        let geo = cfg.geometry()?;
+        let evict = match cfg.assoc {
+            // One way per set: every policy degenerates to "replace the occupant".
+            Assoc::Direct => EvictionKind::Lru.build(geo.sets, geo.ways),
+            _ => cfg.eviction.build(geo.sets, geo.ways),
+        };
+        let a = &cfg.admission;
+        let seq = (a.kind == AdmissionKind::SeqCutoff).then(|| SeqCutoff::new(a.seq_cutoff_bytes));
+        let nhit = (a.kind == AdmissionKind::Nhit)
+            .then(|| Nhit::new(a.nhit_threshold, a.nhit_trigger, 4 * geo.slots as usize));
+        let two_level = (a.kind == AdmissionKind::TwoLevel)
+            .then(|| TwoLevel::new(a.twolbs_metadata, a.twolbs_frequency, a.twolbs_window));
+        Ok(Engine {
+            map: Mapping::new(geo, cfg.assoc),
+            line_shift: geo.line_bytes.trailing_zeros(),
+            sub_shift: geo.sub_block_bytes.trailing_zeros(),
+            cfg,
+            geo,
+            evict,
+            seq,
+            nhit,
+            two_level,
+            stats: Stats::default(),
+            next_op: 1,
+            synchronous: false,
+            slot_last: FxHashMap::default(),
+            backing_pending: FxHashMap::default(),
+            dirty: BTreeSet::new(),
+            clean_cursor: 0,
+            runs: Vec::with_capacity(4),
+            bypass: false,
+        })
+    }
+
+    /// Drop dependency tracking: the driver completes every op before the next submit.
+    pub fn set_synchronous(&mut self, on: bool) {
+        self.synchronous = on;
+    }
+
+    pub fn config(&self) -> &CacheConfig {
+        &self.cfg
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+    /// Lines with dirty data.
+    pub fn dirty_lines(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// DRAM used by the cache's metadata: line table, replacement state and admission state.
+    pub fn metadata_bytes(&self) -> usize {
+        self.map.metadata_bytes()
+            + self.evict.metadata_bytes()
+            + self.seq.as_ref().map_or(0, |s| s.metadata_bytes())
+            + self.nhit.as_ref().map_or(0, |s| s.metadata_bytes())
+            + self.two_level.as_ref().map_or(0, |s| s.metadata_bytes())
+    }
+
+    /// Metadata of the line table and replacement state only, per GiB of cache (Azor's measure).
+    pub fn metadata_bytes_per_gib(&self) -> f64 {
+        let cache = self.geo.slots as f64 * self.geo.line_bytes as f64;
+        (self.map.metadata_bytes() + self.evict.metadata_bytes()) as f64 * (1u64 << 30) as f64
+            / cache
+    }
+
+    /// Handle one request: update the cache state and append the device ops it needs to `out`.
+    pub fn submit(&mut self, req: &Request, out: &mut Vec<Op>) {
+        self.stats.requests += 1;
+        match req.kind {
+            IoKind::Read => {
+                self.stats.read_requests += 1;
+                self.stats.workload_read_bytes += req.len;
+                self.for_each_line(req, out, Self::read_line);
+            }
+            IoKind::Write => {
+                self.stats.write_requests += 1;
+                self.stats.workload_write_bytes += req.len;
+                // FUA travels on the write ops themselves.
+                self.for_each_line(req, out, Self::write_line);
+            }
+            IoKind::Trim => {
+                self.stats.trim_requests += 1;
+                self.for_each_line(req, out, Self::trim_line);
+            }
+            IoKind::Flush => {
+                self.stats.flush_requests += 1;
+                for dev in [Dev::Cache, Dev::Backing] {
+                    let id = self.new_op_id();
+                    out.push(self.plain_op(id, dev, IoKind::Flush, req.id, [0, 0]));
+                }
+            }
+        }
+        self.flush_runs(out);
+        #[cfg(debug_assertions)]
+        if self.stats.requests % 4096 == 0 {
+            self.check_invariants();
+        }
+    }
+
+    /// Report a completed op. Successful ops only release ordering state.
+    pub fn complete(&mut self, op: &Op, out: &mut Vec<Op>) {
+        let _ = out;
+        if self.synchronous {
+            return;
+        }
+        match op.dev {
+            Dev::Cache if op.kind != IoKind::Flush => {
+                let first = (op.offset >> self.line_shift) as Slot;
+                let last = ((op.offset + op.len.max(1) - 1) >> self.line_shift) as Slot;
+                for s in first..=last {
+                    if self.slot_last.get(&s) == Some(&op.id) {
+                        self.slot_last.remove(&s);
+                    }
+                }
+            }
+            Dev::Backing if op.purpose == Purpose::WritebackWrite => {
+                let first = op.offset >> self.line_shift;
+                let last = (op.offset + op.len.max(1) - 1) >> self.line_shift;
+                for l in first..=last {
+                    if self.backing_pending.get(&l) == Some(&op.id) {
+                        self.backing_pending.remove(&l);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Background work: write-back cleaning of up to `max_lines` dirty lines, in
+    /// backing order from a rotating cursor, when more than the dirty target is dirty
+    /// (or always when `force`, as `flush`/`detach` need). Returns lines cleaned.
+    pub fn clean(&mut self, max_lines: usize, force: bool, out: &mut Vec<Op>) -> usize {
+        let target = (self.cfg.dirty_target * self.geo.slots as f64) as usize;
+        let mut n = 0;
+        while n < max_lines && !self.dirty.is_empty() && (force || self.dirty.len() > target) {
+            let line = match self.dirty.range(self.clean_cursor..).next() {
+                Some(&l) => l,
+                None => *self.dirty.iter().next().expect("non-empty"),
+            };
+            self.clean_cursor = line + 1;
+            let slot = self.map.lookup(line).expect("dirty line is mapped");
+            self.write_back(slot, line);
+            n += 1;
+        }
+        self.flush_runs(out);
+        n
+    }
+
+    // ---- request decoding ----
+
+    fn for_each_line(
+        &mut self,
+        req: &Request,
+        out: &mut Vec<Op>,
+        f: fn(&mut Self, &Request, u64, u64, u64, &mut Vec<Op>),
+    ) {
+        if req.len == 0 {
+            return;
+        }
+        let bypass = match (&mut self.seq, req.kind) {
+            (Some(s), IoKind::Read | IoKind::Write) => s.bypass(req.offset, req.len),
+            _ => false,
+        };
+        self.bypass = bypass;
+        let lb = self.geo.line_bytes as u64;
+        let mut off = req.offset;
+        let end = req.offset + req.len;
+        while off < end {
+            let line = off >> self.line_shift;
+            let in_line = off & (lb - 1);
+            let n = (lb - in_line).min(end - off);
+            f(self, req, line, in_line, n, out);
+            off += n;
+            if self.runs.len() >= 4 {
+                self.flush_runs(out);
+            }
+        }
+        let _ = out;
+    }
+}
+
+// Per-request scratch state kept outside the struct definition above for readability.
+impl Engine {
+    fn new_op_id(&mut self) -> OpId {
+        let id = self.next_op;
+        self.next_op += 1;
+        id
+    }
+
+    fn plain_op(&self, id: OpId, dev: Dev, kind: IoKind, req: ReqId, deps: [OpId; 2]) -> Op {
+        Op {
+            id,
+            dev,
+            kind,
+            offset: 0,
+            len: 0,
+            req,
+            buf_off: 0,
+            src: Source::None,
+            deps,
+            foreground: true,
+            purpose: Purpose::Flush,
+            fua: false,
+        }
+    }
+
+    fn flush_runs(&mut self, out: &mut Vec<Op>) {
+        out.append(&mut self.runs);
+    }
+
+    /// Emit a piece of I/O, merged into an open run when contiguous and when the
+    /// union of dependencies fits. Returns the op id carrying the piece.
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        dev: Dev,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        req: ReqId,
+        buf_off: u64,
+        src: Source,
+        deps: [OpId; 2],
+        foreground: bool,
+        purpose: Purpose,
+        fua: bool,
+    ) -> OpId {
+        match (dev, kind) {
+            (Dev::Backing, IoKind::Read) => self.stats.hdd_read_bytes += len,
+            (Dev::Backing, IoKind::Write) => self.stats.hdd_write_bytes += len,
+            (Dev::Cache, IoKind::Read) => self.stats.ssd_read_bytes += len,
+            (Dev::Cache, IoKind::Write) => self.stats.ssd_write_bytes += len,
+            _ => {}
+        }
+        let deps = if self.synchronous { [0, 0] } else { deps };
+        for r in self.runs.iter_mut() {
+            let contiguous = r.offset + r.len == offset
+                && match src {
+                    Source::Request => r.src == Source::Request && r.buf_off + r.len == buf_off,
+                    Source::None => {
+                        r.src == Source::None && req != 0 && r.buf_off + r.len == buf_off
+                    }
+                    Source::Op(_) => false,
+                };
+            if !(contiguous
+                && r.dev == dev
+                && r.kind == kind
+                && r.purpose == purpose
+                && r.req == req
+                && r.fua == fua)
+            {
+                continue;
+            }
+            let mut merged = r.deps;
+            let mut fits = true;
+            for d in deps {
+                if d == 0 || d == r.id || merged.contains(&d) {
+                    continue;
+                }
+                if let Some(z) = merged.iter_mut().find(|x| **x == 0) {
+                    *z = d;
+                } else {
+                    fits = false;
+                }
+            }
+            if fits {
+                r.deps = merged;
+                r.len += len;
+                return r.id;
+            }
+        }
+        match (dev, kind) {
+            (Dev::Backing, _) => self.stats.hdd_ops += 1,
+            (Dev::Cache, IoKind::Read) => self.stats.ssd_read_ops += 1,
+            (Dev::Cache, IoKind::Write) => self.stats.ssd_write_ops += 1,
+            _ => {}
+        }
+        let id = self.new_op_id();
+        let deps = if deps[0] == 0 { [deps[1], 0] } else { deps };
+        self.runs.push(Op {
+            id,
+            dev,
+            kind,
+            offset,
+            len,
+            req,
+            buf_off,
+            src,
+            deps,
+            foreground,
+            purpose,
+            fua,
+        });
+        id
+    }
+
+    /// Emit a cache-device op on `slot`, ordered after the slot's previous op and after `extra_dep`.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_cache(
+        &mut self,
+        slot: Slot,
+        kind: IoKind,
+        in_line: u64,
+        len: u64,
+        req: ReqId,
+        buf_off: u64,
+        src: Source,
+        extra_dep: OpId,
+        foreground: bool,
+        purpose: Purpose,
+        fua: bool,
+    ) -> OpId {
+        let off = ((slot as u64) << self.line_shift) + in_line;
+        let prev = if self.synchronous {
+            0
+        } else {
+            self.slot_last.get(&slot).copied().unwrap_or(0)
+        };
+        let id = self.emit(
+            Dev::Cache,
+            kind,
+            off,
+            len,
+            req,
+            buf_off,
+            src,
+            [prev, extra_dep],
+            foreground,
+            purpose,
+            fua,
+        );
+        if !self.synchronous {
+            self.slot_last.insert(slot, id);
+        }
+        id
+    }
+
+    /// Emit a backing-device op on `line`, ordered after a pending writeback of that line.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_backing(
+        &mut self,
+        line: u64,
+        kind: IoKind,
+        in_line: u64,
+        len: u64,
+        req: ReqId,
+        buf_off: u64,
+        src: Source,
+        foreground: bool,
+        purpose: Purpose,
+        fua: bool,
+    ) -> OpId {
+        let dep = if self.synchronous || self.backing_pending.is_empty() {
+            0
+        } else {
+            self.backing_pending.get(&line).copied().unwrap_or(0)
+        };
+        let off = (line << self.line_shift) + in_line;
+        let data = if let Source::Op(d) = src { d } else { 0 };
+        self.emit(
+            Dev::Backing,
+            kind,
+            off,
+            len,
+            req,
+            buf_off,
+            src,
+            [dep, data],
+            foreground,
+            purpose,
+            fua,
+        )
+    }
+
+    /// Sub-block index range `first..=last` touched by bytes `in_line..in_line+n`.
+    #[inline]
+    fn sub_range(&self, in_line: u64, n: u64) -> (u32, u32) {
+        (
+            (in_line >> self.sub_shift) as u32,
+            ((in_line + n - 1) >> self.sub_shift) as u32,
+        )
+    }
+
+    /// Byte range of sub-block `i` clipped to `in_line..in_line+n`, and whether it covers the whole sub-block.
+    #[inline]
+    fn sub_piece(&self, i: u32, in_line: u64, n: u64) -> (u64, u64, bool) {
+        let sb = self.geo.sub_block_bytes as u64;
+        let s = (i as u64 * sb).max(in_line);
+        let e = ((i as u64 + 1) * sb).min(in_line + n);
+        (s, e - s, e - s == sb)
+    }
+
+    // ---- reads ----
+
+    fn read_line(&mut self, req: &Request, line: u64, in_line: u64, n: u64, out: &mut Vec<Op>) {
+        let _ = out;
+        self.stats.block_accesses += 1;
+        self.stats.read_accesses += 1;
+        let meta = req.class.is_metadata();
+        if meta {
+            self.stats.metadata_accesses += 1;
+        }
+        if let Some(t) = &mut self.two_level {
+            t.record(line);
+        }
+        let buf0 = (line << self.line_shift) + in_line - req.offset;
+        let (first, last) = self.sub_range(in_line, n);
+        let slot = self.map.lookup(line);
+        if let Some(s) = slot {
+            let set = self.map.set_of(line);
+            self.evict.on_hit(set, s);
+            if self.map.bits.all_valid(s, first, last) {
+                self.stats.hits += 1;
+                self.stats.read_hits += 1;
+                if meta {
+                    self.stats.metadata_hits += 1;
+                }
+                self.emit_cache(
+                    s,
+                    IoKind::Read,
+                    in_line,
+                    n,
+                    req.id,
+                    buf0,
+                    Source::None,
+                    0,
+                    true,
+                    Purpose::ReadHit,
+                    false,
+                );
+                return;
+            }
+        }
+        // Miss (whole or partial): valid sub-blocks from the cache, the rest from the backing device.
+        // Allocate only when at least one sub-block is read whole (partial ones cannot be filled).
+        let slot = match slot {
+            Some(s) => Some(s),
+            None if (first..=last).any(|i| self.sub_piece(i, in_line, n).2) => {
+                self.allocate(line, meta)
+            }
+            None => None,
+        };
+        let mut filled = false;
+        for i in first..=last {
+            let (s, len, whole) = self.sub_piece(i, in_line, n);
+            let buf = buf0 + (s - in_line);
+            match slot {
+                Some(sl) if self.map.bits.valid(sl, i) => {
+                    self.emit_cache(
+                        sl,
+                        IoKind::Read,
+                        s,
+                        len,
+                        req.id,
+                        buf,
+                        Source::None,
+                        0,
+                        true,
+                        Purpose::ReadHit,
+                        false,
+                    );
+                }
+                _ => {
+                    let rd = self.emit_backing(
+                        line,
+                        IoKind::Read,
+                        s,
+                        len,
+                        req.id,
+                        buf,
+                        Source::None,
+                        true,
+                        Purpose::ReadMiss,
+                        false,
+                    );
+                    if let (Some(sl), true) = (slot, whole) {
+                        self.map.bits.set_valid(sl, i, i, true);
+                        self.emit_cache(
+                            sl,
+                            IoKind::Write,
+                            s,
+                            len,
+                            req.id,
+                            buf,
+                            Source::Request,
+                            rd,
+                            false,
+                            Purpose::Fill,
+                            false,
+                        );
+                        filled = true;
+                    }
+                }
+            }
+        }
+        if filled {
+            self.stats.fills += 1;
+        }
+        if let Some(sl) = slot {
+            self.drop_if_empty(sl, line);
+        }
+    }
+
+    /// Find or make room for `line`, subject to admission. Returns the slot it now occupies (no valid data yet).
+    fn allocate(&mut self, line: u64, meta: bool) -> Option<Slot> {
+        if self.bypass || !self.map.representable(line) {
+            self.stats.admission_rejects += 1;
+            return None;
+        }
+        if let Some(n) = &mut self.nhit {
+            let occ = self.map.used() as f64 / self.geo.slots as f64;
+            if !n.admit(line, occ) {
+                self.stats.admission_rejects += 1;
+                return None;
+            }
+        }
+        let set = self.map.set_of(line);
+        if let Some(free) = self.map.free_slot(set) {
+            self.evict.on_miss(set, line);
+            self.map.insert(free, line, meta);
+            self.evict.on_insert(set, free, line);
+            return Some(free);
+        }
+        if let Some(t) = &self.two_level {
+            let v = self.evict.peek_victim(set, line);
+            let occ = self.map.line_of(v).expect("victim is occupied");
+            if !t
+                .decide(line, meta, Some((occ, self.map.is_metadata(v))))
+                .admits()
+            {
+                self.stats.admission_rejects += 1;
+                return None;
+            }
+        }
+        self.evict.on_miss(set, line);
+        let map = &self.map;
+        let victim = self
+            .evict
+            .evict(set, &|s| map.line_of(s).unwrap_or(u64::MAX));
+        let vline = self.map.line_of(victim).expect("victim is occupied");
+        if self.map.bits.any_dirty(victim) {
+            self.write_back(victim, vline);
+        }
+        self.map.remove(victim);
+        self.stats.evictions += 1;
+        self.map.insert(victim, line, meta);
+        self.evict.on_insert(set, victim, line);
+        Some(victim)
+    }
+
+    /// Write a line's dirty sub-blocks to the backing device and mark them clean.
+    fn write_back(&mut self, slot: Slot, line: u64) {
+        let subs = self.geo.subs;
+        let sb = self.geo.sub_block_bytes as u64;
+        let mut i = 0;
+        while i < subs {
+            if !self.map.bits.dirty(slot, i) {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j + 1 < subs && self.map.bits.dirty(slot, j + 1) {
+                j += 1;
+            }
+            let (s, len) = (i as u64 * sb, (j - i + 1) as u64 * sb);
+            let rd = self.emit_cache(
+                slot,
+                IoKind::Read,
+                s,
+                len,
+                0,
+                0,
+                Source::None,
+                0,
+                false,
+                Purpose::WritebackRead,
+                false,
+            );
+            // The write depends on the read (its data source) and on an older pending writeback.
+            let wr = self.emit_backing(
+                line,
+                IoKind::Write,
+                s,
+                len,
+                0,
+                0,
+                Source::Op(rd),
+                false,
+                Purpose::WritebackWrite,
+                false,
+            );
+            if !self.synchronous {
+                self.backing_pending.insert(line, wr);
+            }
+            self.map.bits.set_dirty(slot, i, j, false);
+            i = j + 1;
+        }
+        self.dirty.remove(&line);
+        self.stats.writebacks += 1;
+    }
+
+    /// Free a slot that ended up holding nothing valid (a refused partial fill).
+    fn drop_if_empty(&mut self, slot: Slot, line: u64) {
+        if !self.map.bits.any_valid(slot) {
+            let set = self.map.set_of(line);
+            self.evict.on_remove(set, slot);
+            self.map.remove(slot);
+        }
+    }
+
+    // ---- writes ----
+
+    fn write_line(&mut self, req: &Request, line: u64, in_line: u64, n: u64, out: &mut Vec<Op>) {
+        let _ = out;
+        self.stats.block_accesses += 1;
+        self.stats.write_accesses += 1;
+        let meta = req.class.is_metadata();
+        if let Some(t) = &mut self.two_level {
+            t.record(line);
+        }
+        let buf0 = (line << self.line_shift) + in_line - req.offset;
+        let (first, last) = self.sub_range(in_line, n);
+        let policy = self.cfg.write_policy;
+        let mut slot = self.map.lookup(line);
+        if let Some(s) = slot {
+            self.stats.hits += 1;
+            self.stats.write_hits += 1;
+            let set = self.map.set_of(line);
+            self.evict.on_hit(set, s);
+            if meta {
+                self.map.set_metadata(s, true);
+            }
+        } else if policy.may_allocate() && self.cfg.write_allocate {
+            slot = self.allocate(line, meta);
+            if slot.is_some() {
+                self.stats.fills += 1;
+            }
+        }
+        let fua = req.fua;
+        match policy {
+            WritePolicy::WriteBack => {
+                for i in first..=last {
+                    let (s, len, whole) = self.sub_piece(i, in_line, n);
+                    let buf = buf0 + (s - in_line);
+                    let to = match slot {
+                        Some(sl) if whole || self.map.bits.valid(sl, i) => Where::Cache,
+                        _ => Where::Backing,
+                    };
+                    match (to, slot) {
+                        (Where::Cache, Some(sl)) => {
+                            self.map.bits.set_valid(sl, i, i, true);
+                            self.map.bits.set_dirty(sl, i, i, true);
+                            self.emit_cache(
+                                sl,
+                                IoKind::Write,
+                                s,
+                                len,
+                                req.id,
+                                buf,
+                                Source::Request,
+                                0,
+                                true,
+                                Purpose::WriteCache,
+                                fua,
+                            );
+                        }
+                        _ => {
+                            self.emit_backing(
+                                line,
+                                IoKind::Write,
+                                s,
+                                len,
+                                req.id,
+                                buf,
+                                Source::Request,
+                                true,
+                                Purpose::WriteBacking,
+                                fua,
+                            );
+                        }
+                    }
+                }
+                if let Some(sl) = slot {
+                    if self.map.bits.any_dirty(sl) {
+                        self.dirty.insert(line);
+                    } else {
+                        self.drop_if_empty(sl, line);
+                    }
+                }
+            }
+            WritePolicy::WriteThrough | WritePolicy::WriteHddUpd => {
+                self.emit_backing(
+                    line,
+                    IoKind::Write,
+                    in_line,
+                    n,
+                    req.id,
+                    buf0,
+                    Source::Request,
+                    true,
+                    Purpose::WriteBacking,
+                    fua,
+                );
+                if let Some(sl) = slot {
+                    for i in first..=last {
+                        let (s, len, whole) = self.sub_piece(i, in_line, n);
+                        if whole || self.map.bits.valid(sl, i) {
+                            self.map.bits.set_valid(sl, i, i, true);
+                            let buf = buf0 + (s - in_line);
+                            self.emit_cache(
+                                sl,
+                                IoKind::Write,
+                                s,
+                                len,
+                                req.id,
+                                buf,
+                                Source::Request,
+                                0,
+                                false,
+                                Purpose::WriteCache,
+                                false,
+                            );
+                        }
+                    }
+                    self.drop_if_empty(sl, line);
+                }
+            }
+            WritePolicy::WriteHddInv | WritePolicy::ReadOnly => {
+                self.emit_backing(
+                    line,
+                    IoKind::Write,
+                    in_line,
+                    n,
+                    req.id,
+                    buf0,
+                    Source::Request,
+                    true,
+                    Purpose::WriteBacking,
+                    fua,
+                );
+                if let Some(sl) = slot {
+                    self.map.bits.set_valid(sl, first, last, false);
+                    self.map.bits.set_dirty(sl, first, last, false);
+                    self.stats.invalidations += 1;
+                    self.drop_if_empty(sl, line);
+                }
+            }
+        }
+    }
+
+    // ---- trims ----
+
+    fn trim_line(&mut self, req: &Request, line: u64, in_line: u64, n: u64, out: &mut Vec<Op>) {
+        let _ = out;
+        if let Some(sl) = self.map.lookup(line) {
+            let (first, last) = self.sub_range(in_line, n);
+            let mut any = false;
+            for i in first..=last {
+                if self.sub_piece(i, in_line, n).2 {
+                    self.map.bits.set_valid(sl, i, i, false);
+                    self.map.bits.set_dirty(sl, i, i, false);
+                    any = true;
+                }
+            }
+            if any {
+                self.stats.invalidations += 1;
+                if !self.map.bits.any_dirty(sl) {
+                    self.dirty.remove(&line);
+                }
+                self.drop_if_empty(sl, line);
+            }
+        }
+        let buf0 = (line << self.line_shift) + in_line - req.offset;
+        self.emit_backing(
+            line,
+            IoKind::Trim,
+            in_line,
+            n,
+            req.id,
+            buf0,
+            Source::None,
+            true,
+            Purpose::Trim,
+            false,
+        );
+    }
+
+    /// Assert the engine's invariants (debug builds call it periodically; tests call it freely).
+    pub fn check_invariants(&self) {
+        self.map.check_invariants();
+        let mut dirty = 0;
+        for (slot, line) in self.map.iter() {
+            assert!(
+                self.map.bits.any_valid(slot),
+                "slot {slot} (line {line}) mapped with nothing valid"
+            );
+            if self.map.bits.any_dirty(slot) {
+                dirty += 1;
+                assert!(
+                    self.dirty.contains(&line),
+                    "dirty line {line} missing from the cleaning set"
+                );
+            }
+        }
+        assert_eq!(
+            dirty,
+            self.dirty.len(),
+            "cleaning set holds only dirty lines"
+        );
+        let s = &self.stats;
+        assert!(s.hits <= s.block_accesses);
+        assert_eq!(s.read_accesses + s.write_accesses, s.block_accesses);
+        assert_eq!(s.read_hits + s.write_hits, s.hits);
+    }
+}

@@ -1,0 +1,99 @@
+//! What the core asks its driver to do: device operations with dependencies.
+
+use crate::types::{Class, IoKind};
+use serde::Serialize;
+
+/// Identifies a device operation; 0 means "none".
+pub type OpId = u64;
+/// Identifies a client request; 0 means "none".
+pub type ReqId = u64;
+
+/// A block request from a client or a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Non-zero, unique among requests in flight.
+    pub id: ReqId,
+    pub kind: IoKind,
+    /// Byte offset on the exported (backing) address space.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    pub class: Class,
+    /// Force unit access: durable before acknowledgement.
+    pub fua: bool,
+}
+
+/// Which device an operation targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dev {
+    /// The fast cache device (SSD). Offsets are slot * line size + offset in line.
+    Cache,
+    /// The slow backing device (HDD). Offsets are the client's offsets.
+    Backing,
+}
+
+/// Why an operation exists (for statistics and for the live driver's buffers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Purpose {
+    /// Read of valid cached data for a request.
+    ReadHit,
+    /// Read of the backing device for a request (miss or bypass).
+    ReadMiss,
+    /// Asynchronous write of missed data into the cache (the requester does not wait).
+    Fill,
+    /// Write of request data into the cache.
+    WriteCache,
+    /// Write of request data to the backing device.
+    WriteBacking,
+    /// Read of dirty data out of the cache, for cleaning or eviction.
+    WritebackRead,
+    /// Write of cleaned/evicted dirty data to the backing device.
+    WritebackWrite,
+    /// Discard on the backing device for a trim request.
+    Trim,
+    /// Flush of a device's volatile cache.
+    Flush,
+}
+
+/// Where the bytes of a write come from (reads land in the request buffer or
+/// in the op's own buffer for writeback reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Source {
+    /// No data (reads, trims, flushes).
+    None,
+    /// The request's buffer at `buf_off`.
+    Request,
+    /// The buffer of a previous op (a writeback read).
+    Op(OpId),
+}
+
+/// One device operation. Start it only once every op in `deps` has completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Op {
+    pub id: OpId,
+    pub dev: Dev,
+    pub kind: IoKind,
+    pub offset: u64,
+    pub len: u64,
+    /// The request this op serves or takes its data from (0: none).
+    pub req: ReqId,
+    /// Offset of this op's bytes in the request buffer.
+    pub buf_off: u64,
+    pub src: Source,
+    /// Ops that must complete before this one starts (0: none).
+    pub deps: [OpId; 2],
+    /// Whether the request waits for this op before it completes.
+    pub foreground: bool,
+    pub purpose: Purpose,
+    /// Force unit access (writes for FUA requests).
+    pub fua: bool,
+}
+
+impl Op {
+    /// Dependencies that are set.
+    pub fn deps(&self) -> impl Iterator<Item = OpId> + '_ {
+        self.deps.iter().copied().filter(|&d| d != 0)
+    }
+}
