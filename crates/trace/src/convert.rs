@@ -1,3 +1,122 @@
-//! Conversion (in progress).
-/// Converts (in progress).
-pub fn convert() {}
+//! Conversion of a record stream into another trace format.
+//!
+//! Targets: [`Format::Native`] (exact), [`Format::Blockid`] (one id per
+//! covered block; times and kinds are dropped) and [`Format::Msr`] (reads and
+//! writes only; times rounded down to 100 ns ticks, host `tiercache`, disk 0,
+//! response time 0).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use tiercache_core::IoKind;
+
+use crate::error::{Result, TraceError};
+use crate::native::NativeWriter;
+use crate::{Format, Record};
+
+/// Formats [`convert`] can write.
+pub const OUTPUT_FORMATS: [Format; 3] = [Format::Native, Format::Blockid, Format::Msr];
+
+/// Writes every record of `records` to `out` in `format` and returns the
+/// number of output records (ids for `blockid`). `block_size` (> 0) is the
+/// id unit of `blockid` output: a request becomes the ids of all blocks it
+/// overlaps. Stops at the first error of the input.
+pub fn convert<I>(records: I, out: &Path, format: Format, block_size: u32) -> Result<u64>
+where
+    I: IntoIterator<Item = Result<Record>>,
+{
+    match format {
+        Format::Native => {
+            let mut w = NativeWriter::create(out)?;
+            for r in records {
+                w.write(&r?)?;
+            }
+            w.finish()
+        }
+        Format::Blockid => {
+            if block_size == 0 {
+                return Err(TraceError::Invalid {
+                    path: out.to_path_buf(),
+                    msg: "block size must be > 0".into(),
+                });
+            }
+            let bs = u64::from(block_size);
+            let mut w = Text::create(out)?;
+            let mut n = 0u64;
+            for r in records {
+                let r = r?;
+                if r.len == 0 || r.kind == IoKind::Flush {
+                    continue;
+                }
+                let last = (r.offset.saturating_add(u64::from(r.len)) - 1) / bs;
+                for id in r.offset / bs..=last {
+                    w.line(format_args!("{id}"))?;
+                    n += 1;
+                }
+            }
+            w.finish(n)
+        }
+        Format::Msr => {
+            let mut w = Text::create(out)?;
+            let mut n = 0u64;
+            for r in records {
+                let r = r?;
+                let kind = match r.kind {
+                    IoKind::Read => "Read",
+                    IoKind::Write => "Write",
+                    other => {
+                        return Err(TraceError::Unrepresentable {
+                            index: n,
+                            format: "msr".into(),
+                            msg: format!("MSR traces carry only reads and writes, not {other:?}"),
+                        })
+                    }
+                };
+                w.line(format_args!(
+                    "{},tiercache,0,{kind},{},{},0",
+                    r.time_ns / 100,
+                    r.offset,
+                    r.len
+                ))?;
+                n += 1;
+            }
+            w.finish(n)
+        }
+        other => Err(TraceError::Invalid {
+            path: out.to_path_buf(),
+            msg: format!(
+                "cannot convert to {other}; output formats: {}",
+                OUTPUT_FORMATS.map(|f| f.name()).join(", ")
+            ),
+        }),
+    }
+}
+
+/// Buffered text output with path-carrying errors.
+struct Text<'a> {
+    path: &'a Path,
+    out: BufWriter<File>,
+}
+
+impl<'a> Text<'a> {
+    fn create(path: &'a Path) -> Result<Self> {
+        let f = File::create(path).map_err(|e| TraceError::io(path, e))?;
+        Ok(Text {
+            path,
+            out: BufWriter::with_capacity(1 << 20, f),
+        })
+    }
+
+    fn line(&mut self, args: std::fmt::Arguments<'_>) -> Result<()> {
+        self.out
+            .write_fmt(args)
+            .and_then(|_| self.out.write_all(b"\n"))
+            .map_err(|e| TraceError::io(self.path, e))
+    }
+
+    fn finish(mut self, n: u64) -> Result<u64> {
+        self.out.flush().map_err(|e| TraceError::io(self.path, e))?;
+        Ok(n)
+    }
+}

@@ -1,5 +1,196 @@
-//! Trace statistics (in progress).
-/// Summary of a trace.
-pub struct TraceStats;
-/// Computes statistics (in progress).
-pub fn trace_stats() {}
+//! Summary statistics of a trace: mix, volume, footprint, sizes, sequentiality.
+
+use rustc_hash::FxHashSet;
+use serde::Serialize;
+use tiercache_core::IoKind;
+
+use crate::error::{Result, TraceError};
+use crate::Record;
+
+/// One power-of-two bucket of the request-size histogram: requests with
+/// `min_bytes <= len < 2 * min_bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SizeBucket {
+    pub min_bytes: u64,
+    pub count: u64,
+}
+
+/// Statistics of a whole trace, as computed by [`trace_stats`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TraceStats {
+    /// All records (reads + writes + trims + flushes).
+    pub requests: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub trims: u64,
+    pub flushes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub bytes_trimmed: u64,
+    /// Block size used for the footprint, in bytes.
+    pub line_size: u32,
+    /// Distinct `line_size` blocks touched by reads, writes or trims.
+    pub unique_blocks: u64,
+    /// `unique_blocks * line_size`.
+    pub footprint_bytes: u64,
+    /// Distinct blocks touched by reads / by writes.
+    pub unique_blocks_read: u64,
+    pub unique_blocks_written: u64,
+    /// Non-empty power-of-two size buckets, smallest first.
+    pub size_histogram: Vec<SizeBucket>,
+    /// Mean request length in bytes (0 for an empty trace).
+    pub mean_request_bytes: f64,
+    /// Fraction of requests starting exactly where the previous request of
+    /// the same kind ended (the first request of each kind never counts).
+    pub sequential_fraction: f64,
+    /// Requests whose class is metadata or journal.
+    pub metadata_requests: u64,
+    /// `metadata_requests / requests` (0 for an empty trace).
+    pub metadata_share: f64,
+    /// Last minus first time, in ns (times of the trace as read).
+    pub duration_ns: u64,
+    /// Lowest and highest byte touched (end exclusive); 0 for empty traces.
+    pub min_offset: u64,
+    pub max_end: u64,
+}
+
+/// Reads `records` to the end and summarises them. `line_size` (> 0) is the
+/// block size of the footprint: a request covers every `line_size` block it
+/// overlaps. Stops at the first error of the reader.
+pub fn trace_stats<I>(records: I, line_size: u32) -> Result<TraceStats>
+where
+    I: IntoIterator<Item = Result<Record>>,
+{
+    if line_size == 0 {
+        return Err(TraceError::Invalid {
+            path: "stats".into(),
+            msg: "line size must be > 0".into(),
+        });
+    }
+    let ls = u64::from(line_size);
+    let mut s = TraceStats {
+        requests: 0,
+        reads: 0,
+        writes: 0,
+        trims: 0,
+        flushes: 0,
+        bytes_read: 0,
+        bytes_written: 0,
+        bytes_trimmed: 0,
+        line_size,
+        unique_blocks: 0,
+        footprint_bytes: 0,
+        unique_blocks_read: 0,
+        unique_blocks_written: 0,
+        size_histogram: Vec::new(),
+        mean_request_bytes: 0.0,
+        sequential_fraction: 0.0,
+        metadata_requests: 0,
+        metadata_share: 0.0,
+        duration_ns: 0,
+        min_offset: u64::MAX,
+        max_end: 0,
+    };
+    let mut all: FxHashSet<u64> = FxHashSet::default();
+    let mut read_set: FxHashSet<u64> = FxHashSet::default();
+    let mut write_set: FxHashSet<u64> = FxHashSet::default();
+    let mut hist = [0u64; 33];
+    // End offset of the previous request of each kind (read, write, trim, flush).
+    let mut prev_end: [Option<u64>; 4] = [None; 4];
+    let mut sequential = 0u64;
+    let mut total_bytes = 0u128;
+    let (mut t_min, mut t_max) = (u64::MAX, 0u64);
+
+    for rec in records {
+        let r = rec?;
+        s.requests += 1;
+        let len = u64::from(r.len);
+        let end = r.offset.saturating_add(len);
+        total_bytes += u128::from(len);
+        let k = match r.kind {
+            IoKind::Read => {
+                s.reads += 1;
+                s.bytes_read += len;
+                0
+            }
+            IoKind::Write => {
+                s.writes += 1;
+                s.bytes_written += len;
+                1
+            }
+            IoKind::Trim => {
+                s.trims += 1;
+                s.bytes_trimmed += len;
+                2
+            }
+            IoKind::Flush => {
+                s.flushes += 1;
+                3
+            }
+        };
+        if prev_end[k] == Some(r.offset) {
+            sequential += 1;
+        }
+        prev_end[k] = Some(end);
+        if r.len > 0 {
+            hist[31 - r.len.leading_zeros() as usize] += 1;
+        } else {
+            hist[32] += 1;
+        }
+        if r.class.is_some_and(|c| c.is_metadata()) {
+            s.metadata_requests += 1;
+        }
+        t_min = t_min.min(r.time_ns);
+        t_max = t_max.max(r.time_ns);
+        if r.kind != IoKind::Flush && len > 0 {
+            s.min_offset = s.min_offset.min(r.offset);
+            s.max_end = s.max_end.max(end);
+            let (first, last) = (r.offset / ls, (end - 1) / ls);
+            for b in first..=last {
+                all.insert(b);
+                match r.kind {
+                    IoKind::Read => {
+                        read_set.insert(b);
+                    }
+                    IoKind::Write => {
+                        write_set.insert(b);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    if s.min_offset == u64::MAX {
+        s.min_offset = 0;
+    }
+    s.unique_blocks = all.len() as u64;
+    s.footprint_bytes = s.unique_blocks.saturating_mul(ls);
+    s.unique_blocks_read = read_set.len() as u64;
+    s.unique_blocks_written = write_set.len() as u64;
+    s.size_histogram = hist[..32]
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(i, &c)| SizeBucket {
+            min_bytes: 1u64 << i,
+            count: c,
+        })
+        .collect();
+    if hist[32] > 0 {
+        s.size_histogram.insert(
+            0,
+            SizeBucket {
+                min_bytes: 0,
+                count: hist[32],
+            },
+        );
+    }
+    if s.requests > 0 {
+        let n = s.requests as f64;
+        s.mean_request_bytes = total_bytes as f64 / n;
+        s.sequential_fraction = sequential as f64 / n;
+        s.metadata_share = s.metadata_requests as f64 / n;
+        s.duration_ns = t_max - t_min;
+    }
+    Ok(s)
+}
