@@ -1,0 +1,688 @@
+//! Protocol conformance and robustness, checked with a raw socket client
+//! written from the spec (NetworkBlockDevice/nbd doc/proto.md): exact error
+//! codes, malformed input, abrupt disconnects, and that other connections
+//! keep working afterwards.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestServer;
+use tiercache_nbd::protocol::*;
+use tiercache_nbd::{async_trait, Backend, Errno, FileBackend, MemBackend};
+
+const EPERM: u32 = 1;
+const EIO: u32 = 5;
+const EINVAL: u32 = 22;
+const ENOSPC: u32 = 28;
+const ENOTSUP: u32 = 95;
+const SIZE: u64 = 1 << 20;
+
+/// Minimal spec-following client.
+struct Client {
+    s: UnixStream,
+}
+
+impl Client {
+    /// Connect and consume the greeting; does not send client flags yet.
+    fn connect_raw(path: &Path) -> Client {
+        let s = UnixStream::connect(path).expect("connect");
+        // Safety net only: a hung server makes the test fail instead of hang.
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut c = Client { s };
+        let g = c.read_n(18);
+        assert_eq!(u64::from_be_bytes(g[0..8].try_into().unwrap()), NBDMAGIC);
+        assert_eq!(u64::from_be_bytes(g[8..16].try_into().unwrap()), IHAVEOPT);
+        let flags = u16::from_be_bytes([g[16], g[17]]);
+        assert_eq!(flags, FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+        c
+    }
+
+    /// Connect and send client flags FIXED_NEWSTYLE | NO_ZEROES.
+    fn connect(path: &Path) -> Client {
+        let mut c = Client::connect_raw(path);
+        c.send(&3u32.to_be_bytes());
+        c
+    }
+
+    fn send(&mut self, b: &[u8]) {
+        self.s.write_all(b).expect("send");
+    }
+
+    fn read_n(&mut self, n: usize) -> Vec<u8> {
+        let mut v = vec![0u8; n];
+        self.s.read_exact(&mut v).expect("read");
+        v
+    }
+
+    /// True if the server closed the connection (EOF or reset).
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+    }
+
+    fn opt(&mut self, option: u32, data: &[u8]) {
+        let mut v = IHAVEOPT.to_be_bytes().to_vec();
+        v.extend_from_slice(&option.to_be_bytes());
+        v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        v.extend_from_slice(data);
+        self.send(&v);
+    }
+
+    /// (option, reply type, data)
+    fn opt_reply(&mut self) -> (u32, u32, Vec<u8>) {
+        let h = self.read_n(20);
+        assert_eq!(
+            u64::from_be_bytes(h[0..8].try_into().unwrap()),
+            OPT_REPLY_MAGIC
+        );
+        let option = u32::from_be_bytes(h[8..12].try_into().unwrap());
+        let kind = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        (option, kind, self.read_n(len as usize))
+    }
+
+    fn info_data(name: &str, infos: &[u16]) -> Vec<u8> {
+        let mut d = (name.len() as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(&(infos.len() as u16).to_be_bytes());
+        for i in infos {
+            d.extend_from_slice(&i.to_be_bytes());
+        }
+        d
+    }
+
+    /// Send INFO/GO and collect (info replies, final reply type).
+    fn info_or_go(&mut self, option: u32, name: &str, infos: &[u16]) -> (Vec<Vec<u8>>, u32) {
+        self.opt(option, &Self::info_data(name, infos));
+        let mut got = Vec::new();
+        loop {
+            let (o, kind, data) = self.opt_reply();
+            assert_eq!(o, option);
+            if kind == REP_INFO {
+                got.push(data);
+            } else {
+                return (got, kind);
+            }
+        }
+    }
+
+    /// Negotiate (optionally structured replies) and GO; returns (size, flags).
+    fn go(path: &Path, name: &str, structured: bool) -> (Client, u64, u16) {
+        let mut c = Client::connect(path);
+        if structured {
+            c.opt(OPT_STRUCTURED_REPLY, &[]);
+            assert_eq!(c.opt_reply().1, REP_ACK);
+        }
+        let (infos, last) = c.info_or_go(OPT_GO, name, &[]);
+        assert_eq!(last, REP_ACK);
+        let export = infos
+            .iter()
+            .find(|i| u16::from_be_bytes([i[0], i[1]]) == INFO_EXPORT)
+            .expect("NBD_INFO_EXPORT is mandatory before the ACK");
+        assert_eq!(export.len(), 12);
+        let size = u64::from_be_bytes(export[2..10].try_into().unwrap());
+        let flags = u16::from_be_bytes([export[10], export[11]]);
+        (c, size, flags)
+    }
+
+    fn request(&mut self, kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) {
+        let h = RequestHeader {
+            magic: REQUEST_MAGIC,
+            flags,
+            kind,
+            cookie,
+            offset,
+            length,
+        };
+        self.send(&h.encode());
+    }
+
+    /// Simple reply: (error, cookie).
+    fn simple_reply(&mut self) -> (u32, u64) {
+        let h = self.read_n(16);
+        assert_eq!(
+            u32::from_be_bytes(h[0..4].try_into().unwrap()),
+            SIMPLE_REPLY_MAGIC
+        );
+        (
+            u32::from_be_bytes(h[4..8].try_into().unwrap()),
+            u64::from_be_bytes(h[8..16].try_into().unwrap()),
+        )
+    }
+
+    /// Structured chunk: (flags, type, cookie, payload).
+    fn chunk(&mut self) -> (u16, u16, u64, Vec<u8>) {
+        let h = self.read_n(20);
+        assert_eq!(
+            u32::from_be_bytes(h[0..4].try_into().unwrap()),
+            STRUCTURED_REPLY_MAGIC
+        );
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        (
+            u16::from_be_bytes([h[4], h[5]]),
+            u16::from_be_bytes([h[6], h[7]]),
+            u64::from_be_bytes(h[8..16].try_into().unwrap()),
+            self.read_n(len as usize),
+        )
+    }
+
+    fn write(&mut self, cookie: u64, offset: u64, data: &[u8], flags: u16) -> u32 {
+        self.request(CMD_WRITE, flags, cookie, offset, data.len() as u32);
+        self.send(data);
+        let (err, c) = self.simple_reply();
+        assert_eq!(c, cookie);
+        err
+    }
+
+    /// READ with simple replies: Ok(data) or Err(errno).
+    fn read(&mut self, cookie: u64, offset: u64, len: u32) -> Result<Vec<u8>, u32> {
+        self.request(CMD_READ, 0, cookie, offset, len);
+        let (err, c) = self.simple_reply();
+        assert_eq!(c, cookie);
+        if err == 0 {
+            Ok(self.read_n(len as usize))
+        } else {
+            Err(err)
+        }
+    }
+}
+
+fn mem_server() -> (TestServer, Arc<MemBackend>) {
+    let mem = Arc::new(MemBackend::new(SIZE as usize));
+    let srv = TestServer::start(vec![("disk", mem.clone() as Arc<dyn Backend>)]);
+    (srv, mem)
+}
+
+/// A fresh connection still does a full write/read round trip.
+fn assert_server_alive(path: &Path) {
+    let (mut c, size, _) = Client::go(path, "", false);
+    assert_eq!(size, SIZE);
+    assert_eq!(c.write(77, 4096, b"alive", 0), 0);
+    assert_eq!(c.read(78, 4096, 5).unwrap(), b"alive");
+    c.request(CMD_DISC, 0, 79, 0, 0);
+    assert!(c.closed());
+}
+
+#[test]
+fn malformed_handshake_is_dropped_and_server_keeps_serving() {
+    let (srv, _) = mem_server();
+    // Bad option magic.
+    let mut c = Client::connect(&srv.sock);
+    // One write: the server may close as soon as it has seen the magic.
+    let mut bad = 0x1122_3344_5566_7788u64.to_be_bytes().to_vec();
+    bad.extend_from_slice(&[0u8; 8]);
+    c.send(&bad);
+    assert!(c.closed(), "bad option magic must end the session");
+    // Unknown client flag bit: the spec says drop the connection.
+    let mut c = Client::connect_raw(&srv.sock);
+    c.send(&(3u32 | 1 << 7).to_be_bytes());
+    assert!(c.closed(), "unknown client flags must end the session");
+    // Garbage then close mid-header.
+    let mut c = Client::connect_raw(&srv.sock);
+    c.send(&[0xff, 0xff]);
+    drop(c);
+    assert_server_alive(&srv.sock);
+}
+
+#[test]
+fn option_errors_are_exact_and_the_option_loop_continues() {
+    let (srv, _) = mem_server();
+    let mut c = Client::connect(&srv.sock);
+
+    c.opt(99, b"some data the server must skip");
+    let (o, kind, msg) = c.opt_reply();
+    assert_eq!((o, kind), (99, REP_ERR_UNSUP));
+    assert!(!msg.is_empty(), "error replies carry a message");
+
+    c.opt(OPT_STARTTLS, &[]);
+    assert_eq!(c.opt_reply().1, REP_ERR_POLICY);
+
+    c.opt(OPT_LIST, b"x");
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+
+    c.opt(OPT_STRUCTURED_REPLY, b"x");
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+
+    // Unknown export name -> ERR_UNKNOWN (INFO and GO).
+    assert_eq!(
+        c.info_or_go(OPT_INFO, "nope", &[]),
+        (vec![], REP_ERR_UNKNOWN)
+    );
+    assert_eq!(c.info_or_go(OPT_GO, "nope", &[]), (vec![], REP_ERR_UNKNOWN));
+
+    // Malformed INFO: name length larger than the data.
+    c.opt(OPT_INFO, &[0, 0, 1, 0, 0, 0]);
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+    // Malformed INFO: info count does not match.
+    let mut d = Client::info_data("disk", &[INFO_NAME]);
+    d.pop();
+    c.opt(OPT_INFO, &d);
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+
+    // Oversize option data is skipped and refused with ERR_TOO_BIG.
+    c.opt(OPT_LIST, &vec![0u8; 70_000]);
+    assert_eq!(c.opt_reply().1, REP_ERR_TOO_BIG);
+
+    // LIST still works on the same connection.
+    c.opt(OPT_LIST, &[]);
+    let (_, kind, data) = c.opt_reply();
+    assert_eq!(kind, REP_SERVER);
+    assert_eq!(&data[..4], &4u32.to_be_bytes());
+    assert_eq!(&data[4..], b"disk");
+    assert_eq!(c.opt_reply().1, REP_ACK);
+
+    // STRUCTURED_REPLY twice: second is invalid.
+    c.opt(OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(c.opt_reply().1, REP_ACK);
+    c.opt(OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+
+    // INFO then GO on the default name return identical information.
+    let wanted = [INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE, 0x4242];
+    let (info, k1) = c.info_or_go(OPT_INFO, "", &wanted);
+    let (go, k2) = c.info_or_go(OPT_GO, "", &wanted);
+    assert_eq!((k1, k2), (REP_ACK, REP_ACK));
+    assert_eq!(info, go);
+    let by_type = |t: u16| info.iter().find(|i| u16::from_be_bytes([i[0], i[1]]) == t);
+    let bs = by_type(INFO_BLOCK_SIZE).expect("block size info");
+    assert_eq!(bs.len(), 14);
+    assert_eq!(&bs[2..], &[0, 0, 0, 1, 0, 0, 0x10, 0, 0x02, 0, 0, 0]);
+    assert_eq!(&by_type(INFO_NAME).unwrap()[2..], b"disk");
+    assert_eq!(info.len(), 4, "unknown info type 0x4242 is ignored");
+    // Transmission works after GO.
+    assert_eq!(c.write(1, 0, b"xyz", 0), 0);
+}
+
+#[test]
+fn abort_is_acked_then_closed() {
+    let (srv, _) = mem_server();
+    let mut c = Client::connect(&srv.sock);
+    c.opt(OPT_ABORT, &[]);
+    assert_eq!(c.opt_reply(), (OPT_ABORT, REP_ACK, vec![]));
+    assert!(c.closed());
+    // A client that sends ABORT and leaves without reading is fine too.
+    let mut c = Client::connect(&srv.sock);
+    c.opt(OPT_ABORT, &[]);
+    drop(c);
+    assert_server_alive(&srv.sock);
+}
+
+#[test]
+fn export_name_option_pads_unless_no_zeroes_and_drops_unknown_names() {
+    let (srv, _) = mem_server();
+    // Without C_NO_ZEROES: 8 + 2 + 124 zero bytes, then transmission.
+    let mut c = Client::connect_raw(&srv.sock);
+    c.send(&FLAG_C_FIXED_NEWSTYLE.to_be_bytes());
+    c.opt(OPT_EXPORT_NAME, b"disk");
+    let r = c.read_n(134);
+    assert_eq!(u64::from_be_bytes(r[0..8].try_into().unwrap()), SIZE);
+    let flags = u16::from_be_bytes([r[8], r[9]]);
+    assert_ne!(flags & TFLAG_HAS_FLAGS, 0);
+    assert_eq!(flags & TFLAG_SEND_DF, 0, "no DF without structured replies");
+    assert!(r[10..].iter().all(|&b| b == 0));
+    assert_eq!(c.read(5, 0, 16).unwrap(), vec![0u8; 16]);
+
+    // With C_NO_ZEROES: exactly 10 bytes (the next thing is our READ reply).
+    let mut c = Client::connect(&srv.sock);
+    c.opt(OPT_EXPORT_NAME, b"");
+    let r = c.read_n(10);
+    assert_eq!(u64::from_be_bytes(r[0..8].try_into().unwrap()), SIZE);
+    assert_eq!(c.read(6, 0, 4).unwrap(), vec![0u8; 4]);
+
+    // Unknown export: no error can be sent, the server disconnects.
+    let mut c = Client::connect(&srv.sock);
+    c.opt(OPT_EXPORT_NAME, b"missing");
+    assert!(c.closed());
+    assert_server_alive(&srv.sock);
+}
+
+#[test]
+fn transmission_errors_are_exact_and_the_stream_stays_in_sync() {
+    let (srv, mem) = mem_server();
+    let (mut c, size, flags) = Client::go(&srv.sock, "disk", false);
+    assert_eq!(size, SIZE);
+    for f in [
+        TFLAG_HAS_FLAGS,
+        TFLAG_SEND_FLUSH,
+        TFLAG_SEND_FUA,
+        TFLAG_SEND_TRIM,
+        TFLAG_SEND_WRITE_ZEROES,
+        TFLAG_SEND_FAST_ZERO,
+        TFLAG_SEND_CACHE,
+        TFLAG_CAN_MULTI_CONN,
+    ] {
+        assert_ne!(flags & f, 0, "flag {f:#x} should be advertised");
+    }
+    assert_eq!(flags & (TFLAG_READ_ONLY | TFLAG_SEND_DF), 0);
+
+    // Unknown command (no payload assumed).
+    c.request(42, 0, 1, 0, 0);
+    assert_eq!(c.simple_reply(), (EINVAL, 1));
+    // Unknown flag bit / flag on the wrong command.
+    c.request(CMD_READ, 1 << 3, 2, 0, 512);
+    assert_eq!(c.simple_reply(), (EINVAL, 2));
+    c.request(CMD_FLUSH, CMD_FLAG_NO_HOLE, 3, 0, 0);
+    assert_eq!(c.simple_reply(), (EINVAL, 3));
+    // DF without structured replies.
+    c.request(CMD_READ, CMD_FLAG_DF, 4, 0, 512);
+    assert_eq!(c.simple_reply(), (EINVAL, 4));
+    // WRITE with a bad flag: the payload is still consumed.
+    c.request(CMD_WRITE, 1 << 3, 5, 0, 4);
+    c.send(b"junk");
+    assert_eq!(c.simple_reply(), (EINVAL, 5));
+    // Ranges past the end: EINVAL for read/trim/cache, ENOSPC for writes.
+    assert_eq!(c.read(6, SIZE - 1, 2), Err(EINVAL));
+    assert_eq!(c.read(7, u64::MAX - 1, 4), Err(EINVAL));
+    assert_eq!(c.write(8, SIZE - 2, b"abcd", 0), ENOSPC);
+    c.request(CMD_WRITE_ZEROES, 0, 9, SIZE, 1);
+    assert_eq!(c.simple_reply(), (ENOSPC, 9));
+    c.request(CMD_TRIM, 0, 10, SIZE - 10, 11);
+    assert_eq!(c.simple_reply(), (EINVAL, 10));
+    c.request(CMD_CACHE, 0, 11, SIZE, 1);
+    assert_eq!(c.simple_reply(), (EINVAL, 11));
+
+    // Oversize write (> 32 MiB): EINVAL, payload skipped, connection usable.
+    let big = (32 << 20) + 4096;
+    c.request(CMD_WRITE, 0, 12, 0, big);
+    c.send(&vec![0x5a; big as usize]);
+    assert_eq!(c.simple_reply(), (EINVAL, 12));
+    // Oversize read.
+    assert_eq!(c.read(13, 0, big), Err(EINVAL));
+
+    // Everything valid still works, and no rejected write touched the data.
+    assert_eq!(mem.snapshot(), vec![0u8; SIZE as usize]);
+    assert_eq!(c.write(14, 100, b"hello", CMD_FLAG_FUA), 0);
+    c.request(CMD_FLUSH, 0, 15, 0, 0);
+    assert_eq!(c.simple_reply(), (0, 15));
+    c.request(
+        CMD_WRITE_ZEROES,
+        CMD_FLAG_NO_HOLE | CMD_FLAG_FUA,
+        16,
+        101,
+        2,
+    );
+    assert_eq!(c.simple_reply(), (0, 16));
+    // MemBackend zeroes are fast, so FAST_ZERO succeeds.
+    c.request(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 17, 104, 1);
+    assert_eq!(c.simple_reply(), (0, 17));
+    c.request(CMD_CACHE, 0, 18, 0, 4096);
+    assert_eq!(c.simple_reply(), (0, 18));
+    assert_eq!(c.read(19, 100, 5).unwrap(), b"h\0\0l\0");
+    c.request(CMD_TRIM, CMD_FLAG_FUA, 20, 0, 4096);
+    assert_eq!(c.simple_reply(), (0, 20));
+    assert_eq!(c.read(21, 100, 5).unwrap(), vec![0u8; 5]);
+    // Zero-length requests inside the export are harmless.
+    assert_eq!(c.read(22, SIZE, 0).unwrap(), Vec::<u8>::new());
+    // DISC: no reply, connection closed.
+    c.request(CMD_DISC, 0, 23, 0, 0);
+    assert!(c.closed());
+    assert_server_alive(&srv.sock);
+}
+
+#[test]
+fn bad_request_magic_drops_only_that_connection() {
+    let (srv, _) = mem_server();
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    let (mut other, _, _) = Client::go(&srv.sock, "", false);
+    let mut h = RequestHeader {
+        magic: 0xdead_beef,
+        flags: 0,
+        kind: CMD_READ,
+        cookie: 1,
+        offset: 0,
+        length: 512,
+    }
+    .encode();
+    c.send(&h);
+    assert!(c.closed());
+    h = RequestHeader {
+        magic: REQUEST_MAGIC,
+        ..RequestHeader::decode(&h)
+    }
+    .encode();
+    other.send(&h);
+    assert_eq!(other.simple_reply(), (0, 1));
+    assert_eq!(other.read_n(512), vec![0u8; 512]);
+}
+
+#[test]
+fn disconnect_mid_payload_ends_only_that_connection() {
+    let (srv, mem) = mem_server();
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    c.request(CMD_WRITE, 0, 1, 0, 65536);
+    c.send(&[0xee; 1000]);
+    drop(c);
+    // Also a connection that dies mid-header.
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    c.send(&[0x25, 0x60, 0x95]);
+    drop(c);
+    assert_server_alive(&srv.sock);
+    let snap = mem.snapshot();
+    assert!(
+        snap[..4096].iter().all(|&b| b == 0) && snap[4101..65536].iter().all(|&b| b == 0),
+        "an incomplete WRITE must not be applied"
+    );
+}
+
+#[test]
+fn structured_replies_use_offset_data_none_and_error_chunks() {
+    let (srv, mem) = mem_server();
+    let (mut c, _, flags) = Client::go(&srv.sock, "disk", true);
+    assert_ne!(
+        flags & TFLAG_SEND_DF,
+        0,
+        "DF is advertised with structured replies"
+    );
+    assert_eq!(
+        c.write(1, 8192, b"structured", 0),
+        0,
+        "writes use simple replies"
+    );
+
+    c.request(CMD_READ, CMD_FLAG_DF, 2, 8192, 10);
+    let (f, t, cookie, data) = c.chunk();
+    assert_eq!((f, t, cookie), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, 2));
+    assert_eq!(u64::from_be_bytes(data[..8].try_into().unwrap()), 8192);
+    assert_eq!(&data[8..], b"structured");
+
+    c.request(CMD_READ, 0, 3, SIZE, 0);
+    assert_eq!(c.chunk(), (REPLY_FLAG_DONE, REPLY_TYPE_NONE, 3, vec![]));
+
+    c.request(CMD_READ, 0, 4, SIZE - 4, 8);
+    let (f, t, cookie, data) = c.chunk();
+    assert_eq!((f, t, cookie), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR, 4));
+    assert_eq!(u32::from_be_bytes(data[..4].try_into().unwrap()), EINVAL);
+    let msg_len = u16::from_be_bytes([data[4], data[5]]) as usize;
+    assert_eq!(msg_len, data.len() - 6);
+    let msg = std::str::from_utf8(&data[6..]).unwrap();
+    assert!(msg.contains("past the end"), "{msg}");
+    assert_eq!(&mem.snapshot()[8192..8202], b"structured");
+}
+
+#[test]
+fn read_only_export_refuses_writes_with_eperm() {
+    let mem = Arc::new(MemBackend::from_vec(vec![7u8; SIZE as usize]).read_only());
+    let srv = TestServer::start(vec![("ro", mem.clone() as Arc<dyn Backend>)]);
+    let (mut c, _, flags) = Client::go(&srv.sock, "ro", false);
+    assert_ne!(flags & TFLAG_READ_ONLY, 0);
+    assert_eq!(flags & (TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES), 0);
+    assert_eq!(c.write(1, 0, b"nope", 0), EPERM);
+    c.request(CMD_TRIM, 0, 2, 0, 4096);
+    assert_eq!(c.simple_reply(), (EPERM, 2));
+    c.request(CMD_WRITE_ZEROES, 0, 3, 0, 4096);
+    assert_eq!(c.simple_reply(), (EPERM, 3));
+    c.request(CMD_FLUSH, 0, 4, 0, 0);
+    assert_eq!(c.simple_reply(), (0, 4));
+    assert_eq!(c.read(5, 0, 4).unwrap(), vec![7u8; 4]);
+    assert_eq!(mem.snapshot(), vec![7u8; SIZE as usize]);
+}
+
+#[test]
+fn fast_zero_fails_with_enotsup_when_zeroing_is_not_cheap() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("f.img");
+    std::fs::write(&img, vec![9u8; SIZE as usize]).unwrap();
+    let file: Arc<dyn Backend> = Arc::new(FileBackend::open(&img).unwrap());
+    let srv = TestServer::start(vec![("f", file)]);
+    let (mut c, _, _) = Client::go(&srv.sock, "f", false);
+    c.request(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 1, 0, 4096);
+    assert_eq!(c.simple_reply(), (ENOTSUP, 1));
+    assert_eq!(c.read(2, 0, 4).unwrap(), vec![9u8; 4], "nothing was zeroed");
+    c.request(CMD_WRITE_ZEROES, 0, 3, 0, 4096);
+    assert_eq!(c.simple_reply(), (0, 3));
+    assert_eq!(c.read(4, 4090, 8).unwrap(), [0, 0, 0, 0, 0, 0, 9, 9]);
+}
+
+/// Reads at offset 0 wait until a write arrives; lets a test prove requests
+/// are processed concurrently and answered out of order without timing.
+struct GateBackend {
+    inner: MemBackend,
+    gate: tokio::sync::Semaphore,
+}
+
+#[async_trait]
+impl Backend for GateBackend {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> tiercache_nbd::Result<()> {
+        if offset == 0 {
+            let _p = self
+                .gate
+                .acquire()
+                .await
+                .map_err(|_| tiercache_nbd::Error::new(Errno::Shutdown, "gate closed"))?;
+        }
+        self.inner.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, data: &[u8], fua: bool) -> tiercache_nbd::Result<()> {
+        self.inner.write(offset, data, fua).await?;
+        self.gate.add_permits(1);
+        Ok(())
+    }
+    async fn flush(&self) -> tiercache_nbd::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn requests_run_concurrently_and_replies_come_out_of_order() {
+    let gate = Arc::new(GateBackend {
+        inner: MemBackend::new(SIZE as usize),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let srv = TestServer::start(vec![("", gate as Arc<dyn Backend>)]);
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    // READ 0 blocks until the WRITE behind it has been executed: a serial
+    // server would deadlock here (the read timeout turns that into a failure).
+    c.request(CMD_READ, 0, 100, 0, 8);
+    c.request(CMD_WRITE, 0, 200, 0, 8);
+    c.send(b"ordering");
+    assert_eq!(c.simple_reply(), (0, 200), "write is answered first");
+    assert_eq!(c.simple_reply(), (0, 100));
+    // The read ran after the write it waited for.
+    assert_eq!(c.read_n(8), b"ordering");
+
+    // Pipeline many requests without waiting; every cookie is answered once.
+    let n = 300u64;
+    for i in 0..n {
+        c.request(CMD_WRITE, 0, i, 4096 + i * 8, 8);
+        c.send(&i.to_le_bytes());
+    }
+    let mut seen = vec![false; n as usize];
+    for _ in 0..n {
+        let (err, cookie) = c.simple_reply();
+        assert_eq!(err, 0);
+        assert!(!std::mem::replace(&mut seen[cookie as usize], true));
+    }
+    for i in (0..n).step_by(37) {
+        assert_eq!(c.read(1000 + i, 4096 + i * 8, 8).unwrap(), i.to_le_bytes());
+    }
+}
+
+/// A backend whose writes panic: the server must answer EIO and keep going.
+struct PanicBackend(MemBackend);
+
+#[async_trait]
+impl Backend for PanicBackend {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> tiercache_nbd::Result<()> {
+        self.0.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, _data: &[u8], _fua: bool) -> tiercache_nbd::Result<()> {
+        if offset == 0 {
+            panic!("injected backend bug");
+        }
+        Ok(())
+    }
+    async fn flush(&self) -> tiercache_nbd::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn backend_panic_becomes_eio_and_the_connection_survives() {
+    let b: Arc<dyn Backend> = Arc::new(PanicBackend(MemBackend::new(SIZE as usize)));
+    let srv = TestServer::start(vec![("", b)]);
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    assert_eq!(c.write(1, 0, b"boom", 0), EIO);
+    assert_eq!(c.write(2, 512, b"fine", 0), 0);
+    assert_eq!(c.read(3, 0, 4).unwrap(), vec![0u8; 4]);
+}
+
+#[test]
+fn in_flight_limits_bound_work_without_losing_requests() {
+    let gate = Arc::new(GateBackend {
+        inner: MemBackend::new(SIZE as usize),
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let limits = tiercache_nbd::Limits {
+        max_in_flight_requests: 2,
+        max_in_flight_bytes: 64 * 1024,
+        max_payload: 64 * 1024,
+        ..Default::default()
+    };
+    let srv = TestServer::start_with_limits(vec![("", gate as Arc<dyn Backend>)], limits);
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    // One read blocks (holding one of the two request slots) until a write
+    // runs; 20 writes then squeeze through the single remaining slot, and
+    // every request is answered exactly once.
+    c.request(CMD_READ, 0, 1, 0, 4);
+    for i in 0..20u64 {
+        c.request(CMD_WRITE, 0, 10 + i, 4096 + i * 4096, 4096);
+        c.send(&[i as u8; 4096]);
+    }
+    let mut answered = Vec::new();
+    for _ in 0..21 {
+        let (err, cookie) = c.simple_reply();
+        assert_eq!(err, 0);
+        answered.push(cookie);
+        if cookie == 1 {
+            assert_eq!(c.read_n(4), vec![0u8; 4]);
+        }
+    }
+    answered.sort();
+    let mut expected: Vec<u64> = (10..30).collect();
+    expected.insert(0, 1);
+    assert_eq!(answered, expected);
+    // Payloads above the configured max are refused.
+    assert_eq!(c.write(99, 0, &vec![1u8; 64 * 1024 + 1], 0), EINVAL);
+}
+
+#[test]
+fn shutdown_closes_idle_connections_and_removes_the_socket() {
+    let (mut srv, _) = mem_server();
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    let mut pending = Client::connect(&srv.sock);
+    srv.stop();
+    assert!(c.closed());
+    assert!(pending.closed());
+    assert!(!srv.sock.exists());
+}
