@@ -186,7 +186,7 @@ fn xfs(p: &XfsParams, block: u64, d: &[u8]) -> bool {
         } else if magic == b"XDB3" || magic == b"XDD3" || magic == b"XDF3" {
             Some((8, 24))
         } else if magic == b"XARM" || magic == b"XSLM" {
-            Some((24, 40))
+            Some((40, 16))
         } else if DA_V5.contains(&be16(d, 8)) {
             Some((16, 32))
         } else {
