@@ -116,6 +116,14 @@ pub enum TearMode {
     /// Each pending sector independently with probability 1/2 (a volatile
     /// cache that reorders writes).
     RandomSectors,
+    /// All pending sectors except those with index `from..to` in issue order
+    /// (a hand-picked reordering for targeted tests).
+    DropRange {
+        /// First dropped sector index.
+        from: usize,
+        /// One past the last dropped sector index.
+        to: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -177,11 +185,13 @@ impl CrashDevice {
         let cut = match mode {
             TearMode::DropAll => 0,
             TearMode::Prefix => rng.below(sectors.len() as u64 + 1) as usize,
-            TearMode::RandomSectors => sectors.len(),
+            TearMode::RandomSectors | TearMode::DropRange { .. } => sectors.len(),
         };
-        for (off, chunk) in &sectors[..cut] {
-            if mode == TearMode::RandomSectors && rng.next_u64() & 1 == 0 {
-                continue;
+        for (i, (off, chunk)) in sectors[..cut].iter().enumerate() {
+            match mode {
+                TearMode::RandomSectors if rng.next_u64() & 1 == 0 => continue,
+                TearMode::DropRange { from, to } if (from..to).contains(&i) => continue,
+                _ => {}
             }
             let o = *off as usize;
             img[o..o + chunk.len()].copy_from_slice(chunk);
@@ -236,8 +246,11 @@ impl MetaDevice for CrashDevice {
         if CrashDevice::tick(&mut st) || st.crashed {
             return Err(power_lost());
         }
-        st.durable = st.volatile.clone();
-        st.pending.clear();
+        let pending = std::mem::take(&mut st.pending);
+        for (off, data) in pending {
+            let o = off as usize;
+            st.durable[o..o + data.len()].copy_from_slice(&data);
+        }
         Ok(())
     }
     fn len(&self) -> io::Result<u64> {
