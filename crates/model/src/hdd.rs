@@ -288,6 +288,8 @@ pub struct HddModel {
     write_ns_per_byte: f64,
     /// Byte offset where the last read or write ended (head position).
     head_offset: u64,
+    /// Cylinder of `head_offset`.
+    head_cylinder: u64,
     /// Whether `head_offset` ends a stream a next op can continue.
     streaming: bool,
     unit: Units,
@@ -307,6 +309,7 @@ impl HddModel {
             curve,
             params,
             head_offset: 0,
+            head_cylinder: 0,
             streaming: false,
             unit: Units::new(1),
             stats: DeviceStats::default(),
@@ -326,9 +329,12 @@ impl HddModel {
     /// Cylinder holding byte `offset` (offsets past the end: last cylinder).
     #[inline]
     pub fn cylinder_of(&self, offset: u64) -> u64 {
-        let c = (offset as u128 * self.params.cylinders as u128
-            / self.params.capacity_bytes as u128) as u64;
-        c.min(self.params.cylinders - 1)
+        let (cyls, cap) = (self.params.cylinders, self.params.capacity_bytes);
+        let c = match offset.checked_mul(cyls) {
+            Some(p) => p / cap,
+            None => (offset as u128 * cyls as u128 / cap as u128) as u64,
+        };
+        c.min(cyls - 1)
     }
 
     /// Seek time in ns (rounded) between the cylinders of two byte offsets.
@@ -358,7 +364,8 @@ impl HddModel {
         let positioning = if self.streaming && op.offset == self.head_offset {
             0
         } else {
-            self.seek_ns_between(self.head_offset, op.offset) + self.half_rotation_ns
+            let d = self.head_cylinder.abs_diff(self.cylinder_of(op.offset));
+            self.curve.seek_ns(d).round() as u64 + self.half_rotation_ns
         };
         self.overhead_ns
             .saturating_add(positioning)
@@ -372,6 +379,7 @@ impl DeviceModel for HddModel {
         self.stats.record(op);
         if matches!(op.kind, IoKind::Read | IoKind::Write) {
             self.head_offset = op.offset.saturating_add(op.len);
+            self.head_cylinder = self.cylinder_of(self.head_offset);
             self.streaming = true;
         }
         self.unit.serve_one(now_ns, dur)
