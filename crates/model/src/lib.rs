@@ -19,6 +19,19 @@
 //! (`profiles/default.toml` is the paper setup, equal to [`Profile::default`]).
 //!
 //! All models are allocation-free per [`DeviceModel::submit`] call.
+//!
+//! ```
+//! use tiercache_model::{DeviceModel, IoKind, ModelOp, Profile};
+//!
+//! let profile = Profile::default();
+//! let mut hdd = profile.hdd_model()?;
+//! // A random 4 KiB read: overhead + seek + half a revolution + transfer.
+//! let done = hdd.submit(0, &ModelOp::new(IoKind::Read, 250 << 30, 4096));
+//! // The next 4 KiB continues the stream: overhead + transfer only.
+//! let next = hdd.submit(done, &ModelOp::new(IoKind::Read, (250 << 30) + 4096, 4096));
+//! assert_eq!(next - done, 100_000 + 40_960);
+//! # Ok::<(), tiercache_model::ProfileError>(())
+//! ```
 
 mod dram;
 mod hdd;
