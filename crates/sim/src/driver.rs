@@ -1,0 +1,403 @@
+//! The simulation loops.
+//!
+//! Timed: an event loop over simulated nanoseconds. Requests arrive at their
+//! trace timestamps (open loop) or whenever fewer than `queue_depth` are in
+//! flight (closed loop). Each op the core emits starts once its dependencies
+//! completed; the device model of its device says when it completes. A
+//! request completes when its foreground ops have; background ops (fills,
+//! cleaning) keep the devices busy without delaying their requester.
+//!
+//! Untimed (`--no-timing`): requests are submitted back to back and every op
+//! is taken as done at once, which is all the cache's decisions need.
+
+use crate::report::{Latency, SimReport};
+use hdrhistogram::Histogram;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use tiercache_core::{
+    CacheConfig, ConfigError, Dev, Engine, IoKind, Op, OpId, Purpose, ReqId, Request, Source,
+};
+use tiercache_model::{DeviceModel, ModelOp, Profile};
+use tiercache_trace::Record;
+
+/// How requests are issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replay {
+    /// At the trace's timestamps.
+    Open,
+    /// As fast as the devices allow, with this many requests in flight.
+    Closed { queue_depth: u32 },
+}
+
+/// Everything one simulation run needs besides the trace.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub cache: CacheConfig,
+    /// Run the timing model (otherwise cache behaviour only).
+    pub timing: bool,
+    pub replay: Replay,
+    pub profile: Profile,
+    /// Dirty lines the background cleaner may write back per request.
+    pub clean_per_request: usize,
+    /// Also replay the trace on the backing device alone, for `baseline` and `speedup`.
+    pub baseline: bool,
+}
+
+impl SimOptions {
+    /// Defaults: timing on, closed loop at queue depth 1, the paper-default profile.
+    pub fn new(cache: CacheConfig) -> Self {
+        SimOptions {
+            cache,
+            timing: true,
+            replay: Replay::Closed { queue_depth: 1 },
+            profile: Profile::default(),
+            clean_per_request: 2,
+            baseline: true,
+        }
+    }
+}
+
+/// What can stop a run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Trace(#[from] tiercache_trace::TraceError),
+    #[error("device profile: {0}")]
+    Profile(String),
+}
+
+/// Something the timed loop can drive: the cache engine, or the uncached backing device.
+trait Driven {
+    fn submit(&mut self, req: &Request, out: &mut Vec<Op>);
+    fn complete(&mut self, op: &Op, out: &mut Vec<Op>);
+    fn background(&mut self, out: &mut Vec<Op>);
+}
+
+struct Cached<'a> {
+    engine: &'a mut Engine,
+    clean: usize,
+}
+
+impl Driven for Cached<'_> {
+    fn submit(&mut self, req: &Request, out: &mut Vec<Op>) {
+        self.engine.submit(req, out);
+    }
+    fn complete(&mut self, op: &Op, out: &mut Vec<Op>) {
+        self.engine.complete(op, out);
+    }
+    fn background(&mut self, out: &mut Vec<Op>) {
+        self.engine.clean(self.clean, false, out);
+    }
+}
+
+/// The backing device alone: one op per request.
+struct Uncached {
+    next: OpId,
+}
+
+impl Driven for Uncached {
+    fn submit(&mut self, req: &Request, out: &mut Vec<Op>) {
+        self.next += 1;
+        out.push(Op {
+            id: self.next,
+            dev: Dev::Backing,
+            kind: req.kind,
+            offset: req.offset,
+            len: req.len,
+            req: req.id,
+            buf_off: 0,
+            src: if req.kind == IoKind::Write {
+                Source::Request
+            } else {
+                Source::None
+            },
+            deps: [0, 0],
+            foreground: true,
+            purpose: match req.kind {
+                IoKind::Read => Purpose::ReadMiss,
+                IoKind::Write => Purpose::WriteBacking,
+                IoKind::Trim => Purpose::Trim,
+                IoKind::Flush => Purpose::Flush,
+            },
+            fua: req.fua,
+        });
+    }
+    fn complete(&mut self, _op: &Op, _out: &mut Vec<Op>) {}
+    fn background(&mut self, _out: &mut Vec<Op>) {}
+}
+
+fn request(id: ReqId, r: &Record) -> Request {
+    Request {
+        id,
+        kind: r.kind,
+        offset: r.offset,
+        len: r.len as u64,
+        class: r.class.unwrap_or_default(),
+        fua: false,
+    }
+}
+
+/// Replay `records` through a cache configured by `opts`.
+///
+/// `progress` is called every 65,536 requests with the number processed so
+/// far. The baseline replay (when asked for) needs the trace twice, so it
+/// takes a second iterator from `reopen`.
+pub fn run<I, F>(
+    records: I,
+    reopen: F,
+    opts: &SimOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SimReport, SimError>
+where
+    I: Iterator<Item = Result<Record, tiercache_trace::TraceError>>,
+    F: FnOnce() -> Result<I, tiercache_trace::TraceError>,
+{
+    let mut engine = Engine::new(opts.cache.clone())?;
+    if !opts.timing {
+        engine.set_synchronous(true);
+        let mut out = Vec::with_capacity(64);
+        let mut id = 0u64;
+        for r in records {
+            let r = r?;
+            id += 1;
+            engine.submit(&request(id, &r), &mut out);
+            engine.clean(opts.clean_per_request, false, &mut out);
+            out.clear();
+            if id & 0xffff == 0 {
+                progress(id);
+            }
+        }
+        return Ok(SimReport::from_engine(&engine, None, None));
+    }
+    let timed = {
+        let mut cached = Cached {
+            engine: &mut engine,
+            clean: opts.clean_per_request,
+        };
+        timed_loop(records, &mut cached, opts, progress)?
+    };
+    let baseline = if opts.baseline {
+        let again = reopen()?;
+        Some(timed_loop(
+            again,
+            &mut Uncached { next: 0 },
+            opts,
+            &mut |_| {},
+        )?)
+    } else {
+        None
+    };
+    Ok(SimReport::from_engine(&engine, Some(timed), baseline))
+}
+
+/// Event queue entry: completion time, then op id for a deterministic order.
+type Event = Reverse<(u64, OpId)>;
+
+struct Loop<'a> {
+    ssd: Box<dyn DeviceModel>,
+    hdd: Box<dyn DeviceModel>,
+    heap: BinaryHeap<Event>,
+    /// Ops emitted and not yet completed.
+    ops: FxHashMap<OpId, Op>,
+    /// Ops not yet started, with their number of unfinished dependencies.
+    waiting: FxHashMap<OpId, u8>,
+    /// Ops waiting on each op.
+    waiters: FxHashMap<OpId, Vec<OpId>>,
+    started: FxHashSet<OpId>,
+    /// Per request: arrival time and foreground ops left.
+    reqs: FxHashMap<ReqId, (u64, u32)>,
+    hist: &'a mut Histogram<u64>,
+    sum_ns: u128,
+    completed: u64,
+    last_ns: u64,
+}
+
+impl Loop<'_> {
+    fn register(&mut self, op: Op, now: u64) {
+        let mut n = 0u8;
+        for d in op.deps() {
+            if self.ops.contains_key(&d) {
+                self.waiters.entry(d).or_default().push(op.id);
+                n += 1;
+            }
+        }
+        let id = op.id;
+        self.ops.insert(id, op);
+        if n == 0 {
+            self.start(id, now);
+        } else {
+            self.waiting.insert(id, n);
+        }
+    }
+
+    fn start(&mut self, id: OpId, now: u64) {
+        let op = &self.ops[&id];
+        let m = ModelOp::new(op.kind, op.offset, op.len);
+        let done = match op.dev {
+            Dev::Cache => self.ssd.submit(now, &m),
+            Dev::Backing => self.hdd.submit(now, &m),
+        };
+        self.started.insert(id);
+        self.heap.push(Reverse((done.max(now), id)));
+    }
+
+    /// Complete op `id` at `now`; returns the request it finished, if any.
+    fn finish(
+        &mut self,
+        id: OpId,
+        now: u64,
+        drv: &mut dyn Driven,
+        out: &mut Vec<Op>,
+    ) -> Option<ReqId> {
+        let op = self.ops.remove(&id).expect("completed op is known");
+        self.started.remove(&id);
+        self.last_ns = self.last_ns.max(now);
+        drv.complete(&op, out);
+        for o in out.drain(..) {
+            self.register(o, now);
+        }
+        if let Some(ws) = self.waiters.remove(&id) {
+            for w in ws {
+                let left = self.waiting.get_mut(&w).expect("waiter is waiting");
+                *left -= 1;
+                if *left == 0 {
+                    self.waiting.remove(&w);
+                    self.start(w, now);
+                }
+            }
+        }
+        if op.foreground {
+            let e = self
+                .reqs
+                .get_mut(&op.req)
+                .expect("request of a foreground op");
+            e.1 -= 1;
+            if e.1 == 0 {
+                let (arrival, _) = self.reqs.remove(&op.req).expect("request");
+                self.record(now - arrival);
+                return Some(op.req);
+            }
+        }
+        None
+    }
+
+    fn record(&mut self, ns: u64) {
+        self.completed += 1;
+        self.sum_ns += ns as u128;
+        // Latencies are recorded in ns; the histogram auto-resizes.
+        let _ = self.hist.record(ns.max(1));
+    }
+}
+
+fn timed_loop<I>(
+    records: I,
+    drv: &mut dyn Driven,
+    opts: &SimOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Latency, SimError>
+where
+    I: Iterator<Item = Result<Record, tiercache_trace::TraceError>>,
+{
+    let p = &opts.profile;
+    let ssd = p
+        .ssd_model()
+        .map_err(|e| SimError::Profile(e.to_string()))?;
+    let hdd = p
+        .hdd_model()
+        .map_err(|e| SimError::Profile(e.to_string()))?;
+    let mut hist = Histogram::<u64>::new(3).expect("histogram");
+    let mut l = Loop {
+        ssd: Box::new(ssd),
+        hdd: Box::new(hdd),
+        heap: BinaryHeap::new(),
+        ops: FxHashMap::default(),
+        waiting: FxHashMap::default(),
+        waiters: FxHashMap::default(),
+        started: FxHashSet::default(),
+        reqs: FxHashMap::default(),
+        hist: &mut hist,
+        sum_ns: 0,
+        completed: 0,
+        last_ns: 0,
+    };
+    let mut records = records.peekable();
+    let mut out = Vec::with_capacity(64);
+    let mut now = 0u64;
+    let mut id = 0u64;
+    let mut first_arrival = None;
+    loop {
+        // Next arrival time, if a request may be issued.
+        let arrival = match opts.replay {
+            Replay::Open => match records.peek() {
+                Some(Ok(r)) => Some(r.time_ns.max(now)),
+                Some(Err(_)) => Some(now),
+                None => None,
+            },
+            Replay::Closed { queue_depth } => {
+                if (l.reqs.len() as u32) < queue_depth.max(1) && records.peek().is_some() {
+                    Some(now)
+                } else {
+                    None
+                }
+            }
+        };
+        let event = l.heap.peek().map(|Reverse((t, _))| *t);
+        match (arrival, event) {
+            (Some(a), e) if e.is_none_or(|t| a <= t) => {
+                let r = records.next().expect("peeked")?;
+                now = a;
+                first_arrival.get_or_insert(now);
+                id += 1;
+                let req = request(id, &r);
+                drv.submit(&req, &mut out);
+                let fg = out.iter().filter(|o| o.foreground).count() as u32;
+                drv.background(&mut out);
+                if fg == 0 {
+                    l.record(0);
+                } else {
+                    l.reqs.insert(id, (now, fg));
+                }
+                for o in out.drain(..) {
+                    l.register(o, now);
+                }
+                if id & 0xffff == 0 {
+                    progress(id);
+                }
+            }
+            (_, Some(t)) => {
+                let Reverse((t2, op)) = l.heap.pop().expect("peeked");
+                debug_assert_eq!(t, t2);
+                now = t;
+                l.finish(op, now, drv, &mut out);
+            }
+            (None, None) => break,
+            (Some(_), None) => unreachable!("handled by the first arm"),
+        }
+    }
+    debug_assert!(
+        l.ops.is_empty() && l.reqs.is_empty(),
+        "every op and request completed"
+    );
+    let start = first_arrival.unwrap_or(0);
+    let elapsed = l.last_ns.saturating_sub(start).max(1);
+    let (sum, n) = (l.sum_ns, l.completed);
+    let hdd_busy = l.hdd.busy_ns();
+    let ssd_busy = l.ssd.busy_ns();
+    Ok(Latency {
+        requests: n,
+        mean_us: if n == 0 {
+            0.0
+        } else {
+            sum as f64 / n as f64 / 1000.0
+        },
+        p50_us: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_us: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        max_us: hist.max() as f64 / 1000.0,
+        elapsed_s: elapsed as f64 / 1e9,
+        hdd_utilization: (hdd_busy as f64 / elapsed as f64).min(1.0),
+        ssd_utilization: (ssd_busy as f64 / elapsed as f64).min(1.0),
+    })
+}

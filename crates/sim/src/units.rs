@@ -1,0 +1,147 @@
+//! Sizes as users write them: `512B`, `4KiB`, `10GiB`, `1.5GB`, a plain
+//! integer (a number of cache lines), or a percentage of the trace footprint.
+
+use std::fmt;
+
+/// A cache size before it is resolved against a line size and a footprint.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SizeSpec {
+    Bytes(u64),
+    /// A number of cache lines.
+    Lines(u64),
+    /// A share of the trace footprint, in percent.
+    Percent(f64),
+}
+
+impl SizeSpec {
+    /// Resolve to bytes given the line size and the trace footprint in bytes.
+    pub fn bytes(self, line: u64, footprint: u64) -> u64 {
+        match self {
+            SizeSpec::Bytes(b) => b,
+            SizeSpec::Lines(n) => n.saturating_mul(line),
+            SizeSpec::Percent(p) => {
+                let lines = ((footprint as f64 * p / 100.0) / line as f64).round() as u64;
+                lines.max(1) * line
+            }
+        }
+    }
+}
+
+impl fmt::Display for SizeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizeSpec::Bytes(b) => f.write_str(&format_bytes(*b)),
+            SizeSpec::Lines(n) => write!(f, "{n}"),
+            SizeSpec::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+const UNITS: [(&str, u64); 13] = [
+    ("b", 1),
+    ("k", 1 << 10),
+    ("kb", 1000),
+    ("kib", 1 << 10),
+    ("m", 1 << 20),
+    ("mb", 1_000_000),
+    ("mib", 1 << 20),
+    ("g", 1 << 30),
+    ("gb", 1_000_000_000),
+    ("gib", 1 << 30),
+    ("t", 1 << 40),
+    ("tb", 1_000_000_000_000),
+    ("tib", 1 << 40),
+];
+
+/// Parse a size: bytes with a unit, a plain integer (lines) or a percentage.
+pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
+    let t = s.trim();
+    let err = || {
+        format!("invalid size '{s}' (allowed: a number with a unit such as 512B, 4KiB, 10GiB, 1.5GB; a plain integer number of cache lines; or a percentage of the trace footprint such as 10%)")
+    };
+    if let Some(p) = t.strip_suffix('%') {
+        let v: f64 = p.trim().parse().map_err(|_| err())?;
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(format!("invalid size '{s}': a percentage must be above 0"));
+        }
+        return Ok(SizeSpec::Percent(v));
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        if n == 0 {
+            return Err(format!(
+                "invalid size '{s}': zero (allowed: at least one line)"
+            ));
+        }
+        return Ok(SizeSpec::Lines(n));
+    }
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(err)?;
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.trim().parse().map_err(|_| err())?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let mul = UNITS
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .map(|(_, m)| *m)
+        .ok_or_else(err)?;
+    let b = v * mul as f64;
+    if !(b >= 1.0 && b.is_finite() && b < u64::MAX as f64) {
+        return Err(format!("invalid size '{s}': must be at least 1 byte"));
+    }
+    if b.fract() != 0.0 {
+        return Err(format!("invalid size '{s}': not a whole number of bytes"));
+    }
+    Ok(SizeSpec::Bytes(b as u64))
+}
+
+/// Parse a size that must be in bytes (line and sub-block sizes).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        SizeSpec::Bytes(b) => Ok(b),
+        // A bare integer here means bytes.
+        SizeSpec::Lines(n) => Ok(n),
+        SizeSpec::Percent(_) => Err(format!(
+            "invalid size '{s}': a percentage is not allowed here"
+        )),
+    }
+}
+
+/// Human-readable binary size: `4 KiB`, `1.5 GiB`.
+pub fn format_bytes(b: u64) -> String {
+    const N: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < N.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", N[i])
+    } else {
+        format!("{v:.2} {}", N[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_units_lines_and_percentages() {
+        assert_eq!(parse_size("512B"), Ok(SizeSpec::Bytes(512)));
+        assert_eq!(parse_size("4KiB"), Ok(SizeSpec::Bytes(4096)));
+        assert_eq!(parse_size("4k"), Ok(SizeSpec::Bytes(4096)));
+        assert_eq!(parse_size("10GiB"), Ok(SizeSpec::Bytes(10 << 30)));
+        assert_eq!(parse_size("1.5GB"), Ok(SizeSpec::Bytes(1_500_000_000)));
+        assert_eq!(parse_size("1000"), Ok(SizeSpec::Lines(1000)));
+        assert_eq!(parse_size("10%"), Ok(SizeSpec::Percent(10.0)));
+        assert!(parse_size("0").unwrap_err().contains("zero"));
+        assert!(parse_size("12XB").unwrap_err().contains("allowed"));
+        assert!(parse_size("-3%").is_err());
+        assert!(parse_size("0.3B").is_err());
+        // 10% of a 1 MiB footprint with 4 KiB lines: 25.6 lines -> 26 lines.
+        assert_eq!(SizeSpec::Percent(10.0).bytes(4096, 1 << 20), 26 * 4096);
+        assert_eq!(SizeSpec::Lines(3).bytes(512, 0), 1536);
+        assert_eq!(format_bytes(4096), "4 KiB");
+        assert_eq!(format_bytes(1536 << 20), "1.50 GiB");
+    }
+}
