@@ -130,3 +130,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn metadata_counts_slot_tables_and_ghost_histories() {
+    for kind in EvictionKind::ALL {
+        let h = Harness::new(kind, 4, 100);
+        // At least two u32 links per slot.
+        assert!(h.policy.metadata_bytes() >= 400 * 8, "{kind}");
+    }
+    // S3-FIFO remembers floor(0.9 * 100) = 90 evicted line numbers per set:
+    // each costs at least its u64 key and two u32 links.
+    let mut h = Harness::new(EvictionKind::S3fifo, 1, 100);
+    let before = h.policy.metadata_bytes();
+    for k in 0..1000 {
+        h.access(k);
+    }
+    assert!(h.policy.metadata_bytes() >= before + 90 * 16);
+    // ARC's ghost lists grow under a reuse pattern larger than the cache.
+    let mut h = Harness::new(EvictionKind::Arc, 1, 100);
+    let before = h.policy.metadata_bytes();
+    for i in 0..5000u64 {
+        h.access((i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 300);
+    }
+    assert!(h.policy.metadata_bytes() > before);
+}

@@ -204,6 +204,8 @@ impl Eviction for S3Fifo {
         }
     }
 
+    /// Walks small, then main, from their oldest lines: O(queue length) in
+    /// the worst case, usually a few steps.
     fn peek_victim(&self, set: u32, _incoming: u64) -> Slot {
         let s = set as usize;
         if self.main[s].len > self.main_cap || self.small[s].len == 0 {
