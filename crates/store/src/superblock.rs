@@ -115,13 +115,11 @@ impl BackingIdentity {
                     "contents of the first/last 64 KiB changed since the cache was closed (fingerprint {:08x} recorded, {:08x} found): the backing device was modified without the cache",
                     self.fingerprint, found.fingerprint
                 ));
-            } else {
-                strong_match = true;
             }
         }
         if self.path != found.path && !strong_match {
             diffs.push(format!(
-                "path differs (recorded {:?}, found {:?}) and no serial, file identity or content fingerprint confirms it is the same device",
+                "path differs (recorded {:?}, found {:?}) and no serial or file identity confirms it is the same device",
                 self.path, found.path
             ));
         }
