@@ -102,3 +102,49 @@ pub fn open_decompressed(path: &Path) -> Result<(DynBufRead, Compression)> {
     };
     Ok((reader, codec))
 }
+
+/// Uncompressed file mapped into memory, read as a [`BufRead`] whose buffer
+/// is the whole rest of the file: no copy out of the page cache.
+pub(crate) struct Mapped {
+    map: memmap2::Mmap,
+    pos: usize,
+}
+
+impl Mapped {
+    /// Maps `path` read-only, or returns `None` when it is compressed, empty
+    /// or cannot be mapped (the caller then falls back to buffered reads).
+    pub(crate) fn open(path: &Path) -> Option<Mapped> {
+        let file = File::open(path).ok()?;
+        // SAFETY: the map is read-only and private to this reader. Traces are
+        // inputs that are not modified while being read; if another process
+        // truncated the file meanwhile, reads of the lost pages would fault,
+        // as with any memory-mapped reader.
+        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        if map.is_empty() || Compression::from_magic(&map[..map.len().min(6)]) != Compression::None
+        {
+            return None;
+        }
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Some(Mapped { map, pos: 0 })
+    }
+}
+
+impl std::io::Read for Mapped {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let rest = self.map.get(self.pos..).unwrap_or(&[]);
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl BufRead for Mapped {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        Ok(self.map.get(self.pos..).unwrap_or(&[]))
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.pos = (self.pos + amt).min(self.map.len());
+    }
+}

@@ -115,6 +115,19 @@ impl Iterator for TraceReader {
 
     #[inline]
     fn next(&mut self) -> Option<Result<Record>> {
+        if let Inner::Native(r) = &mut self.inner {
+            // Fast path: native records are stored as read, no normalisation.
+            if let Some(rec) = r.next_buffered() {
+                return Some(Ok(rec));
+            }
+        }
+        self.next_slow()
+    }
+}
+
+impl TraceReader {
+    #[inline(never)]
+    fn next_slow(&mut self) -> Option<Result<Record>> {
         if self.done {
             return None;
         }
@@ -171,10 +184,19 @@ pub fn open(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<T
             ),
         });
     }
-    let (reader, _codec) = compress::open_decompressed(path)?;
     let inner = match format {
-        Format::Native => Inner::Native(native::NativeReader::new(path, reader)?),
-        other => Inner::Other(formats::source(other, path, reader, opts)?),
+        Format::Native => {
+            // Uncompressed native files are memory-mapped: the benchmark path.
+            let reader: compress::DynBufRead = match compress::Mapped::open(path) {
+                Some(m) => Box::new(m),
+                None => compress::open_decompressed(path)?.0,
+            };
+            Inner::Native(native::NativeReader::new(path, reader)?)
+        }
+        other => {
+            let (reader, _codec) = compress::open_decompressed(path)?;
+            Inner::Other(formats::source(other, path, reader, opts)?)
+        }
     };
     Ok(TraceReader {
         inner,
