@@ -21,7 +21,7 @@ use crate::admission::seq_cutoff::SeqCutoff;
 use crate::admission::two_level::TwoLevel;
 use crate::admission::AdmissionKind;
 use crate::config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
-use crate::eviction::{Eviction, EvictionKind, Slot};
+use crate::eviction::{Eviction, Slot};
 use crate::mapping::Mapping;
 use crate::ops::{Dev, Op, OpId, Purpose, ReqId, Request, Source};
 use crate::stats::Stats;
@@ -69,7 +69,7 @@ impl Engine {
         let geo = cfg.geometry()?;
         let evict = match cfg.assoc {
             // One way per set: every policy degenerates to "replace the occupant".
-            Assoc::Direct => EvictionKind::Lru.build(geo.sets, geo.ways),
+            Assoc::Direct => Box::new(crate::eviction::direct::Occupant),
             _ => cfg.eviction.build(geo.sets, geo.ways),
         };
         let a = &cfg.admission;

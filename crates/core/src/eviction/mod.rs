@@ -26,6 +26,7 @@ use std::str::FromStr;
 pub mod arc;
 #[cfg(test)]
 mod conformance;
+pub mod direct;
 pub mod fifo;
 mod links;
 pub mod lru;
