@@ -74,6 +74,33 @@ impl<R: ReadAt> FsClassifier<R> {
         })
     }
 
+    /// Like [`FsClassifier::attach`], but in ext4 checksum mode (see
+    /// [`Sniffer`]): reads the used part of every inode table now (bounded
+    /// by `bg_itable_unused`) to learn inode checksum seeds, and keeps
+    /// learning from inode-table blocks passed to [`ClassSource::classify`].
+    /// Directory, htree and extent blocks then count as metadata only if
+    /// their checksum matches a known inode, which keeps ext4 images stored
+    /// as files out of the metadata class; a block whose inode has not been
+    /// seen yet is classified as data until it is next classified.
+    pub fn attach_verified(dev: R, partition_offset: u64) -> Result<Self> {
+        let mut c = Self::attach(dev, partition_offset)?;
+        c.sniffer = Sniffer::with_checksums(&c.layout);
+        let bs = c.layout.block_size as u64;
+        let mut blk = vec![0u8; bs as usize];
+        for (first, count) in c.sniffer.used_inode_table_runs() {
+            for b in first..first + count {
+                crate::layout::read(&c.dev, partition_offset + b * bs, &mut blk)?;
+                c.sniffer.learn(b, &blk);
+            }
+        }
+        Ok(c)
+    }
+
+    /// The content sniffer (to inspect checksum mode and learned inodes).
+    pub fn sniffer(&self) -> &Sniffer {
+        &self.sniffer
+    }
+
     /// The current static layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
@@ -141,7 +168,7 @@ impl<R: ReadAt> FsClassifier<R> {
         };
         match Layout::detect(&view, self.partition_offset) {
             Ok(layout) => {
-                self.sniffer = Sniffer::new(&layout);
+                self.sniffer.update_layout(&layout);
                 self.layout = layout;
                 self.stale = false;
                 self.reparses += 1;
@@ -189,6 +216,9 @@ impl<R: ReadAt> ClassSource for FsClassifier<R> {
                 let (s, e) = (lo.checked_sub(start)? as usize, (hi - start) as usize);
                 d.get(s..e)
             });
+            if let Some(c) = content {
+                self.sniffer.learn(b, c);
+            }
             match self.classify_block(b, content) {
                 Class::Metadata => return Class::Metadata,
                 Class::Journal => journal = true,

@@ -6,9 +6,12 @@
 //! tables, the resize inode's DIND block, and the journal (inode 8, mapped
 //! from `s_jnl_blocks` or the inode itself) as its own class.
 
+use crate::crc;
 use crate::device::ReadAt;
 use crate::error::{FsMetaError, Result};
-use crate::layout::{le16, le32, read, CriticalBlock, Ext4Params, Filesystem, Layout, SniffParams};
+use crate::layout::{
+    le16, le32, read, CriticalBlock, Ext4Params, Filesystem, ItableRun, Layout, SniffParams,
+};
 use crate::ranges::BlockRanges;
 
 const COMPAT_HAS_JOURNAL: u32 = 0x4;
@@ -18,7 +21,11 @@ const INCOMPAT_JOURNAL_DEV: u32 = 0x8;
 const INCOMPAT_META_BG: u32 = 0x10;
 const INCOMPAT_64BIT: u32 = 0x80;
 const INCOMPAT_LARGEDIR: u32 = 0x4000;
+const INCOMPAT_CSUM_SEED: u32 = 0x2000;
 const RO_COMPAT_SPARSE_SUPER: u32 = 0x1;
+const RO_COMPAT_GDT_CSUM: u32 = 0x10;
+const RO_COMPAT_METADATA_CSUM: u32 = 0x400;
+const BG_INODE_UNINIT: u16 = 0x1;
 const RO_COMPAT_BIGALLOC: u32 = 0x200;
 const EXTENT_MAGIC: u16 = 0xF30A;
 const EXTENTS_FL: u32 = 0x80000;
@@ -56,6 +63,7 @@ struct Sb {
     first_meta_bg: u64,
     jnl_blocks: [u8; 60],
     backup_bgs: [u64; 2],
+    checksum_seed: u32,
 }
 
 fn bad(offset: u64, reason: impl Into<String>) -> FsMetaError {
@@ -118,6 +126,7 @@ fn parse_sb(s: &[u8], base: u64) -> Result<Sb> {
         first_meta_bg: le32(s, 0x104) as u64,
         jnl_blocks: s[0x10C..0x148].try_into().expect("60 bytes"),
         backup_bgs: [le32(s, 0x24C) as u64, le32(s, 0x250) as u64],
+        checksum_seed: le32(s, 0x270),
     };
     if sb.bpg == 0 || sb.bpg > 8 * bs {
         return Err(bad(
@@ -386,6 +395,8 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
     let is64 = sb.incompat & INCOMPAT_64BIT != 0 && sb.desc_size >= 64;
     let itable_len = (sb.ipg * sb.inode_size).div_ceil(sb.bs);
     let mut descs: Vec<[u64; 3]> = Vec::with_capacity(ngroups as usize);
+    let mut itables = Vec::with_capacity(ngroups as usize);
+    let counts_unused = sb.ro_compat & (RO_COMPAT_GDT_CSUM | RO_COMPAT_METADATA_CSUM) != 0;
     for i in 0..desc_blocks {
         let loc = sb.desc_block(i);
         let blk = p.block(loc)?;
@@ -421,6 +432,24 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
                 meta.push((b, len));
             }
             descs.push(loc3);
+            let flags = le16(&blk, o + 0x12);
+            let mut unused = le16(&blk, o + 0x1C) as u64;
+            if is64 {
+                unused |= (le16(&blk, o + 0x32) as u64) << 16;
+            }
+            let used = if flags & BG_INODE_UNINIT != 0 {
+                0
+            } else if counts_unused {
+                sb.ipg.saturating_sub(unused)
+            } else {
+                sb.ipg
+            };
+            itables.push(ItableRun {
+                first_block: loc3[2],
+                blocks: itable_len,
+                first_ino: g * sb.ipg + 1,
+                used,
+            });
         }
         critical.push(CriticalBlock::new(loc, fields, &blk));
     }
@@ -456,6 +485,12 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
 
     critical.sort_by_key(|c| c.block);
     critical.dedup_by_key(|c| c.block);
+    itables.sort_by_key(|r| r.first_block);
+    let fs_seed = if sb.incompat & INCOMPAT_CSUM_SEED != 0 {
+        sb.checksum_seed
+    } else {
+        crc::raw(!0, &sb.uuid)
+    };
     Ok(Layout {
         filesystem: Filesystem::Ext4,
         block_size: sb.bs as u32,
@@ -470,6 +505,10 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
             inodes_count: sb.inodes_count,
             blocks_count: sb.blocks_count,
             largedir: sb.incompat & INCOMPAT_LARGEDIR != 0,
+            csum: sb.ro_compat & RO_COMPAT_METADATA_CSUM != 0,
+            fs_seed,
+            inode_size: sb.inode_size as usize,
+            itables,
         }),
     })
 }
@@ -498,6 +537,7 @@ mod tests {
             first_meta_bg: 0,
             jnl_blocks: [0; 60],
             backup_bgs: backups,
+            checksum_seed: 0,
         }
     }
 

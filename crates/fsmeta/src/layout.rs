@@ -95,6 +95,23 @@ pub(crate) struct Ext4Params {
     pub inodes_count: u64,
     pub blocks_count: u64,
     pub largedir: bool,
+    /// metadata_csum: dir, extent, htree and xattr blocks carry CRC32C.
+    pub csum: bool,
+    /// Filesystem checksum seed (`s_checksum_seed` or CRC of the UUID).
+    pub fs_seed: u32,
+    pub inode_size: usize,
+    /// Inode tables sorted by first block.
+    pub itables: Vec<ItableRun>,
+}
+
+/// One group's inode table.
+#[derive(Clone, Debug)]
+pub(crate) struct ItableRun {
+    pub first_block: u64,
+    pub blocks: u64,
+    pub first_ino: u64,
+    /// Inodes possibly in use (from `bg_itable_unused`/`INODE_UNINIT`).
+    pub used: u64,
 }
 
 #[derive(Clone, Debug)]

@@ -53,6 +53,7 @@
 //! classify` subcommand).
 
 pub mod classifier;
+mod crc;
 pub mod device;
 pub mod error;
 mod ext4;

@@ -87,7 +87,9 @@ impl fmt::Display for ClassifyReport {
 
 /// Classify every block of the ext4 or XFS image at `path`, whose
 /// filesystem starts at byte `partition_offset`: static layout plus content
-/// sniffing of each block (all-zero blocks outside the layout are data).
+/// sniffing of each block (all-zero blocks outside the layout are data),
+/// with ext4 checksums verified against the image's own inodes (so ext4
+/// images stored as files inside it are data).
 pub fn classify_image(
     path: impl AsRef<std::path::Path>,
     partition_offset: u64,
@@ -102,9 +104,17 @@ pub fn classify_image(
         .map_err(|source| FsMetaError::Io { offset: 0, source })?
         .len();
     let layout = Layout::detect(&file, partition_offset)?;
-    let sniffer = Sniffer::new(&layout);
     let bs = layout.block_size as u64;
     let present = (file_len.saturating_sub(partition_offset) / bs).min(layout.blocks);
+    // Checksum mode: learn every in-use inode's seed first.
+    let mut sniffer = Sniffer::with_checksums(&layout);
+    let mut blk = vec![0u8; bs as usize];
+    for (first, count) in sniffer.used_inode_table_runs() {
+        for b in first..(first + count).min(present) {
+            read(&file, partition_offset + b * bs, &mut blk)?;
+            sniffer.learn(b, &blk);
+        }
+    }
 
     let mut meta: Vec<[u64; 2]> = Vec::new();
     let mut jour: Vec<[u64; 2]> = Vec::new();

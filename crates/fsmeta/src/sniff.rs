@@ -7,21 +7,112 @@
 //! ext4 blocks must agree with the filesystem's geometry (inode and block
 //! counts, superblock UUID). An all-zero block is never metadata.
 
+use std::collections::HashSet;
+
 use tiercache_core::Class;
 
+use crate::crc;
 use crate::layout::{be16, be32, be64, le16, le32, Ext4Params, Layout, SniffParams, XfsParams};
 
-/// Stateless per-block content classifier for one filesystem.
+/// Per-block content classifier for one filesystem.
+///
+/// ext4 with `metadata_csum` can additionally be run in *checksum mode*
+/// ([`Sniffer::with_checksums`]): directory, htree and extent blocks are
+/// then accepted only if their CRC32C was computed from the per-inode seed
+/// of an inode this sniffer has learned from inode-table blocks
+/// ([`Sniffer::learn`]), and xattr blocks only if their checksum matches
+/// this filesystem and block number. That rejects the metadata of ext4
+/// images stored as files, which otherwise looks exactly like metadata.
 #[derive(Clone, Debug)]
 pub struct Sniffer {
     params: SniffParams,
+    /// Per-inode checksum seeds of in-use inodes (checksum mode only).
+    seeds: Option<HashSet<u32>>,
 }
 
 impl Sniffer {
-    /// Sniffer checking blocks against `layout`'s filesystem.
+    /// Structural sniffer checking blocks against `layout`'s filesystem.
     pub fn new(layout: &Layout) -> Self {
         Sniffer {
             params: layout.sniff.clone(),
+            seeds: None,
+        }
+    }
+
+    /// Sniffer in checksum mode (see the type docs); it knows no inodes yet,
+    /// so feed it the inode tables with [`Sniffer::learn`]. On filesystems
+    /// without `metadata_csum` (and on XFS, whose v5 headers are already
+    /// self-identifying) this is the same as [`Sniffer::new`].
+    pub fn with_checksums(layout: &Layout) -> Self {
+        let csum = matches!(&layout.sniff, SniffParams::Ext4(p) if p.csum);
+        Sniffer {
+            params: layout.sniff.clone(),
+            seeds: csum.then(HashSet::new),
+        }
+    }
+
+    /// Switch to a re-parsed layout of the same filesystem, keeping checksum
+    /// mode and the learned seeds when the checksum seed is unchanged.
+    pub(crate) fn update_layout(&mut self, layout: &Layout) {
+        let keep = matches!((&self.params, &layout.sniff), (SniffParams::Ext4(a), SniffParams::Ext4(b)) if a.fs_seed == b.fs_seed && b.csum);
+        let verify =
+            self.seeds.is_some() && matches!(&layout.sniff, SniffParams::Ext4(p) if p.csum);
+        self.params = layout.sniff.clone();
+        if !keep {
+            self.seeds = verify.then(HashSet::new);
+        }
+    }
+
+    /// Whether checksum mode is active.
+    pub fn verifies_checksums(&self) -> bool {
+        self.seeds.is_some()
+    }
+
+    /// Number of inode seeds learned.
+    pub fn learned_inodes(&self) -> usize {
+        self.seeds.as_ref().map_or(0, HashSet::len)
+    }
+
+    /// If `block` is part of an ext4 inode table, learn the checksum seeds
+    /// of the in-use inodes in `data` (its full contents). Returns whether
+    /// the block was an inode-table block. A no-op outside checksum mode.
+    pub fn learn(&mut self, block: u64, data: &[u8]) -> bool {
+        let (SniffParams::Ext4(p), Some(seeds)) = (&self.params, self.seeds.as_mut()) else {
+            return false;
+        };
+        let Some(first_ino) = p.inode_at(block) else {
+            return false;
+        };
+        if data.len() != p.bs {
+            return true;
+        }
+        for (k, inode) in data.chunks_exact(p.inode_size).enumerate() {
+            let (mode, links) = (le16(inode, 0), le16(inode, 0x1A));
+            if mode != 0 && links != 0 {
+                seeds.insert(p.inode_seed(first_ino + k as u64, le32(inode, 0x64)));
+            }
+        }
+        true
+    }
+
+    /// Blocks of the inode tables that may hold in-use inodes, as
+    /// `(first_block, count)` runs (empty for XFS).
+    pub fn used_inode_table_runs(&self) -> Vec<(u64, u64)> {
+        match &self.params {
+            SniffParams::Ext4(p) => p
+                .itables
+                .iter()
+                .filter(|r| r.used > 0)
+                .map(|r| {
+                    (
+                        r.first_block,
+                        (r.used * p.inode_size as u64)
+                            .div_ceil(p.bs as u64)
+                            .min(r.blocks),
+                    )
+                })
+                .collect(),
+            SniffParams::Xfs(_) => Vec::new(),
         }
     }
 
@@ -41,7 +132,7 @@ impl Sniffer {
             return None;
         }
         let hit = match &self.params {
-            SniffParams::Ext4(p) => ext4(p, data),
+            SniffParams::Ext4(p) => ext4(p, self.seeds.as_ref(), block, data),
             SniffParams::Xfs(p) => xfs(p, block, data),
         };
         hit.then_some(Class::Metadata)
@@ -50,13 +141,83 @@ impl Sniffer {
 
 // ---------------------------------------------------------------- ext4
 
-fn ext4(p: &Ext4Params, d: &[u8]) -> bool {
-    ext4_extent_block(p, d)
-        || ext4_xattr_block(d)
-        || ext4_dir_block(p, d)
-        || ext4_dx_root(p, d)
-        || ext4_dx_node(p, d)
-        || ext4_superblock(p, d)
+impl Ext4Params {
+    /// Number of the first inode stored in inode-table block `block`.
+    pub(crate) fn inode_at(&self, block: u64) -> Option<u64> {
+        let i = self.itables.partition_point(|r| r.first_block <= block);
+        let r = self.itables.get(i.checked_sub(1)?)?;
+        let k = block - r.first_block;
+        (k < r.blocks).then(|| r.first_ino + k * (self.bs / self.inode_size) as u64)
+    }
+
+    /// Per-inode checksum seed: crc32c(fs seed, inode number, generation).
+    pub(crate) fn inode_seed(&self, ino: u64, generation: u32) -> u32 {
+        crc::raw(
+            crc::raw(self.fs_seed, &(ino as u32).to_le_bytes()),
+            &generation.to_le_bytes(),
+        )
+    }
+}
+
+fn ext4(p: &Ext4Params, seeds: Option<&HashSet<u32>>, block: u64, d: &[u8]) -> bool {
+    // In checksum mode, a checksummed block must unwind to a known seed.
+    let seeded = |stored: u32, parts: &[&[u8]]| {
+        seeds.is_none_or(|s| {
+            s.contains(
+                &parts
+                    .iter()
+                    .rev()
+                    .fold(stored, |c, part| crc::unwind(c, part)),
+            )
+        })
+    };
+    if ext4_extent_block(p, d) {
+        let tail = 12 + 12 * le16(d, 4) as usize;
+        return !p.csum || seeded(le32(d, tail), &[&d[..tail]]);
+    }
+    if ext4_xattr_block(d) {
+        return !p.csum || xattr_csum_ok(p, block, d);
+    }
+    if let Some(count_offset) = ext4_dx(p, d) {
+        if !p.csum {
+            return true;
+        }
+        let (limit, count) = (
+            le16(d, count_offset) as usize,
+            le16(d, count_offset + 2) as usize,
+        );
+        let t = count_offset + 8 * limit;
+        if t + 8 > p.bs {
+            return false;
+        }
+        return seeded(
+            le32(d, t + 4),
+            &[&d[..count_offset + 8 * count], &d[t..t + 4], &[0; 4]],
+        );
+    }
+    if ext4_dir_block(p, d) {
+        let t = p.bs - 12;
+        return !p.csum || seeded(le32(d, t + 8), &[&d[..t]]);
+    }
+    ext4_superblock(p, d)
+}
+
+/// xattr block checksum: crc32c(fs seed, block number, block with h_checksum zeroed).
+fn xattr_csum_ok(p: &Ext4Params, block: u64, d: &[u8]) -> bool {
+    let c = crc::raw(p.fs_seed, &block.to_le_bytes());
+    let c = crc::raw(crc::raw(crc::raw(c, &d[..0x10]), &[0; 4]), &d[0x14..]);
+    c == le32(d, 0x10)
+}
+
+/// htree root or interior node; returns the offset of its count/limit.
+fn ext4_dx(p: &Ext4Params, d: &[u8]) -> Option<usize> {
+    if ext4_dx_root(p, d) {
+        Some(32)
+    } else if ext4_dx_node(p, d) {
+        Some(8)
+    } else {
+        None
+    }
 }
 
 /// Extent tree node: magic, `eh_max` filling the block, sane depth, and
@@ -118,13 +279,13 @@ fn dirent_chain(p: &Ext4Params, d: &[u8], start: usize, end: usize) -> Option<us
     (off == end).then_some(live)
 }
 
-/// Directory leaf block: checksum tail (`00000000 0C00 00 DE`) after a valid
-/// dirent chain (metadata_csum), or, without a tail, a valid chain filling
-/// the block with at least one live entry.
+/// Directory leaf block: with metadata_csum, a checksum tail
+/// (`00000000 0C00 00 DE`) after a valid dirent chain; without, a valid
+/// chain filling the block with at least one live entry.
 fn ext4_dir_block(p: &Ext4Params, d: &[u8]) -> bool {
     let t = p.bs - 12;
-    if d[t..t + 8] == [0, 0, 0, 0, 0x0C, 0, 0, 0xDE] {
-        return dirent_chain(p, d, 0, t).is_some();
+    if p.csum {
+        return d[t..t + 8] == [0, 0, 0, 0, 0x0C, 0, 0, 0xDE] && dirent_chain(p, d, 0, t).is_some();
     }
     matches!(dirent_chain(p, d, 0, p.bs), Some(n) if n > 0)
 }
