@@ -352,3 +352,34 @@ fn fio_randrw_crc32c_verify_at_iodepth_32() {
     assert!(job["write"]["io_bytes"].as_u64().unwrap() > 0);
     assert!(job["read"]["io_bytes"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn tcp_listener_on_loopback_serves_nbdinfo_and_qemu_io() {
+    let nbdinfo = require_tool!("nbdinfo");
+    let qio = require_tool!("qemu-io");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mem = Arc::new(MemBackend::new(4 * MIB));
+    let server =
+        tiercache_nbd::Server::new([("tcpdisk", mem.clone() as Arc<dyn Backend>)]).unwrap();
+    let handle = rt.block_on(server.serve_tcp("127.0.0.1:0")).unwrap();
+    let tiercache_nbd::ListenAddr::Tcp(addr) = handle.addr().clone() else {
+        panic!("expected a TCP address");
+    };
+    assert!(addr.ip().is_loopback());
+    let uri = format!("nbd://{addr}/tcpdisk");
+    let v = json(&run_ok(Command::new(&nbdinfo).arg("--json").arg(&uri)));
+    assert_eq!(v["exports"][0]["export-size"], 4 * MIB as u64);
+    qemu_io(
+        &qio,
+        &uri,
+        &["write -P 0x5c 4096 8192", "read -P 0x5c 4096 8192"],
+    );
+    let snap = mem.snapshot();
+    assert!(snap[4096..12288].iter().all(|&b| b == 0x5c));
+    assert!(snap[..4096].iter().all(|&b| b == 0));
+    rt.block_on(handle.shutdown());
+}

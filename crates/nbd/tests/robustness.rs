@@ -686,3 +686,55 @@ fn shutdown_closes_idle_connections_and_removes_the_socket() {
     assert!(pending.closed());
     assert!(!srv.sock.exists());
 }
+
+#[test]
+fn multi_conn_flush_on_one_connection_covers_writes_of_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("mc.img");
+    let file: Arc<dyn Backend> = Arc::new(FileBackend::create(&img, SIZE).unwrap());
+    let srv = TestServer::start(vec![("", file)]);
+    let (mut a, _, flags) = Client::go(&srv.sock, "", false);
+    let (mut b, _, _) = Client::go(&srv.sock, "", false);
+    assert_ne!(flags & TFLAG_CAN_MULTI_CONN, 0);
+    assert_eq!(a.write(1, 12345, b"from a", 0), 0);
+    b.request(CMD_FLUSH, 0, 2, 0, 0);
+    assert_eq!(b.simple_reply(), (0, 2));
+    assert_eq!(b.read(3, 12345, 6).unwrap(), b"from a");
+    // And it reached the exported file itself (read independently of the server).
+    let on_disk = std::fs::read(&img).unwrap();
+    assert_eq!(&on_disk[12345..12351], b"from a");
+}
+
+#[test]
+fn server_config_is_validated() {
+    use tiercache_nbd::{BlockSize, ConfigError, Limits, Server};
+    let mem = || Arc::new(MemBackend::new(4096)) as Arc<dyn Backend>;
+    let none: Vec<(String, Arc<dyn Backend>)> = vec![];
+    assert_eq!(Server::new(none).unwrap_err(), ConfigError::NoExports);
+    assert_eq!(
+        Server::new([("a", mem()), ("a", mem())]).unwrap_err(),
+        ConfigError::DuplicateName("a".into())
+    );
+    let long = "x".repeat(5000);
+    assert_eq!(
+        Server::new([(long, mem())]).unwrap_err(),
+        ConfigError::NameTooLong(5000)
+    );
+    let bad_bs = MemBackend::new(4096).with_block_size(BlockSize {
+        minimum: 3,
+        preferred: 4096,
+        maximum: 1 << 20,
+    });
+    assert!(matches!(
+        Server::new([("b", Arc::new(bad_bs) as Arc<dyn Backend>)]).unwrap_err(),
+        ConfigError::BlockSize { .. }
+    ));
+    let limits = Limits {
+        max_in_flight_bytes: 1024,
+        ..Default::default()
+    };
+    assert!(matches!(
+        Server::with_limits([("c", mem())], limits).unwrap_err(),
+        ConfigError::Limits(_)
+    ));
+}
