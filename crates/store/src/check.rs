@@ -115,9 +115,9 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
                 LogEnd::Invalid(why) => report.problems.push(format!(
                     "log holds a checksummed record that does not apply: {why}"
                 )),
-                LogEnd::Torn(why) if sb.state == State::Clean => report
-                    .problems
-                    .push(format!("store was closed cleanly yet its log is torn: {why}")),
+                LogEnd::Torn(why) if sb.state == State::Clean => report.problems.push(format!(
+                    "store was closed cleanly yet its log is torn: {why}"
+                )),
                 LogEnd::Torn(why) => report
                     .warnings
                     .push(format!("log ends in a torn commit (crash leftover): {why}")),

@@ -222,7 +222,15 @@ pub(crate) fn read_body(
             let class = r.u8()?;
             let valid = SubBlocks::decode(&mut r, bm)?;
             let dirty = SubBlocks::decode(&mut r, bm)?;
-            Some((slot, LineMeta { line, valid, dirty, class }))
+            Some((
+                slot,
+                LineMeta {
+                    line,
+                    valid,
+                    dirty,
+                    class,
+                },
+            ))
         })();
         let Some((slot, m)) = parsed else {
             return Ok(Err("body truncated".into()));

@@ -276,7 +276,10 @@ mod tests {
         // Prefix mode: whatever landed is a prefix of the pending sectors.
         for _ in 0..50 {
             let img = dev.survivor(TearMode::Prefix, &mut rng);
-            let landed: Vec<bool> = [1024usize, 1536, 2048].iter().map(|&o| img[o] != 0).collect();
+            let landed: Vec<bool> = [1024usize, 1536, 2048]
+                .iter()
+                .map(|&o| img[o] != 0)
+                .collect();
             assert!(landed.windows(2).all(|w| w[0] || !w[1]), "{landed:?}");
             assert!(img[..1024].iter().all(|&b| b == 1));
         }

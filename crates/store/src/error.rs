@@ -31,7 +31,9 @@ pub enum StoreError {
     #[error("not a tiercache cache device: {0}")]
     NotTiercache(String),
     /// The device holds a tiercache store of a version this build cannot read.
-    #[error("unsupported tiercache metadata version {found} (this build reads version {supported})")]
+    #[error(
+        "unsupported tiercache metadata version {found} (this build reads version {supported})"
+    )]
     Version {
         /// Version on disk.
         found: u32,

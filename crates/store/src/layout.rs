@@ -185,7 +185,10 @@ mod tests {
             (3 << 30, 4096, 512),
         ] {
             let l = layout(size, line, sub, None).unwrap();
-            assert_eq!(l.checkpoint_offsets[1], l.checkpoint_offsets[0] + l.checkpoint_size);
+            assert_eq!(
+                l.checkpoint_offsets[1],
+                l.checkpoint_offsets[0] + l.checkpoint_size
+            );
             assert_eq!(l.log_offset, l.checkpoint_offsets[1] + l.checkpoint_size);
             assert!(l.data_offset >= l.log_offset + l.log_blocks * BLOCK);
             assert_eq!(l.data_offset % (line as u64).max(1 << 20), 0);
@@ -199,8 +202,7 @@ mod tests {
             let more = (l.slots + 1) as u64;
             let cp = BLOCK + align_up(more * l.checkpoint_entry_bytes() as u64, BLOCK).unwrap();
             let log = cp.clamp(MIN_DEFAULT_LOG, MAX_DEFAULT_LOG);
-            let data =
-                align_up(2 * BLOCK + 2 * cp + log, (line as u64).max(1 << 20)).unwrap();
+            let data = align_up(2 * BLOCK + 2 * cp + log, (line as u64).max(1 << 20)).unwrap();
             assert!(data + more * line as u64 > size);
         }
     }

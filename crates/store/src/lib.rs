@@ -127,7 +127,6 @@ pub use layout::{layout, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};
 pub use store::{
-    format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened, RecoveryReport,
-    Store,
+    format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened, RecoveryReport, Store,
 };
 pub use superblock::{BackingIdentity, State, Superblock};

@@ -97,7 +97,11 @@ pub(crate) fn encode_blocks(
         block.u64(block_seq);
         block.u16(n);
         block.u16(payload.buf.len() as u16);
-        block.u32(if i == records.len() { FLAG_COMMIT_END } else { 0 });
+        block.u32(if i == records.len() {
+            FLAG_COMMIT_END
+        } else {
+            0
+        });
         block.bytes(&payload.buf);
         block.buf.resize(BLOCK as usize, 0);
         let crc = header_crc(uuid, &block.buf);
@@ -188,7 +192,12 @@ pub(crate) fn replay(
             .map_err(|e| StoreError::io("reading the metadata log", e))?;
         out.bytes_read += run * BLOCK;
         for block in buf.chunks(BLOCK as usize) {
-            let at = || format!("log block {} (epoch {epoch})", (start + i) % layout.log_blocks);
+            let at = || {
+                format!(
+                    "log block {} (epoch {epoch})",
+                    (start + i) % layout.log_blocks
+                )
+            };
             if &block[0..4] != MAGIC {
                 out.end = LogEnd::Clean;
                 break 'scan;
@@ -231,8 +240,7 @@ pub(crate) fn replay(
                     _ => None,
                 };
                 let Some(rec) = ok else {
-                    out.end =
-                        LogEnd::Torn(format!("{}: record {k} (seq {seq}) is damaged", at()));
+                    out.end = LogEnd::Torn(format!("{}: record {k} (seq {seq}) is damaged", at()));
                     break 'scan;
                 };
                 let slot = rec.slot() as usize;
@@ -312,8 +320,15 @@ mod tests {
         let bm = 2;
         let recs: Vec<Record> = (0..1000)
             .map(|i| match i % 3 {
-                0 => Record::Map { slot: i, line: i as u64, class: 0 },
-                1 => Record::Dirty { slot: i - 1, bitmap: SubBlocks::first(3) },
+                0 => Record::Map {
+                    slot: i,
+                    line: i as u64,
+                    class: 0,
+                },
+                1 => Record::Dirty {
+                    slot: i - 1,
+                    bitmap: SubBlocks::first(3),
+                },
                 _ => Record::Unmap { slot: i - 2 },
             })
             .collect();
@@ -329,8 +344,15 @@ mod tests {
         let dev = MemDevice::new(16 << 20);
         let uuid = [1u8; 16];
         let recs = [
-            Record::Map { slot: 3, line: 42, class: 1 },
-            Record::Dirty { slot: 3, bitmap: SubBlocks::first(2) },
+            Record::Map {
+                slot: 3,
+                line: 42,
+                class: 1,
+            },
+            Record::Dirty {
+                slot: 3,
+                bitmap: SubBlocks::first(2),
+            },
         ];
         // Ring wrap: start at the last block.
         let start = layout.log_blocks - 1;
@@ -343,7 +365,10 @@ mod tests {
         write_blocks(&dev, &layout, 1, &enc).unwrap();
         let mut table = vec![None; layout.slots as usize];
         let r = replay(&dev, &layout, &uuid, 5, start, 10, &mut table).unwrap();
-        assert_eq!((r.records, r.blocks, r.next_seq, r.end), (2, 2, 12, LogEnd::Clean));
+        assert_eq!(
+            (r.records, r.blocks, r.next_seq, r.end),
+            (2, 2, 12, LogEnd::Clean)
+        );
         let m = table[3].unwrap();
         assert_eq!((m.line, m.class, m.dirty), (42, 1, SubBlocks::first(2)));
         // Another store's UUID never replays these blocks.

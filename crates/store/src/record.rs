@@ -295,10 +295,23 @@ mod tests {
             bits.set(0);
             bits.set(sub - 1);
             let recs = [
-                Record::Map { slot: 7, line: u64::MAX - 3, class: 2 },
-                Record::Valid { slot: 1, bitmap: bits },
-                Record::Dirty { slot: 2, bitmap: bits },
-                Record::Clean { slot: 3, bitmap: bits },
+                Record::Map {
+                    slot: 7,
+                    line: u64::MAX - 3,
+                    class: 2,
+                },
+                Record::Valid {
+                    slot: 1,
+                    bitmap: bits,
+                },
+                Record::Dirty {
+                    slot: 2,
+                    bitmap: bits,
+                },
+                Record::Clean {
+                    slot: 3,
+                    bitmap: bits,
+                },
                 Record::Unmap { slot: u32::MAX },
             ];
             for r in recs {
@@ -319,16 +332,42 @@ mod tests {
             bits.iter().for_each(|&i| s.set(i));
             s
         };
-        Record::Map { slot: 1, line: 9, class: 0 }.apply(&mut t);
-        Record::Valid { slot: 1, bitmap: b(&[0, 1, 2]) }.apply(&mut t);
-        Record::Dirty { slot: 1, bitmap: b(&[2, 3]) }.apply(&mut t);
+        Record::Map {
+            slot: 1,
+            line: 9,
+            class: 0,
+        }
+        .apply(&mut t);
+        Record::Valid {
+            slot: 1,
+            bitmap: b(&[0, 1, 2]),
+        }
+        .apply(&mut t);
+        Record::Dirty {
+            slot: 1,
+            bitmap: b(&[2, 3]),
+        }
+        .apply(&mut t);
         let m = t[1].unwrap();
         assert_eq!((m.valid, m.dirty), (b(&[0, 1, 2, 3]), b(&[2, 3])));
-        Record::Clean { slot: 1, bitmap: b(&[3]) }.apply(&mut t);
-        Record::Valid { slot: 1, bitmap: b(&[0, 3]) }.apply(&mut t);
+        Record::Clean {
+            slot: 1,
+            bitmap: b(&[3]),
+        }
+        .apply(&mut t);
+        Record::Valid {
+            slot: 1,
+            bitmap: b(&[0, 3]),
+        }
+        .apply(&mut t);
         let m = t[1].unwrap();
         assert_eq!((m.valid, m.dirty), (b(&[0, 3]), SubBlocks::EMPTY));
-        Record::Map { slot: 1, line: 10, class: 1 }.apply(&mut t);
+        Record::Map {
+            slot: 1,
+            line: 10,
+            class: 1,
+        }
+        .apply(&mut t);
         assert_eq!(t[1].unwrap().valid, SubBlocks::EMPTY);
         Record::Unmap { slot: 1 }.apply(&mut t);
         assert_eq!(t, vec![None, None]);

@@ -33,7 +33,12 @@ pub fn format<D: MetaDevice>(dev: &D, params: &FormatParams, force: bool) -> Res
     let size = dev
         .len()
         .map_err(|e| StoreError::io("sizing the cache device", e))?;
-    let layout = layout(size, params.line_size, params.sub_block_size, params.log_bytes)?;
+    let layout = layout(
+        size,
+        params.line_size,
+        params.sub_block_size,
+        params.log_bytes,
+    )?;
     if !force {
         if let Some(found) = detect_foreign(dev)? {
             return Err(StoreError::Occupied { found });
@@ -125,7 +130,7 @@ pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovere
             }
         }
     }
-    cands.sort_by(|a, b| b.1.epoch.cmp(&a.1.epoch));
+    cands.sort_by_key(|c| std::cmp::Reverse(c.1.epoch));
     let mut bytes_read = 2 * 52;
     let mut chosen = None;
     let mut fallback: Option<String> = None;
@@ -393,8 +398,12 @@ impl<D: MetaDevice> Store<D> {
     /// records outside the geometry and bitmap records or Unmaps of unmapped slots.
     pub fn append(&mut self, rec: Record) -> Result<()> {
         self.guard()?;
-        rec.check(self.layout.slots, self.layout.sub_blocks(), self.is_mapped(rec.slot()))
-            .map_err(StoreError::InvalidRecord)?;
+        rec.check(
+            self.layout.slots,
+            self.layout.sub_blocks(),
+            self.is_mapped(rec.slot()),
+        )
+        .map_err(StoreError::InvalidRecord)?;
         let s = rec.slot();
         match rec {
             Record::Map { .. } => self.mapped[s as usize / 64] |= 1 << (s % 64),

@@ -56,7 +56,9 @@ impl BackingIdentity {
     pub fn probe(path: &Path) -> Result<BackingIdentity> {
         let ctx = |what: &str| format!("{what} backing device {}", path.display());
         let f = File::open(path).map_err(|e| StoreError::io(ctx("opening"), e))?;
-        let md = f.metadata().map_err(|e| StoreError::io(ctx("stat of"), e))?;
+        let md = f
+            .metadata()
+            .map_err(|e| StoreError::io(ctx("stat of"), e))?;
         let size = MetaDevice::len(&f).map_err(|e| StoreError::io(ctx("sizing"), e))?;
         let fingerprint = fingerprint(&f, size).map_err(|e| StoreError::io(ctx("reading"), e))?;
         let (file_id, serial) = if md.file_type().is_block_device() {
@@ -105,17 +107,23 @@ impl BackingIdentity {
         if self.file_id.is_some() != found.file_id.is_some() {
             diffs.push(format!(
                 "kind differs (recorded a {}, found a {})",
-                if self.file_id.is_some() { "regular file" } else { "block device" },
-                if found.file_id.is_some() { "regular file" } else { "block device" }
+                if self.file_id.is_some() {
+                    "regular file"
+                } else {
+                    "block device"
+                },
+                if found.file_id.is_some() {
+                    "regular file"
+                } else {
+                    "block device"
+                }
             ));
         }
-        if compare_content {
-            if self.fingerprint != found.fingerprint {
-                diffs.push(format!(
+        if compare_content && self.fingerprint != found.fingerprint {
+            diffs.push(format!(
                     "contents of the first/last 64 KiB changed since the cache was closed (fingerprint {:08x} recorded, {:08x} found): the backing device was modified without the cache",
                     self.fingerprint, found.fingerprint
                 ));
-            }
         }
         if self.path != found.path && !strong_match {
             diffs.push(format!(
@@ -267,12 +275,17 @@ impl Superblock {
                 supported: VERSION,
             });
         }
-        let corrupt = || StoreError::Corrupt("superblock fields are truncated or out of range".into());
+        let corrupt =
+            || StoreError::Corrupt("superblock fields are truncated or out of range".into());
         let body_len = r.u32().ok_or_else(corrupt)? as usize;
         let stored_crc = r.u32().ok_or_else(corrupt)?;
         let body = block
             .get(20..20usize.saturating_add(body_len))
-            .ok_or_else(|| StoreError::Corrupt(format!("superblock body length {body_len} exceeds the block")))?;
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "superblock body length {body_len} exceeds the block"
+                ))
+            })?;
         let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..16]), body);
         if crc != stored_crc {
             return Err(StoreError::Corrupt(format!(
@@ -409,7 +422,10 @@ mod tests {
         assert_eq!(block.len(), 4096);
         assert_eq!(Superblock::decode(&block).unwrap(), sb);
         block[40] ^= 1;
-        assert!(matches!(Superblock::decode(&block), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            Superblock::decode(&block),
+            Err(StoreError::Corrupt(_))
+        ));
     }
 
     #[test]
@@ -426,7 +442,11 @@ mod tests {
         let mut b = a.clone();
         assert_eq!(a.differences(&b, true), None);
         b.path = "/dev/sdc".into();
-        assert_eq!(a.differences(&b, false), None, "renamed device with same serial");
+        assert_eq!(
+            a.differences(&b, false),
+            None,
+            "renamed device with same serial"
+        );
         b.serial = Some("WD-999".into());
         let d = a.differences(&b, false).unwrap();
         assert!(d.contains("serial differs") && d.contains("WD-999"), "{d}");
@@ -435,7 +455,14 @@ mod tests {
         assert!(a.differences(&c, false).unwrap().contains("size differs"));
         let mut c = a.clone();
         c.fingerprint ^= 1;
-        assert_eq!(a.differences(&c, false), None, "content not compared after a crash");
-        assert!(a.differences(&c, true).unwrap().contains("modified without the cache"));
+        assert_eq!(
+            a.differences(&c, false),
+            None,
+            "content not compared after a crash"
+        );
+        assert!(a
+            .differences(&c, true)
+            .unwrap()
+            .contains("modified without the cache"));
     }
 }

@@ -27,10 +27,14 @@ fn ops_without_crash(image: &[u8], ops: &[Op]) -> u64 {
             }
             Op::Commit => {
                 if store.commit().is_err() {
-                    store.checkpoint(tiercache_store::table_entries(&model.table)).unwrap();
+                    store
+                        .checkpoint(tiercache_store::table_entries(&model.table))
+                        .unwrap();
                 }
             }
-            Op::Checkpoint => store.checkpoint(tiercache_store::table_entries(&model.table)).unwrap(),
+            Op::Checkpoint => store
+                .checkpoint(tiercache_store::table_entries(&model.table))
+                .unwrap(),
         }
     }
     dev.ops()
@@ -51,7 +55,14 @@ fn every_crash_point_recovers_a_committed_prefix() {
     // Every crash point, each tear mode.
     for crash_at in 0..=total {
         for mode in MODES {
-            crash_cycle(image.clone(), &empty_model(slots), &ops, crash_at, mode, &mut rng);
+            crash_cycle(
+                image.clone(),
+                &empty_model(slots),
+                &ops,
+                crash_at,
+                mode,
+                &mut rng,
+            );
         }
     }
 }
@@ -62,7 +73,10 @@ fn repeated_crashes_keep_every_committed_record() {
     // must never be replayed as part of a later epoch.
     let mut rng = SplitMix(7);
     let mut image = small_image();
-    let slots = open(&MemDevice::from_image(image.clone()), &backing()).unwrap().table.len();
+    let slots = open(&MemDevice::from_image(image.clone()), &backing())
+        .unwrap()
+        .table
+        .len();
     let mut model = empty_model(slots);
     for cycle in 0..60 {
         let ops = random_ops(&mut rng, 80);
@@ -89,19 +103,44 @@ fn committed_records_survive_even_if_everything_after_is_lost() {
     let dev = std::sync::Arc::new(CrashDevice::new(image, None));
     let mut store = open(dev.clone(), &backing()).unwrap().store;
     use tiercache_store::{Record, SubBlocks};
-    store.append(Record::Map { slot: 5, line: 77, class: 1 }).unwrap();
-    store.append(Record::Dirty { slot: 5, bitmap: SubBlocks([0b1010, 0, 0, 0]) }).unwrap();
-    store.append(Record::Map { slot: 6, line: 78, class: 0 }).unwrap();
+    store
+        .append(Record::Map {
+            slot: 5,
+            line: 77,
+            class: 1,
+        })
+        .unwrap();
+    store
+        .append(Record::Dirty {
+            slot: 5,
+            bitmap: SubBlocks([0b1010, 0, 0, 0]),
+        })
+        .unwrap();
+    store
+        .append(Record::Map {
+            slot: 6,
+            line: 78,
+            class: 0,
+        })
+        .unwrap();
     let st = store.commit().unwrap();
     assert_eq!((st.records, st.blocks, st.syncs), (3, 1, 2));
     store.append(Record::Unmap { slot: 5 }).unwrap();
-    store.append(Record::Valid { slot: 6, bitmap: SubBlocks([1, 0, 0, 0]) }).unwrap();
+    store
+        .append(Record::Valid {
+            slot: 6,
+            bitmap: SubBlocks([1, 0, 0, 0]),
+        })
+        .unwrap();
     dev.crash_now();
     let img = dev.survivor(TearMode::RandomSectors, &mut SplitMix(1));
     let mem = MemDevice::from_image(img);
     let opened = open(&mem, &backing()).unwrap();
     let m5 = opened.table[5].unwrap();
-    assert_eq!((m5.line, m5.class, m5.dirty.0[0], m5.valid.0[0]), (77, 1, 0b1010, 0b1010));
+    assert_eq!(
+        (m5.line, m5.class, m5.dirty.0[0], m5.valid.0[0]),
+        (77, 1, 0b1010, 0b1010)
+    );
     let m6 = opened.table[6].unwrap();
     assert_eq!((m6.line, m6.valid.0[0]), (78, 0));
     assert_eq!(opened.table.iter().filter(|m| m.is_some()).count(), 2);
@@ -115,7 +154,11 @@ fn torn_commit_is_rolled_back_as_a_whole() {
     // with only some sectors landing: none of its records may be applied.
     let image = small_image();
     let probe = std::sync::Arc::new(CrashDevice::new(image.clone(), None));
-    let slots = open(probe.clone(), &backing()).unwrap().store.layout().slots;
+    let slots = open(probe.clone(), &backing())
+        .unwrap()
+        .store
+        .layout()
+        .slots;
     let ops_before = probe.ops();
     let mut rng = SplitMix(3);
     let mut torn_seen = 0;
@@ -125,15 +168,31 @@ fn torn_commit_is_rolled_back_as_a_whole() {
         let mut store = open(dev.clone(), &backing()).unwrap().store;
         use tiercache_store::Record;
         for s in 0..700u32.min(slots) {
-            store.append(Record::Map { slot: s, line: s as u64 + 1000, class: 0 }).unwrap();
+            store
+                .append(Record::Map {
+                    slot: s,
+                    line: s as u64 + 1000,
+                    class: 0,
+                })
+                .unwrap();
         }
-        assert!(store.log_usage().pending >= 3, "the commit spans several blocks");
+        assert!(
+            store.log_usage().pending >= 3,
+            "the commit spans several blocks"
+        );
         assert!(store.commit().is_err());
-        let mode = if trial % 2 == 0 { TearMode::Prefix } else { TearMode::RandomSectors };
+        let mode = if trial % 2 == 0 {
+            TearMode::Prefix
+        } else {
+            TearMode::RandomSectors
+        };
         let mem = MemDevice::from_image(dev.survivor(mode, &mut rng));
         let opened = open(&mem, &backing()).unwrap();
         let mapped = opened.table.iter().filter(|m| m.is_some()).count();
-        assert!(mapped == 0 || mapped == 700.min(slots as usize), "partial commit applied: {mapped}");
+        assert!(
+            mapped == 0 || mapped == 700.min(slots as usize),
+            "partial commit applied: {mapped}"
+        );
         torn_seen += opened.report.torn_tail as u32;
     }
     assert!(torn_seen > 0, "some trials tore the commit");
@@ -186,10 +245,19 @@ fn stale_tail_of_a_torn_commit_is_never_revived() {
     let dev = std::sync::Arc::new(CrashDevice::new(image, Some(6)));
     let mut store = open(dev.clone(), &backing()).unwrap().store; // ops 0..4: superblock
     for s in 0..300u32 {
-        store.append(Record::Map { slot: s, line: 1000 + s as u64, class: 0 }).unwrap();
+        store
+            .append(Record::Map {
+                slot: s,
+                line: 1000 + s as u64,
+                class: 0,
+            })
+            .unwrap();
     }
     assert_eq!(store.log_usage().pending, 2);
-    assert!(store.commit().is_err(), "crash at the sync after the log write");
+    assert!(
+        store.commit().is_err(),
+        "crash at the sync after the log write"
+    );
     let img = dev.survivor(TearMode::DropRange { from: 0, to: 8 }, &mut SplitMix(0));
     let mem = MemDevice::from_image(img);
     let opened = open(&mem, &backing()).unwrap();
@@ -197,7 +265,13 @@ fn stale_tail_of_a_torn_commit_is_never_revived() {
     let mut store = opened.store;
     let per_block = 4064 / 18; // Map record 14 bytes + crc 4
     for s in 0..per_block as u32 {
-        store.append(Record::Map { slot: s, line: 5000 + s as u64, class: 0 }).unwrap();
+        store
+            .append(Record::Map {
+                slot: s,
+                line: 5000 + s as u64,
+                class: 0,
+            })
+            .unwrap();
     }
     assert_eq!(store.log_usage().pending, 1);
     store.commit().unwrap();

@@ -114,7 +114,9 @@ impl Engine<'_> {
                 for k in 0..SUBS {
                     if victim.dirty.get(k) {
                         let mut b = vec![0u8; SECTOR as usize];
-                        self.dev.read_at(&mut b, self.offset(s, k)).map_err(|_| ())?;
+                        self.dev
+                            .read_at(&mut b, self.offset(s, k))
+                            .map_err(|_| ())?;
                         let (l, kk, v) = read_stamp(&b).expect("dirty data is stamped");
                         assert_eq!((l, kk), (victim.line, k));
                         self.backing.volatile.insert((l, k), v);
@@ -125,7 +127,11 @@ impl Engine<'_> {
                 s
             }
         };
-        self.append(Record::Map { slot, line, class: 0 });
+        self.append(Record::Map {
+            slot,
+            line,
+            class: 0,
+        });
         if !self.skip_remap_commit {
             self.commit()?;
         }
@@ -143,14 +149,20 @@ impl Engine<'_> {
         let m = self.table[slot as usize].unwrap();
         if m.valid.get(k) && !m.dirty.get(k) {
             // Rule 3: the clean copy must become dirty durably before it is overwritten.
-            self.append(Record::Dirty { slot, bitmap: Self::bit(k) });
+            self.append(Record::Dirty {
+                slot,
+                bitmap: Self::bit(k),
+            });
             self.commit()?;
         }
         self.dev
             .write_at(&stamp(line, k, v), self.offset(slot, k))
             .map_err(|_| ())?;
         if !self.table[slot as usize].unwrap().dirty.get(k) {
-            self.append(Record::Dirty { slot, bitmap: Self::bit(k) });
+            self.append(Record::Dirty {
+                slot,
+                bitmap: Self::bit(k),
+            });
         }
         self.acked.insert((line, k), v);
         Ok(())
@@ -165,20 +177,27 @@ impl Engine<'_> {
 
     /// Rule 6: writeback, backing flush, then Clean (left buffered).
     fn clean(&mut self, slot: Slot) -> Step {
-        let Some(m) = self.table[slot as usize] else { return Ok(()) };
+        let Some(m) = self.table[slot as usize] else {
+            return Ok(());
+        };
         if m.dirty.is_empty() {
             return Ok(());
         }
         for k in 0..SUBS {
             if m.dirty.get(k) {
                 let mut b = vec![0u8; SECTOR as usize];
-                self.dev.read_at(&mut b, self.offset(slot, k)).map_err(|_| ())?;
+                self.dev
+                    .read_at(&mut b, self.offset(slot, k))
+                    .map_err(|_| ())?;
                 let (l, _, v) = read_stamp(&b).expect("dirty data is stamped");
                 self.backing.volatile.insert((l, k), v);
             }
         }
         self.backing.flush();
-        self.append(Record::Clean { slot, bitmap: m.dirty });
+        self.append(Record::Clean {
+            slot,
+            bitmap: m.dirty,
+        });
         Ok(())
     }
 }
@@ -302,5 +321,8 @@ fn skipping_the_remap_commit_is_caught_serving_another_lines_data() {
             }
         }
     }
-    assert!(caught.is_some(), "the rule-8 violation was never observable");
+    assert!(
+        caught.is_some(),
+        "the rule-8 violation was never observable"
+    );
 }

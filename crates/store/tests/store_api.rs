@@ -30,13 +30,37 @@ fn model_of(slots: usize, recs: &[Record]) -> Vec<Option<LineMeta>> {
 
 fn sample_records() -> Vec<Record> {
     vec![
-        Record::Map { slot: 0, line: 100, class: 2 },
-        Record::Map { slot: 1, line: 7, class: 0 },
-        Record::Valid { slot: 0, bitmap: bits(0b1111) },
-        Record::Dirty { slot: 0, bitmap: bits(0b1) },
-        Record::Dirty { slot: 1, bitmap: bits(0b10) },
-        Record::Clean { slot: 0, bitmap: bits(0b1) },
-        Record::Map { slot: 2, line: 55, class: 1 },
+        Record::Map {
+            slot: 0,
+            line: 100,
+            class: 2,
+        },
+        Record::Map {
+            slot: 1,
+            line: 7,
+            class: 0,
+        },
+        Record::Valid {
+            slot: 0,
+            bitmap: bits(0b1111),
+        },
+        Record::Dirty {
+            slot: 0,
+            bitmap: bits(0b1),
+        },
+        Record::Dirty {
+            slot: 1,
+            bitmap: bits(0b10),
+        },
+        Record::Clean {
+            slot: 0,
+            bitmap: bits(0b1),
+        },
+        Record::Map {
+            slot: 2,
+            line: 55,
+            class: 1,
+        },
         Record::Unmap { slot: 2 },
     ]
 }
@@ -45,7 +69,10 @@ fn sample_records() -> Vec<Record> {
 fn records_survive_reopen_and_clean_close() {
     let dev = formatted();
     let opened = open(&dev, &backing()).unwrap();
-    assert!(opened.report.clean_shutdown, "a fresh format counts as clean");
+    assert!(
+        opened.report.clean_shutdown,
+        "a fresh format counts as clean"
+    );
     assert!(opened.table.iter().all(|m| m.is_none()));
     let slots = opened.table.len();
     let mut store = opened.store;
@@ -58,7 +85,10 @@ fn records_survive_reopen_and_clean_close() {
     let expected = model_of(slots, &sample_records());
     // Hand check of the reference: slot 0 = line 100, valid 0b1111 | 0b1, dirty 0b1 then cleaned.
     let m0 = expected[0].unwrap();
-    assert_eq!((m0.line, m0.class, m0.valid, m0.dirty), (100, 2, bits(0b1111), bits(0)));
+    assert_eq!(
+        (m0.line, m0.class, m0.valid, m0.dirty),
+        (100, 2, bits(0b1111), bits(0))
+    );
     let opened = open(&dev, &backing()).unwrap();
     assert_eq!(opened.table, expected);
     assert_eq!(opened.report.records_replayed, 8);
@@ -69,14 +99,20 @@ fn records_survive_reopen_and_clean_close() {
         r#"{"eviction":"lru","mode":"writeback"}"#
     );
     // Clean close: the next open replays nothing and reports a clean shutdown.
-    opened.store.close(table_entries(&expected), &backing()).unwrap();
+    opened
+        .store
+        .close(table_entries(&expected), &backing())
+        .unwrap();
     let opened = open(&dev, &backing()).unwrap();
     assert!(opened.report.clean_shutdown);
     assert_eq!(opened.report.records_replayed, 0);
     assert_eq!(opened.table, expected);
     let rep = check(&dev).unwrap();
     assert!(rep.is_ok(), "{:?}", rep.problems);
-    assert_eq!((rep.mapped_slots, rep.dirty_slots, rep.dirty_sub_blocks), (2, 1, 1));
+    assert_eq!(
+        (rep.mapped_slots, rep.dirty_slots, rep.dirty_sub_blocks),
+        (2, 1, 1)
+    );
 }
 
 #[test]
@@ -91,12 +127,20 @@ fn log_full_keeps_records_until_a_checkpoint() {
     let mut full = false;
     // Each commit of one record takes a whole block: the 17th commit is refused.
     for i in 0..=cap as u32 {
-        let r = Record::Map { slot: i, line: 1000 + i as u64, class: 0 };
+        let r = Record::Map {
+            slot: i,
+            line: 1000 + i as u64,
+            class: 0,
+        };
         store.append(r).unwrap();
         all.push(r);
         match store.commit() {
             Ok(_) => {}
-            Err(StoreError::LogFull { needed, free, capacity }) => {
+            Err(StoreError::LogFull {
+                needed,
+                free,
+                capacity,
+            }) => {
                 assert_eq!((needed, free, capacity, i), (1, 0, 16, 16));
                 full = true;
             }
@@ -126,17 +170,47 @@ fn invalid_records_and_tables_are_refused() {
     let dev = formatted();
     let mut store = open(&dev, &backing()).unwrap().store;
     let slots = store.layout().slots;
-    let e = store.append(Record::Map { slot: slots, line: 1, class: 0 }).unwrap_err();
+    let e = store
+        .append(Record::Map {
+            slot: slots,
+            line: 1,
+            class: 0,
+        })
+        .unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
-    let e = store.append(Record::Dirty { slot: 0, bitmap: bits(1) }).unwrap_err();
+    let e = store
+        .append(Record::Dirty {
+            slot: 0,
+            bitmap: bits(1),
+        })
+        .unwrap_err();
     assert!(e.to_string().contains("unmapped"), "{e}");
-    store.append(Record::Map { slot: 0, line: 1, class: 0 }).unwrap();
-    let e = store.append(Record::Valid { slot: 0, bitmap: bits(1 << 8) }).unwrap_err();
+    store
+        .append(Record::Map {
+            slot: 0,
+            line: 1,
+            class: 0,
+        })
+        .unwrap();
+    let e = store
+        .append(Record::Valid {
+            slot: 0,
+            bitmap: bits(1 << 8),
+        })
+        .unwrap_err();
     assert!(e.to_string().contains("past the line's 8"), "{e}");
-    let m = LineMeta { line: 5, valid: bits(1), dirty: bits(1), class: 0 };
+    let m = LineMeta {
+        line: 5,
+        valid: bits(1),
+        dirty: bits(1),
+        class: 0,
+    };
     let e = store.checkpoint(vec![(0, m), (1, m)]).unwrap_err();
     assert!(e.to_string().contains("line 5 is mapped by both"), "{e}");
-    let bad = LineMeta { dirty: bits(2), ..m };
+    let bad = LineMeta {
+        dirty: bits(2),
+        ..m
+    };
     let e = store.checkpoint(vec![(0, bad)]).unwrap_err();
     assert!(e.to_string().contains("not valid"), "{e}");
 }
@@ -164,12 +238,19 @@ fn torn_newest_checkpoint_falls_back_to_the_other_region() {
     dev.corrupt(layout.checkpoint_offsets[region] + BLOCK + 3, 0x40);
     let rep = check(&dev).unwrap();
     assert!(rep.is_ok(), "{:?}", rep.problems);
-    assert!(rep.checkpoints[region].contains("damaged"), "{:?}", rep.checkpoints);
+    assert!(
+        rep.checkpoints[region].contains("damaged"),
+        "{:?}",
+        rep.checkpoints
+    );
     assert!(!rep.warnings.is_empty());
     let opened = open(&dev, &backing()).unwrap();
     assert_eq!(opened.report.checkpoint_epoch, old_epoch);
     assert!(opened.report.fallback.is_some());
-    assert_eq!(opened.report.records_replayed, 4, "the older epoch's log is replayed");
+    assert_eq!(
+        opened.report.records_replayed, 4,
+        "the older epoch's log is replayed"
+    );
     assert_eq!(opened.table, table);
 }
 
@@ -189,7 +270,10 @@ fn lost_checkpoint_with_a_live_log_is_refused() {
     store.commit().unwrap();
     let layout = *store.layout();
     drop(store);
-    dev.corrupt(layout.checkpoint_offsets[(epoch % 2) as usize] + BLOCK + 1, 0x01);
+    dev.corrupt(
+        layout.checkpoint_offsets[(epoch % 2) as usize] + BLOCK + 1,
+        0x01,
+    );
     let e = open(&dev, &backing()).err().expect("open must refuse");
     assert!(matches!(e, StoreError::Corrupt(_)), "{e}");
     assert!(e.to_string().contains("cannot be trusted"), "{e}");
@@ -214,13 +298,27 @@ fn damaged_superblock_copy_is_tolerated() {
 fn duplicate_line_from_a_buggy_engine_is_reported() {
     let dev = formatted();
     let mut store = open(&dev, &backing()).unwrap().store;
-    store.append(Record::Map { slot: 0, line: 9, class: 0 }).unwrap();
-    store.append(Record::Map { slot: 1, line: 9, class: 0 }).unwrap();
+    store
+        .append(Record::Map {
+            slot: 0,
+            line: 9,
+            class: 0,
+        })
+        .unwrap();
+    store
+        .append(Record::Map {
+            slot: 1,
+            line: 9,
+            class: 0,
+        })
+        .unwrap();
     store.commit().unwrap();
     drop(store);
     let rep = check(&dev).unwrap();
     assert!(
-        rep.problems.iter().any(|p| p.contains("line 9 is mapped by both slot 0 and slot 1")),
+        rep.problems
+            .iter()
+            .any(|p| p.contains("line 9 is mapped by both slot 0 and slot 1")),
         "{:?}",
         rep.problems
     );
@@ -234,11 +332,18 @@ fn format_refuses_an_existing_store_without_force() {
     let e = format(&dev, &params(4096, 512, Some(64 << 10)), false).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, StoreError::Occupied { .. }), "{msg}");
-    assert!(msg.contains("existing tiercache cache") && msg.contains("--force"), "{msg}");
+    assert!(
+        msg.contains("existing tiercache cache") && msg.contains("--force"),
+        "{msg}"
+    );
     let sb = format(&dev, &params(4096, 512, Some(64 << 10)), true).unwrap();
     assert_ne!(sb.uuid, old);
     // The old store's log can never be replayed into the new one.
-    assert!(open(&dev, &backing()).unwrap().table.iter().all(|m| m.is_none()));
+    assert!(open(&dev, &backing())
+        .unwrap()
+        .table
+        .iter()
+        .all(|m| m.is_none()));
 }
 
 #[test]
@@ -251,7 +356,8 @@ fn open_refuses_a_device_that_is_not_a_cache() {
 fn temp_file(dir: &tempfile::TempDir, name: &str, len: u64, fill: u8) -> std::path::PathBuf {
     let p = dir.path().join(name);
     let mut f = File::create(&p).unwrap();
-    f.write_all(&vec![fill; (128 << 10).min(len) as usize]).unwrap();
+    f.write_all(&vec![fill; (128 << 10).min(len) as usize])
+        .unwrap();
     f.set_len(len).unwrap();
     p
 }
@@ -264,9 +370,19 @@ fn mkfs_refusal(tool: &str, args: &[&str], size: u64, expect: &str) {
     let dir = tempfile::tempdir().unwrap();
     let img = temp_file(&dir, "fs.img", size, 0);
     let out = Command::new(tool).args(args).arg(&img).output().unwrap();
-    assert!(out.status.success(), "{tool}: {}", String::from_utf8_lossy(&out.stderr));
-    let f = OpenOptions::new().read(true).write(true).open(&img).unwrap();
-    let e = format(&f, &params(65536, 4096, None), false).unwrap_err().to_string();
+    assert!(
+        out.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&img)
+        .unwrap();
+    let e = format(&f, &params(65536, 4096, None), false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains(expect) && e.contains("--force"), "{e}");
     // With force it formats, and the result opens.
     format(&f, &params(65536, 4096, None), true).unwrap();
@@ -291,24 +407,44 @@ fn backing_mismatch_is_refused_and_says_what_differs() {
     let c = temp_file(&dir, "c.img", 16 << 20, 0xaa);
     let id_a = BackingIdentity::probe(&a).unwrap();
     let cache = temp_file(&dir, "cache.img", 4 << 20, 0);
-    let f = OpenOptions::new().read(true).write(true).open(&cache).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&cache)
+        .unwrap();
     let mut p = params(4096, 512, Some(64 << 10));
     p.backing = id_a.clone();
     format(&f, &p, false).unwrap();
-    let e = open(&f, &BackingIdentity::probe(&b).unwrap()).err().unwrap();
+    let e = open(&f, &BackingIdentity::probe(&b).unwrap())
+        .err()
+        .unwrap();
     let msg = e.to_string();
     assert!(matches!(e, StoreError::BackingMismatch(_)), "{msg}");
-    assert!(msg.contains("file identity differs") && msg.contains("path differs"), "{msg}");
-    let e = open(&f, &BackingIdentity::probe(&c).unwrap()).err().unwrap().to_string();
-    assert!(e.contains("size differs (recorded 8388608 bytes, found 16777216 bytes)"), "{e}");
+    assert!(
+        msg.contains("file identity differs") && msg.contains("path differs"),
+        "{msg}"
+    );
+    let e = open(&f, &BackingIdentity::probe(&c).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("size differs (recorded 8388608 bytes, found 16777216 bytes)"),
+        "{e}"
+    );
     // The right backing opens; a clean close records it.
     let store = open(&f, &id_a).unwrap().store;
-    store.close(std::iter::empty(), &BackingIdentity::probe(&a).unwrap()).unwrap();
+    store
+        .close(std::iter::empty(), &BackingIdentity::probe(&a).unwrap())
+        .unwrap();
     // Modify the backing device while the cache is detached.
     {
         let bf = OpenOptions::new().write(true).open(&a).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&bf, b"changed", 4096).unwrap();
     }
-    let e = open(&f, &BackingIdentity::probe(&a).unwrap()).err().unwrap().to_string();
+    let e = open(&f, &BackingIdentity::probe(&a).unwrap())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("modified without the cache"), "{e}");
 }

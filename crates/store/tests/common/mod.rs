@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use tiercache_store::crash_sim::{CrashDevice, MemDevice, SplitMix, TearMode};
 use tiercache_store::{
-    format, open, table_entries, BackingIdentity, FormatParams, LineMeta, Record, Slot,
-    StoreError, SubBlocks,
+    format, open, table_entries, BackingIdentity, FormatParams, LineMeta, Record, Slot, StoreError,
+    SubBlocks,
 };
 
 pub fn backing() -> BackingIdentity {
@@ -77,7 +77,11 @@ impl Model {
         // A small working set, so records hit mapped slots and lines collide.
         let slots = (self.table.len() as u32).min(WORKING_SLOTS);
         let slot = a % slots;
-        let mask = if sub_blocks >= 64 { u64::MAX } else { (1u64 << sub_blocks) - 1 };
+        let mask = if sub_blocks >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << sub_blocks) - 1
+        };
         let bitmap = SubBlocks([bits & mask, 0, 0, 0]);
         match (kind % 6, self.table[slot as usize]) {
             (0, _) | (1, None) => {
@@ -88,7 +92,11 @@ impl Model {
                         out.push(Record::Unmap { slot: old });
                     }
                 }
-                out.push(Record::Map { slot, line, class: (b % 3) as u8 });
+                out.push(Record::Map {
+                    slot,
+                    line,
+                    class: (b % 3) as u8,
+                });
                 out
             }
             (1, Some(_)) => vec![Record::Valid { slot, bitmap }],
