@@ -36,10 +36,7 @@ where
         }
         Format::Blockid => {
             if block_size == 0 {
-                return Err(TraceError::Invalid {
-                    path: out.to_path_buf(),
-                    msg: "block size must be > 0".into(),
-                });
+                return Err(TraceError::InvalidArgument("block size must be > 0".into()));
             }
             let bs = u64::from(block_size);
             let mut w = Text::create(out)?;
@@ -83,13 +80,10 @@ where
             }
             w.finish(n)
         }
-        other => Err(TraceError::Invalid {
-            path: out.to_path_buf(),
-            msg: format!(
-                "cannot convert to {other}; output formats: {}",
-                OUTPUT_FORMATS.map(|f| f.name()).join(", ")
-            ),
-        }),
+        other => Err(TraceError::InvalidArgument(format!(
+            "cannot convert to {other}; output formats: {}",
+            OUTPUT_FORMATS.map(|f| f.name()).join(", ")
+        ))),
     }
 }
 

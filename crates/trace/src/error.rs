@@ -61,6 +61,9 @@ pub enum TraceError {
     /// unsupported version, ...).
     #[error("{}: {msg}", path.display())]
     Invalid { path: PathBuf, msg: String },
+    /// A caller-supplied parameter is out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// A record cannot be represented in the output format of a conversion.
     #[error("cannot write record {index} as {format}: {msg}")]
     Unrepresentable {

@@ -165,10 +165,7 @@ pub fn open(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<T
         None => detect(path)?,
     };
     if opts.block_size == 0 {
-        return Err(TraceError::Invalid {
-            path: path.to_path_buf(),
-            msg: "block size must be > 0".into(),
-        });
+        return Err(TraceError::InvalidArgument("block size must be > 0".into()));
     }
     if opts.volume.is_some() && !format.has_volume() {
         return Err(TraceError::Invalid {

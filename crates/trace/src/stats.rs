@@ -62,10 +62,7 @@ where
     I: IntoIterator<Item = Result<Record>>,
 {
     if line_size == 0 {
-        return Err(TraceError::Invalid {
-            path: "stats".into(),
-            msg: "line size must be > 0".into(),
-        });
+        return Err(TraceError::InvalidArgument("line size must be > 0".into()));
     }
     let ls = u64::from(line_size);
     let mut s = TraceStats {

@@ -215,3 +215,63 @@ fn blkparse_sample_uses_queue_events() {
         "~9.4 s, got {span}"
     );
 }
+
+#[test]
+fn every_shared_trace_is_detected() {
+    let cases = [
+        ("arc/OLTP.lis.zst", Format::ArcLis),
+        ("arc/P2.lis.zst", Format::ArcLis),
+        ("arc/P3.lis.zst", Format::ArcLis),
+        ("cloudphysics/w106.trace.xz", Format::Cloudphysics),
+        ("disksim/ssd-postmark-aligned2.trace", Format::Disksim),
+        ("disksim/ssd-iozone-aligned2-100K.trace", Format::Disksim),
+        ("samples/msr-cambridge1-sample.csv", Format::Msr),
+        ("samples/cloud_storage-sample.bz2", Format::Tencent),
+        ("samples/systor17-traces-sample.csv.gz", Format::Systor),
+        ("samples/systor17-additional-sample.csv.gz", Format::Systor),
+        ("samples/blktrace.txt", Format::Blkparse),
+        ("samples/cloudPhysicsIO.vscsi", Format::Vscsi),
+    ];
+    for (rel, want) in cases {
+        let Some(p) = trace(rel) else { continue };
+        assert_eq!(tiercache_trace::detect(&p).unwrap(), want, "{rel}");
+    }
+}
+
+#[test]
+fn stats_footprints_match_the_notes() {
+    use tiercache_trace::trace_stats;
+    let opts = ReadOptions::default();
+    if let Some(p) = trace("arc/OLTP.lis.zst") {
+        let s = trace_stats(open(&p, None, &opts).unwrap(), 512).unwrap();
+        assert_eq!(
+            (s.requests, s.reads, s.unique_blocks),
+            (914_145, 914_145, 186_880)
+        );
+        assert_eq!(s.footprint_bytes, 186_880 * 512);
+        assert_eq!(s.duration_ns, 0, "ARC traces carry no time");
+    }
+    if let Some(p) = trace("arc/P2.lis.zst") {
+        let s = trace_stats(open(&p, None, &opts).unwrap(), 512).unwrap();
+        assert_eq!(s.bytes_read, 12_729_495 * 512);
+        assert_eq!(s.unique_blocks, 913_347);
+    }
+    if let Some(p) = trace("cloudphysics/w106.trace.xz") {
+        let s = trace_stats(open(&p, None, &opts).unwrap(), 512).unwrap();
+        assert_eq!((s.requests, s.unique_blocks), (5_292_456, 275_171));
+    }
+    if let Some(p) = trace("samples/cloudPhysicsIO.vscsi") {
+        let s = trace_stats(open(&p, None, &opts).unwrap(), 512).unwrap();
+        assert_eq!(s.requests, 113_872);
+        // ~2 h capture.
+        let hours = s.duration_ns as f64 / 3.6e12;
+        assert!((1.5..2.5).contains(&hours), "duration {hours} h");
+    }
+    if let Some(p) = trace("disksim/ssd-iozone-aligned2-100K.trace") {
+        let s = trace_stats(open(&p, None, &opts).unwrap(), 4096).unwrap();
+        assert_eq!((s.requests, s.writes, s.reads), (100_000, 100_000, 0));
+        // t = 5.3 .. 941.7 s in the notes.
+        let secs = s.duration_ns as f64 / 1e9;
+        assert!((936.0..937.0).contains(&secs), "duration {secs} s");
+    }
+}

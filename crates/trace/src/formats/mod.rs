@@ -376,13 +376,13 @@ pub(crate) fn clip(s: &str) -> Cow<'_, str> {
 /// compression extension) and by sniffing the start of its decompressed
 /// content. Content wins over the name when they disagree.
 pub fn detect(path: &Path) -> Result<Format> {
-    let (mut reader, codec) = compress::open_decompressed(path)?;
+    let (mut reader, _codec) = compress::open_decompressed(path)?;
     let mut head = Vec::with_capacity(64 * 1024);
     (&mut reader)
         .take(64 * 1024)
         .read_to_end(&mut head)
         .map_err(|e| TraceError::io(path, e))?;
-    let by_name = by_extension(path, codec);
+    let by_name = by_extension(path);
     match sniff(&head, by_name) {
         Some(f) => Ok(f),
         None => Err(TraceError::Detect {
@@ -398,7 +398,7 @@ pub fn detect(path: &Path) -> Result<Format> {
 }
 
 /// Format suggested by the file name alone.
-fn by_extension(path: &Path, codec: Compression) -> Option<Format> {
+fn by_extension(path: &Path) -> Option<Format> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
     let mut stem: &str = &name;
     // Strip any compression extension, whatever the actual codec.
@@ -414,7 +414,6 @@ fn by_extension(path: &Path, codec: Compression) -> Option<Format> {
             }
         }
     }
-    let _ = codec;
     let ext = stem.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
     match ext {
         "lis" => Some(Format::ArcLis),
