@@ -3,7 +3,6 @@
 use crate::checkpoint::{self, HeaderStatus};
 use crate::device::MetaDevice;
 use crate::error::{Result, StoreError};
-use crate::layout::BLOCK;
 use crate::log::LogEnd;
 use crate::store::{recover, RecoveryReport};
 use crate::superblock::{State, Superblock};
@@ -58,18 +57,14 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
     let size = dev
         .len()
         .map_err(|e| StoreError::io("sizing the cache device", e))?;
-    let entry = l.checkpoint_entry_bytes() as u64;
-    let data_end = l.data_offset + l.slots as u64 * l.line_size as u64;
-    let layout_ok = l.checkpoint_offsets[0] >= 2 * BLOCK
-        && l.checkpoint_offsets[1] >= l.checkpoint_offsets[0] + l.checkpoint_size
-        && l.log_offset >= l.checkpoint_offsets[1] + l.checkpoint_size
-        && l.data_offset >= l.log_offset + l.log_blocks * BLOCK
-        && l.checkpoint_size >= BLOCK + l.slots as u64 * entry
-        && l.log_blocks >= 1
-        && data_end <= l.dev_size;
-    if !layout_ok {
-        problems.push(format!("superblock layout is inconsistent: {l:?}"));
-    }
+    let data_end = l.data_end();
+    let layout_ok = match l.validate() {
+        Ok(()) => true,
+        Err(e) => {
+            problems.push(e.to_string());
+            false
+        }
+    };
     if size < data_end {
         problems.push(format!(
             "device has {size} bytes, the layout needs {data_end}"

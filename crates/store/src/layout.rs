@@ -65,6 +65,44 @@ impl Layout {
     pub fn checkpoint_entry_bytes(&self) -> usize {
         checkpoint_entry_bytes(self.sub_blocks())
     }
+    /// End of the data region.
+    pub fn data_end(&self) -> u64 {
+        self.data_offset
+            .saturating_add((self.slots as u64).saturating_mul(self.line_size as u64))
+    }
+    /// Checks that the regions are in order, do not overlap, fit the device
+    /// and that a checkpoint region can hold every slot; says what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        check_geometry(self.line_size, self.sub_block_size)?;
+        let entry = self.checkpoint_entry_bytes() as u64;
+        let cp_need = (self.slots as u64)
+            .checked_mul(entry)
+            .and_then(|b| b.checked_add(BLOCK));
+        let ok = self.slots >= 1
+            && self.log_blocks >= 2
+            && self.checkpoint_offsets[0] >= 2 * BLOCK
+            && cp_need.is_some_and(|n| self.checkpoint_size >= n)
+            && self.checkpoint_offsets[0]
+                .checked_add(self.checkpoint_size)
+                .is_some_and(|e| e <= self.checkpoint_offsets[1])
+            && self.checkpoint_offsets[1]
+                .checked_add(self.checkpoint_size)
+                .is_some_and(|e| e <= self.log_offset)
+            && self
+                .log_blocks
+                .checked_mul(BLOCK)
+                .and_then(|l| l.checked_add(self.log_offset))
+                .is_some_and(|e| e <= self.data_offset)
+            && self.data_end() <= self.dev_size
+            && self.data_end() != u64::MAX;
+        if ok {
+            Ok(())
+        } else {
+            Err(StoreError::Corrupt(format!(
+                "inconsistent layout (regions overlap, are out of order or exceed the device): {self:?}"
+            )))
+        }
+    }
 }
 
 pub(crate) fn bitmap_bytes(sub_blocks: u32) -> usize {
@@ -230,5 +268,25 @@ mod tests {
         assert!(e.contains("at most 256"), "{e}");
         let e = layout(1 << 20, 65536, 4096, None).unwrap_err().to_string();
         assert!(e.contains("too small"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod validate_tests {
+    use super::*;
+
+    #[test]
+    fn computed_layouts_validate_and_damaged_ones_do_not() {
+        let l = layout(1 << 30, 65536, 4096, None).unwrap();
+        l.validate().unwrap();
+        let mut bad = l;
+        bad.log_offset -= BLOCK; // log overlaps checkpoint B
+        assert!(bad.validate().is_err());
+        let mut bad = l;
+        bad.slots += 1; // data past the device end
+        assert!(bad.validate().is_err());
+        let mut bad = l;
+        bad.data_offset = u64::MAX - 10; // overflow must not pass
+        assert!(bad.validate().is_err());
     }
 }

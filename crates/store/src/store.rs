@@ -228,7 +228,7 @@ pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result
     let size = dev
         .len()
         .map_err(|e| StoreError::io("sizing the cache device", e))?;
-    let end = sb.layout.data_offset + sb.layout.slots as u64 * sb.layout.line_size as u64;
+    let end = sb.layout.data_end();
     if size < end {
         return Err(StoreError::Corrupt(format!(
             "the cache device has {size} bytes but its layout needs {end}: it shrank or is not the device that was formatted"

@@ -121,9 +121,9 @@ impl BackingIdentity {
         }
         if compare_content && self.fingerprint != found.fingerprint {
             diffs.push(format!(
-                    "contents of the first/last 64 KiB changed since the cache was closed (fingerprint {:08x} recorded, {:08x} found): the backing device was modified without the cache",
-                    self.fingerprint, found.fingerprint
-                ));
+                "contents of the first/last 64 KiB changed since the cache was closed (fingerprint {:08x} recorded, {:08x} found): the backing device was modified without the cache",
+                self.fingerprint, found.fingerprint
+            ));
         }
         if self.path != found.path && !strong_match {
             diffs.push(format!(
@@ -340,8 +340,9 @@ impl Superblock {
             })
         };
         let sb = parse(&mut r).ok_or_else(corrupt)?;
-        crate::layout::check_geometry(sb.layout.line_size, sb.layout.sub_block_size)
-            .map_err(|e| StoreError::Corrupt(format!("superblock geometry: {e}")))?;
+        sb.layout
+            .validate()
+            .map_err(|e| StoreError::Corrupt(format!("superblock: {e}")))?;
         Ok(sb)
     }
 
