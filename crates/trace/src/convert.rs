@@ -46,8 +46,7 @@ where
                 if r.len == 0 || r.kind == IoKind::Flush {
                     continue;
                 }
-                let last = (r.offset.saturating_add(u64::from(r.len)) - 1) / bs;
-                for id in r.offset / bs..=last {
+                for id in r.blocks(block_size) {
                     w.line(format_args!("{id}"))?;
                     n += 1;
                 }

@@ -40,6 +40,24 @@ pub struct Record {
     pub class: Option<Class>,
 }
 
+impl Record {
+    /// End of the request (exclusive byte offset), saturating at `u64::MAX`.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(u64::from(self.len))
+    }
+
+    /// Ids of the `block_size`-byte blocks (cache lines, pages) the request
+    /// overlaps, e.g. to expand an ARC `.lis` record into page requests.
+    /// Empty when `len` or `block_size` is 0.
+    pub fn blocks(&self, block_size: u32) -> std::ops::Range<u64> {
+        let bs = u64::from(block_size);
+        if bs == 0 || self.len == 0 {
+            return 0..0;
+        }
+        self.offset / bs..(self.end() - 1) / bs + 1
+    }
+}
+
 /// How to read a trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadOptions {

@@ -142,8 +142,7 @@ where
         if r.kind != IoKind::Flush && len > 0 {
             s.min_offset = s.min_offset.min(r.offset);
             s.max_end = s.max_end.max(end);
-            let (first, last) = (r.offset / ls, (end - 1) / ls);
-            for b in first..=last {
+            for b in r.blocks(line_size) {
                 all.insert(b);
                 match r.kind {
                     IoKind::Read => {

@@ -549,3 +549,69 @@ fn truncated_compressed_input_is_an_error() {
         );
     }
 }
+
+#[test]
+fn record_blocks_cover_every_overlapped_block() {
+    let r = rec(0, 4095, 2, IoKind::Read); // bytes 4095 and 4096
+    assert_eq!(r.blocks(4096), 0..2);
+    assert_eq!(r.blocks(512), 7..9);
+    assert_eq!(rec(0, 8192, 4096, IoKind::Read).blocks(4096), 2..3);
+    assert_eq!(rec(0, 8192, 0, IoKind::Flush).blocks(4096), 0..0);
+    assert_eq!(
+        rec(0, u64::MAX - 1, 10, IoKind::Read).blocks(1).end,
+        u64::MAX
+    );
+}
+
+mod skip_bad_model {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A line and whether it is valid: valid `.lis` lines or garbage.
+    fn line() -> impl Strategy<Value = (String, bool)> {
+        prop_oneof![
+            (0u64..1_000_000, 1u64..100, 0u64..9, 0u64..1000)
+                .prop_map(|(a, b, c, d)| (format!("{a} {b} {c} {d}"), true)),
+            "[a-z ]{1,12}"
+                .prop_filter_map("blank", |s| { (!s.trim().is_empty()).then(|| (s, false)) }),
+            (0u64..100).prop_map(|a| (format!("{a} 0 0 0"), false)),
+            (0u64..100).prop_map(|a| (format!("{a} 1 0"), false)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn skipped_count_equals_bad_lines(lines in prop::collection::vec(line(), 0..60)) {
+            let d = TempDir::new().unwrap();
+            let text: String = lines.iter().map(|(l, _)| format!("{l}\n")).collect();
+            let p = write(&d, "t.lis", text.as_bytes());
+            let opts = ReadOptions { skip_bad: true, ..ReadOptions::default() };
+            let mut r = open(&p, Some(Format::ArcLis), &opts).unwrap();
+            let got: Vec<u64> = r.by_ref().map(|x| x.unwrap().offset / 512).collect();
+            let want: Vec<u64> = lines
+                .iter()
+                .filter(|(_, ok)| *ok)
+                .map(|(l, _)| l.split(' ').next().unwrap().parse().unwrap())
+                .collect();
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(r.skipped(), lines.iter().filter(|(_, ok)| !ok).count() as u64);
+
+            // Without skip_bad, errors name exactly the bad lines' numbers.
+            let errs: Vec<String> = open(&p, Some(Format::ArcLis), &ReadOptions::default())
+                .unwrap()
+                .filter_map(|x| x.err().map(|e| e.to_string()))
+                .collect();
+            let bad_lines: Vec<String> = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, ok))| !ok)
+                .map(|(i, _)| format!("{}:{}:", p.display(), i + 1))
+                .collect();
+            prop_assert_eq!(errs.len(), bad_lines.len());
+            for (e, prefix) in errs.iter().zip(&bad_lines) {
+                prop_assert!(e.starts_with(prefix.as_str()), "{} vs {}", e, prefix);
+            }
+        }
+    }
+}
