@@ -52,6 +52,10 @@ pub struct Engine {
     runs: Vec<Op>,
     /// The request being decoded bypasses the cache (sequential cutoff).
     bypass: bool,
+    /// Dirty lines above which cleaning runs.
+    dirty_target_lines: usize,
+    /// Count ops without handing them out (synchronous drivers that only need counters).
+    count_only: bool,
     line_shift: u32,
     sub_shift: u32,
 }
@@ -76,6 +80,7 @@ impl Engine {
         let seq = (a.kind == AdmissionKind::SeqCutoff).then(|| SeqCutoff::new(a.seq_cutoff_bytes));
         let nhit = (a.kind == AdmissionKind::Nhit)
             .then(|| Nhit::new(a.nhit_threshold, a.nhit_trigger, 4 * geo.slots as usize));
+        let cfg_dirty_target = cfg.dirty_target;
         let two_level = (a.kind == AdmissionKind::TwoLevel)
             .then(|| TwoLevel::new(a.twolbs_metadata, a.twolbs_frequency, a.twolbs_window));
         Ok(Engine {
@@ -97,12 +102,24 @@ impl Engine {
             clean_cursor: 0,
             runs: Vec::with_capacity(4),
             bypass: false,
+            dirty_target_lines: (cfg_dirty_target * geo.slots as f64) as usize,
+            count_only: false,
         })
     }
 
     /// Drop dependency tracking: the driver completes every op before the next submit.
     pub fn set_synchronous(&mut self, on: bool) {
         self.synchronous = on;
+    }
+
+    /// Synchronous and, further, hand out no ops at all: only the counters
+    /// move. Decisions and counters are exactly those of a synchronous run
+    /// (the `--no-timing` simulator uses it; a test checks the equality).
+    pub fn set_count_only(&mut self, on: bool) {
+        self.count_only = on;
+        if on {
+            self.synchronous = true;
+        }
     }
 
     pub fn config(&self) -> &CacheConfig {
@@ -145,17 +162,17 @@ impl Engine {
             IoKind::Read => {
                 self.stats.read_requests += 1;
                 self.stats.workload_read_bytes += req.len;
-                self.for_each_line(req, out, Self::read_line);
+                self.for_each_line(req, out);
             }
             IoKind::Write => {
                 self.stats.write_requests += 1;
                 self.stats.workload_write_bytes += req.len;
                 // FUA travels on the write ops themselves.
-                self.for_each_line(req, out, Self::write_line);
+                self.for_each_line(req, out);
             }
             IoKind::Trim => {
                 self.stats.trim_requests += 1;
-                self.for_each_line(req, out, Self::trim_line);
+                self.for_each_line(req, out);
             }
             IoKind::Flush => {
                 self.stats.flush_requests += 1;
@@ -204,8 +221,16 @@ impl Engine {
     /// Background work: write-back cleaning of up to `max_lines` dirty lines, in
     /// backing order from a rotating cursor, when more than the dirty target is dirty
     /// (or always when `force`, as `flush`/`detach` need). Returns lines cleaned.
+    #[inline]
     pub fn clean(&mut self, max_lines: usize, force: bool, out: &mut Vec<Op>) -> usize {
-        let target = (self.cfg.dirty_target * self.geo.slots as f64) as usize;
+        if self.dirty.len() <= self.dirty_target_lines && !(force && !self.dirty.is_empty()) {
+            return 0;
+        }
+        self.clean_some(max_lines, force, out)
+    }
+
+    fn clean_some(&mut self, max_lines: usize, force: bool, out: &mut Vec<Op>) -> usize {
+        let target = self.dirty_target_lines;
         let mut n = 0;
         while n < max_lines && !self.dirty.is_empty() && (force || self.dirty.len() > target) {
             let line = match self.dirty.range(self.clean_cursor..).next() {
@@ -223,12 +248,7 @@ impl Engine {
 
     // ---- request decoding ----
 
-    fn for_each_line(
-        &mut self,
-        req: &Request,
-        out: &mut Vec<Op>,
-        f: fn(&mut Self, &Request, u64, u64, u64, &mut Vec<Op>),
-    ) {
+    fn for_each_line(&mut self, req: &Request, out: &mut Vec<Op>) {
         if req.len == 0 {
             return;
         }
@@ -244,7 +264,12 @@ impl Engine {
             let line = off >> self.line_shift;
             let in_line = off & (lb - 1);
             let n = (lb - in_line).min(end - off);
-            f(self, req, line, in_line, n, out);
+            match req.kind {
+                IoKind::Read => self.read_line(req, line, in_line, n, out),
+                IoKind::Write => self.write_line(req, line, in_line, n, out),
+                IoKind::Trim => self.trim_line(req, line, in_line, n, out),
+                IoKind::Flush => {}
+            }
             off += n;
             if self.runs.len() >= 4 {
                 self.flush_runs(out);
@@ -279,8 +304,13 @@ impl Engine {
         }
     }
 
+    #[inline]
     fn flush_runs(&mut self, out: &mut Vec<Op>) {
-        out.append(&mut self.runs);
+        if self.count_only {
+            self.runs.clear();
+        } else {
+            out.append(&mut self.runs);
+        }
     }
 
     /// Emit a piece of I/O, merged into an open run when contiguous and when the

@@ -305,3 +305,39 @@ proptest! {
         check(cfg, cmds, seed)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The `--no-timing` fast path (no ops handed out) makes the same decisions
+    /// and counts as a driver that receives and completes every op.
+    #[test]
+    fn count_only_equals_full_synchronous_run(cfg in config(), cmds in prop::collection::vec(cmd(), 1..200)) {
+        let mut full = Engine::new(cfg.clone()).unwrap();
+        full.set_synchronous(true);
+        let mut fast = Engine::new(cfg).unwrap();
+        fast.set_count_only(true);
+        let mut out = Vec::new();
+        for (k, c) in cmds.iter().enumerate() {
+            let req = Request {
+                id: k as u64 + 1,
+                kind: c.kind,
+                offset: c.sector * SECTOR,
+                len: c.sectors * SECTOR,
+                class: if c.meta { Class::Metadata } else { Class::Data },
+                fua: false,
+            };
+            out.clear();
+            full.submit(&req, &mut out);
+            full.clean(2, false, &mut out);
+            let emitted = out.len();
+            out.clear();
+            fast.submit(&req, &mut out);
+            fast.clean(2, false, &mut out);
+            prop_assert_eq!(out.len(), 0);
+            prop_assert!(emitted > 0 || c.kind == IoKind::Trim);
+        }
+        prop_assert_eq!(full.stats(), fast.stats());
+        prop_assert_eq!(full.dirty_lines(), fast.dirty_lines());
+    }
+}

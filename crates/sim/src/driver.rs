@@ -157,7 +157,7 @@ where
 {
     let mut engine = Engine::new(opts.cache.clone())?;
     if !opts.timing {
-        engine.set_synchronous(true);
+        engine.set_count_only(true);
         let mut out = Vec::with_capacity(64);
         let mut id = 0u64;
         for r in records {
