@@ -11,72 +11,12 @@
 //! when absent the tests print why and pass without checking.
 
 use rustc_hash::FxHashMap;
-use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use tiercache_core::eviction::{Eviction, EvictionKind, Slot};
-use tiercache_trace::{Format, ReadOptions};
 
-#[derive(Deserialize)]
-struct Reference {
-    libcachesim_version: String,
-    results: Vec<Entry>,
-}
+mod common;
 
-#[derive(Deserialize)]
-struct Entry {
-    trace: String,
-    trace_path: String,
-    requests: usize,
-    policy: String,
-    cache_size_objects: u32,
-    hit_ratio: f64,
-}
-
-fn trace_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("TIERCACHE_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/traces"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: trace directory {} not found (set TIERCACHE_TRACES to the shared traces)",
-            dir.display()
-        );
-        None
-    }
-}
-
-fn reference() -> Reference {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/reference/libcachesim.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-}
-
-/// Bytes per line: ARC pages and CloudPhysics blocks are counted in 512-byte
-/// units by the trace readers.
-const LINE: u64 = 512;
-
-/// One line number per request, each multi-block request expanded into
-/// single-line requests.
-fn lines(path: &Path) -> Vec<u64> {
-    let format = if path.to_string_lossy().contains(".lis") {
-        Format::ArcLis
-    } else {
-        Format::Cloudphysics
-    };
-    let reader = tiercache_trace::open(path, Some(format), &ReadOptions::default())
-        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
-    let mut out = Vec::new();
-    for rec in reader {
-        let rec = rec.unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        let first = rec.offset / LINE;
-        out.extend(first..first + u64::from(rec.len) / LINE);
-    }
-    out
-}
+use common::{lines, reference, trace_dir, Entry};
 
 /// Hit ratio of `kind` on `requests` with a fully associative cache of
 /// `size` lines, inserting on every miss.
