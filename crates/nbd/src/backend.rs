@@ -57,6 +57,49 @@ impl BlockSize {
     }
 }
 
+/// One run of the `base:allocation` map returned by [`Backend::block_status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes covered; extents are consecutive from the requested offset.
+    pub length: u64,
+    /// Not allocated in the backing store (`NBD_STATE_HOLE`).
+    pub hole: bool,
+    /// Reads back as zeroes (`NBD_STATE_ZERO`).
+    pub zero: bool,
+}
+
+impl Extent {
+    /// Allocated data, contents unknown: always a safe answer.
+    pub fn data(length: u64) -> Self {
+        Extent {
+            length,
+            hole: false,
+            zero: false,
+        }
+    }
+
+    /// Known to read as zeroes (allocated unless `hole`).
+    pub fn zero(length: u64, hole: bool) -> Self {
+        Extent {
+            length,
+            hole,
+            zero: true,
+        }
+    }
+
+    /// The `base:allocation` status flags.
+    pub fn flags(&self) -> u32 {
+        let mut f = 0;
+        if self.hole {
+            f |= crate::protocol::STATE_HOLE;
+        }
+        if self.zero {
+            f |= crate::protocol::STATE_ZERO;
+        }
+        f
+    }
+}
+
 /// A block device exported over NBD.
 ///
 /// The server calls these methods concurrently, from many tasks and several
@@ -148,6 +191,16 @@ pub trait Backend: Send + Sync + 'static {
             self.flush().await?;
         }
         Ok(())
+    }
+
+    /// Allocation map of `offset..offset + len` for `NBD_CMD_BLOCK_STATUS`
+    /// (`base:allocation`), used by nbdcopy/qemu-img to skip zero regions.
+    /// Return consecutive extents starting at `offset`; they may cover less
+    /// than `len` (the client asks again) and the server trims any excess.
+    /// Default: everything is allocated data.
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        let _ = offset;
+        Ok(vec![Extent::data(len)])
     }
 
     /// Prefetch hint for `offset..offset + len`; the default does nothing.

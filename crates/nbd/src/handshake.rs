@@ -21,6 +21,8 @@ pub(crate) struct Session {
     pub backend: Arc<dyn Backend>,
     pub structured: bool,
     pub flags: u16,
+    /// `base:allocation` was selected for this export (BLOCK_STATUS allowed).
+    pub base_allocation: bool,
 }
 
 /// Transmission flags advertised for `backend`.
@@ -101,6 +103,46 @@ fn parse_info(data: &[u8]) -> Result<InfoRequest, String> {
     Ok(InfoRequest { name, infos })
 }
 
+/// Parsed `NBD_OPT_LIST_META_CONTEXT`/`NBD_OPT_SET_META_CONTEXT` data.
+struct MetaRequest {
+    name: String,
+    queries: Vec<String>,
+}
+
+fn parse_meta(data: &[u8]) -> Result<MetaRequest, String> {
+    fn take<'a>(d: &mut &'a [u8], n: usize, what: &str) -> Result<&'a [u8], String> {
+        if d.len() < n {
+            return Err(format!("option data ends inside the {what}"));
+        }
+        let (head, tail) = d.split_at(n);
+        *d = tail;
+        Ok(head)
+    }
+    fn u32_at(d: &mut &[u8], what: &str) -> Result<u32, String> {
+        let b = take(d, 4, what)?;
+        Ok(u32::from_be_bytes(b.try_into().expect("4 bytes")))
+    }
+    fn string(d: &mut &[u8], what: &str) -> Result<String, String> {
+        let len = u32_at(d, what)? as usize;
+        if len > 4096 {
+            return Err(format!("{what} is {len} bytes; at most 4096 are allowed"));
+        }
+        let b = take(d, len, what)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not valid UTF-8"))
+    }
+    let mut d = data;
+    let name = string(&mut d, "export name")?;
+    let count = u32_at(&mut d, "query count")?;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        queries.push(string(&mut d, "query")?);
+    }
+    if !d.is_empty() {
+        return Err(format!("{} unexpected bytes after the queries", d.len()));
+    }
+    Ok(MetaRequest { name, queries })
+}
+
 /// Send the `NBD_REP_INFO` replies for one export (INFO and GO answer identically).
 async fn send_infos<S: AsyncWrite + Unpin>(
     s: &mut S,
@@ -172,6 +214,8 @@ where
     }
     let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
     let mut structured = false;
+    // Export (canonical name) for which base:allocation is selected.
+    let mut meta_export: Option<String> = None;
 
     loop {
         let magic = s.read_u64().await?;
@@ -214,10 +258,11 @@ where
                     return Ok(Outcome::Close);
                 };
                 // No error can be reported for EXPORT_NAME: unknown name -> disconnect.
-                let Some((_, backend)) = shared.lookup(name) else {
+                let Some((canonical, backend)) = shared.lookup(name) else {
                     tracing::debug!("unknown export {name:?} via EXPORT_NAME; disconnecting");
                     return Ok(Outcome::Close);
                 };
+                let base_allocation = meta_export.as_ref() == Some(canonical);
                 let backend = Arc::clone(backend);
                 let flags = transmission_flags(&*backend, structured);
                 let mut out = Vec::with_capacity(134);
@@ -232,6 +277,7 @@ where
                     backend,
                     structured,
                     flags,
+                    base_allocation,
                 }));
             }
             OPT_ABORT => {
@@ -285,6 +331,7 @@ where
                     continue;
                 };
                 let backend = Arc::clone(backend);
+                let canonical = canonical.clone();
                 let flags = transmission_flags(&*backend, structured);
                 let name = if req.name.is_empty() {
                     canonical.clone()
@@ -297,8 +344,49 @@ where
                         backend,
                         structured,
                         flags,
+                        base_allocation: meta_export.as_ref() == Some(&canonical),
                     }));
                 }
+            }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                if !structured {
+                    let msg = b"metadata contexts need structured replies to be negotiated first";
+                    reply(s, option, REP_ERR_INVALID, msg).await?;
+                    continue;
+                }
+                let req = match parse_meta(&data) {
+                    Ok(r) => r,
+                    Err(msg) => {
+                        reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
+                        continue;
+                    }
+                };
+                let Some((canonical, _)) = shared.lookup(&req.name) else {
+                    let msg = format!("unknown export {:?}", req.name);
+                    reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+                    continue;
+                };
+                let selected = if option == OPT_LIST_META_CONTEXT {
+                    req.queries.is_empty()
+                        || req
+                            .queries
+                            .iter()
+                            .any(|q| q == "base:" || q == BASE_ALLOCATION)
+                } else {
+                    req.queries.iter().any(|q| q == BASE_ALLOCATION)
+                };
+                let mut out = Vec::new();
+                if selected {
+                    let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+                    d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+                    out.extend_from_slice(&option_reply(option, REP_META_CONTEXT, &d));
+                }
+                out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
+                if option == OPT_SET_META_CONTEXT {
+                    meta_export = selected.then(|| canonical.clone());
+                }
+                s.write_all(&out).await?;
+                s.flush().await?;
             }
             OPT_STARTTLS => {
                 reply(
@@ -334,5 +422,21 @@ mod tests {
         // name length runs past the data
         assert!(parse_info(&[0, 0, 0, 9, 0, 0]).is_err());
         assert!(parse_info(&[0, 0]).is_err());
+    }
+
+    #[test]
+    fn meta_request_parsing_validates_lengths() {
+        let mut d = vec![0, 0, 0, 1, b'x', 0, 0, 0, 2];
+        for q in ["base:", "qemu:dirty"] {
+            d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+            d.extend_from_slice(q.as_bytes());
+        }
+        let r = parse_meta(&d).unwrap();
+        assert_eq!(r.name, "x");
+        assert_eq!(r.queries, vec!["base:", "qemu:dirty"]);
+        assert!(parse_meta(&d[..d.len() - 1]).is_err());
+        let mut extra = d.clone();
+        extra.push(0);
+        assert!(parse_meta(&extra).is_err());
     }
 }

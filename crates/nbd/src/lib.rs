@@ -12,10 +12,12 @@
 //! - transmission: `READ`, `WRITE`, `DISC`, `FLUSH`, `TRIM`, `CACHE`,
 //!   `WRITE_ZEROES` with `FUA`, `NO_HOLE`, `FAST_ZERO` and `DF`; structured
 //!   READ replies (`OFFSET_DATA`/`NONE`/`ERROR` chunks) when negotiated;
+//! - metadata context `base:allocation` (`LIST_META_CONTEXT`,
+//!   `SET_META_CONTEXT`, `NBD_CMD_BLOCK_STATUS` with `REQ_ONE`);
 //! - requests of a connection run concurrently and are answered out of order,
 //!   bounded by [`Limits`].
 //!
-//! Not implemented: TLS, metadata contexts / `BLOCK_STATUS`, extended headers.
+//! Not implemented: TLS (`STARTTLS` is refused), extended headers, other metadata contexts.
 //!
 //! Usage: implement [`Backend`], then
 //! `Server::new([("disk", backend)])?.serve_unix(path).await?`.
@@ -29,7 +31,7 @@ pub mod protocol;
 mod server;
 mod transmission;
 
-pub use backend::{Backend, BlockSize};
+pub use backend::{Backend, BlockSize, Extent};
 pub use error::{Errno, Error, Result};
 pub use file::FileBackend;
 pub use mem::MemBackend;

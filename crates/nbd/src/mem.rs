@@ -4,7 +4,7 @@ use std::sync::RwLock;
 
 use async_trait::async_trait;
 
-use crate::backend::{in_range, out_of_range, Backend, BlockSize};
+use crate::backend::{in_range, out_of_range, Backend, BlockSize, Extent};
 use crate::error::{Error, Result};
 
 /// A RAM disk. Volatile, so flush/FUA are no-ops; all connections share the
@@ -121,6 +121,34 @@ impl Backend for MemBackend {
 
     async fn flush(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Reports 4 KiB-aligned all-zero runs as `zero` (never `hole`: the
+    /// memory is always allocated).
+    async fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        const GRAIN: u64 = 4096;
+        let d = self.lock_read();
+        let size = d.len() as u64;
+        if !in_range(offset, len, size) {
+            return Err(out_of_range(offset, len, size));
+        }
+        let end = offset + len;
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let next = ((pos / GRAIN + 1) * GRAIN).min(end);
+            let zero = d[pos as usize..next as usize].iter().all(|&b| b == 0);
+            match extents.last_mut() {
+                Some(last) if last.zero == zero => last.length += next - pos,
+                _ => extents.push(Extent {
+                    length: next - pos,
+                    hole: false,
+                    zero,
+                }),
+            }
+            pos = next;
+        }
+        Ok(extents)
     }
 
     async fn trim(&self, offset: u64, len: u64, _fua: bool) -> Result<()> {

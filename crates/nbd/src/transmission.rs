@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::backend::{in_range, Backend};
+use crate::backend::{in_range, Backend, Extent};
 use crate::error::{Errno, Error};
 use crate::handshake::Session;
 use crate::protocol::*;
@@ -50,9 +50,26 @@ enum Command {
         no_hole: bool,
         fua: bool,
     },
+    BlockStatus {
+        offset: u64,
+        len: u32,
+        req_one: bool,
+    },
 }
 
-const KNOWN_FLAGS: u16 = CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_FAST_ZERO;
+/// Successful reply contents.
+enum Payload {
+    None,
+    Data(Vec<u8>),
+    /// `base:allocation` descriptors (length, status flags).
+    Extents(Vec<(u32, u32)>),
+}
+
+/// Most descriptors sent in one BLOCK_STATUS reply (spec: at most 2^20).
+const MAX_EXTENTS: usize = 1 << 20;
+
+const KNOWN_FLAGS: u16 =
+    CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_DF | CMD_FLAG_REQ_ONE | CMD_FLAG_FAST_ZERO;
 
 fn command_name(kind: u16) -> &'static str {
     match kind {
@@ -63,6 +80,7 @@ fn command_name(kind: u16) -> &'static str {
         CMD_TRIM => "TRIM",
         CMD_CACHE => "CACHE",
         CMD_WRITE_ZEROES => "WRITE_ZEROES",
+        CMD_BLOCK_STATUS => "BLOCK_STATUS",
         _ => "unknown",
     }
 }
@@ -75,9 +93,9 @@ fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command,
     let size = b.size();
     let (offset, len) = (h.offset, h.length);
     let name = command_name(h.kind);
-    if h.kind > CMD_WRITE_ZEROES {
+    if h.kind > CMD_BLOCK_STATUS {
         return Err(Error::invalid(format!(
-            "unknown command {} (supported: READ, WRITE, DISC, FLUSH, TRIM, CACHE, WRITE_ZEROES)",
+            "unknown command {} (supported: READ, WRITE, DISC, FLUSH, TRIM, CACHE, WRITE_ZEROES, BLOCK_STATUS)",
             h.kind
         )));
     }
@@ -96,6 +114,11 @@ fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command,
         return Err(Error::invalid(
             "DF flag is only valid on READ after structured replies were negotiated",
         ));
+    }
+    if h.flags & CMD_FLAG_REQ_ONE != 0 && h.kind != CMD_BLOCK_STATUS {
+        return Err(Error::invalid(format!(
+            "REQ_ONE flag is only valid on BLOCK_STATUS, not {name}"
+        )));
     }
     let fua = h.flags & CMD_FLAG_FUA != 0;
     let mutating = matches!(h.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
@@ -136,6 +159,16 @@ fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command,
         CMD_TRIM => Ok(Command::Trim { offset, len, fua }),
         CMD_CACHE if !range_ok => Err(past_end(Errno::Inval)),
         CMD_CACHE => Ok(Command::Cache { offset, len }),
+        CMD_BLOCK_STATUS if !s.base_allocation => Err(Error::invalid(
+            "BLOCK_STATUS needs the base:allocation metadata context to be selected",
+        )),
+        CMD_BLOCK_STATUS if len == 0 => Err(Error::invalid("BLOCK_STATUS length must not be 0")),
+        CMD_BLOCK_STATUS if !range_ok => Err(past_end(Errno::Inval)),
+        CMD_BLOCK_STATUS => Ok(Command::BlockStatus {
+            offset,
+            len,
+            req_one: h.flags & CMD_FLAG_REQ_ONE != 0,
+        }),
         CMD_WRITE_ZEROES if !range_ok => Err(past_end(Errno::NoSpc)),
         CMD_WRITE_ZEROES => {
             if h.flags & CMD_FLAG_FAST_ZERO != 0 && !b.can_fast_zero() {
@@ -158,39 +191,44 @@ fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command,
 struct Reply {
     cookie: u64,
     offset: u64,
-    /// READ with structured replies negotiated: use chunks.
-    structured_read: bool,
-    /// Data for a successful READ, `None` for other commands.
-    result: Result<Option<Vec<u8>>, Error>,
+    /// READ or BLOCK_STATUS with structured replies negotiated: use chunks.
+    chunked: bool,
+    result: Result<Payload, Error>,
     _permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
 }
 
 async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, r: &Reply) -> std::io::Result<()> {
-    match (&r.result, r.structured_read) {
-        (Ok(data), true) => {
-            let data = data.as_deref().unwrap_or(&[]);
-            if data.is_empty() {
-                w.write_all(&chunk_header(REPLY_FLAG_DONE, REPLY_TYPE_NONE, r.cookie, 0))
-                    .await
-            } else {
-                let hdr = chunk_header(
-                    REPLY_FLAG_DONE,
-                    REPLY_TYPE_OFFSET_DATA,
-                    r.cookie,
-                    8 + data.len() as u32,
-                );
-                w.write_all(&hdr).await?;
-                w.write_all(&r.offset.to_be_bytes()).await?;
-                w.write_all(data).await
+    let done = REPLY_FLAG_DONE;
+    match (&r.result, r.chunked) {
+        (Ok(Payload::Data(data)), true) if !data.is_empty() => {
+            let len = 8 + data.len() as u32;
+            w.write_all(&chunk_header(done, REPLY_TYPE_OFFSET_DATA, r.cookie, len))
+                .await?;
+            w.write_all(&r.offset.to_be_bytes()).await?;
+            w.write_all(data).await
+        }
+        (Ok(Payload::Extents(extents)), true) => {
+            let len = 4 + 8 * extents.len() as u32;
+            let mut v = Vec::with_capacity(CHUNK_HEADER_LEN + len as usize);
+            v.extend_from_slice(&chunk_header(done, REPLY_TYPE_BLOCK_STATUS, r.cookie, len));
+            v.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+            for (length, flags) in extents {
+                v.extend_from_slice(&length.to_be_bytes());
+                v.extend_from_slice(&flags.to_be_bytes());
             }
+            w.write_all(&v).await
+        }
+        (Ok(_), true) => {
+            w.write_all(&chunk_header(done, REPLY_TYPE_NONE, r.cookie, 0))
+                .await
         }
         (Err(e), true) => {
             w.write_all(&error_chunk(r.cookie, e.errno().code(), e.message()))
                 .await
         }
-        (Ok(data), false) => {
+        (Ok(payload), false) => {
             w.write_all(&simple_reply(0, r.cookie)).await?;
-            if let Some(d) = data {
+            if let Payload::Data(d) = payload {
                 w.write_all(d).await?;
             }
             Ok(())
@@ -237,41 +275,67 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
     }
 }
 
+/// Turn the backend's extents into wire descriptors: consecutive, non-empty,
+/// covering at most `len` bytes (at least one descriptor), one with REQ_ONE.
+fn descriptors(extents: Vec<Extent>, len: u32, req_one: bool) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut left = len as u64;
+    for e in extents {
+        if left == 0 || out.len() == MAX_EXTENTS || (req_one && !out.is_empty()) {
+            break;
+        }
+        let n = e.length.min(left);
+        if n == 0 {
+            continue;
+        }
+        out.push((n as u32, e.flags()));
+        left -= n;
+    }
+    if out.is_empty() {
+        out.push((len, 0));
+    }
+    out
+}
+
 async fn execute(
     backend: &dyn Backend,
     cmd: Command,
     payload: Option<Vec<u8>>,
-) -> Result<Option<Vec<u8>>, Error> {
+) -> Result<Payload, Error> {
+    let done = |r: Result<(), Error>| r.map(|_| Payload::None);
     match cmd {
         Command::Read { offset, len } => {
             let mut buf = vec![0u8; len as usize];
             backend.read(offset, &mut buf).await?;
-            Ok(Some(buf))
+            Ok(Payload::Data(buf))
         }
         Command::Write { offset, fua, .. } => {
             let data = payload.unwrap_or_default();
-            backend.write(offset, &data, fua).await.map(|_| None)
+            done(backend.write(offset, &data, fua).await)
         }
-        Command::Flush => backend.flush().await.map(|_| None),
-        Command::Trim { offset, len, fua } => {
-            backend.trim(offset, len as u64, fua).await.map(|_| None)
-        }
+        Command::Flush => done(backend.flush().await),
+        Command::Trim { offset, len, fua } => done(backend.trim(offset, len as u64, fua).await),
         Command::Zero {
             offset,
             len,
             no_hole,
             fua,
-        } => backend
-            .write_zeroes(offset, len as u64, no_hole, fua)
-            .await
-            .map(|_| None),
+        } => done(backend.write_zeroes(offset, len as u64, no_hole, fua).await),
         Command::Cache { offset, len } => {
             if backend.can_cache() {
                 backend.cache(offset, len as u64).await?;
             }
-            Ok(None)
+            Ok(Payload::None)
         }
-        Command::Disconnect => Ok(None),
+        Command::BlockStatus {
+            offset,
+            len,
+            req_one,
+        } => {
+            let extents = backend.block_status(offset, len as u64).await?;
+            Ok(Payload::Extents(descriptors(extents, len, req_one)))
+        }
+        Command::Disconnect => Ok(Payload::None),
     }
 }
 
@@ -318,7 +382,7 @@ pub(crate) async fn serve<S>(
             break;
         };
         let has_payload = h.kind == CMD_WRITE;
-        let structured_read = h.kind == CMD_READ && session.structured;
+        let chunked = matches!(h.kind, CMD_READ | CMD_BLOCK_STATUS) && session.structured;
         let cmd = match validate(&h, &session, limits.max_payload) {
             Ok(c) => c,
             Err(e) => {
@@ -329,7 +393,7 @@ pub(crate) async fn serve<S>(
                 let _ = tx.send(Reply {
                     cookie: h.cookie,
                     offset: h.offset,
-                    structured_read,
+                    chunked,
                     result: Err(e),
                     _permits: (req_permit, None),
                 });
@@ -372,7 +436,7 @@ pub(crate) async fn serve<S>(
             let _ = tx.send(Reply {
                 cookie: h.cookie,
                 offset: h.offset,
-                structured_read,
+                chunked,
                 result,
                 _permits: (req_permit, byte_permit),
             });
@@ -398,6 +462,7 @@ mod tests {
             backend,
             structured,
             flags,
+            base_allocation: structured,
         }
     }
 
@@ -458,5 +523,44 @@ mod tests {
             Some(Errno::Perm)
         );
         assert_eq!(errno(req(CMD_READ, 0, 0, 1), &ro), None);
+        // BLOCK_STATUS needs a selected context, nonzero length, in range.
+        let st = session(false, true);
+        assert_eq!(
+            errno(req(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 0, 9), &st),
+            None
+        );
+        assert_eq!(
+            errno(req(CMD_BLOCK_STATUS, 0, 0, 9), &s),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(req(CMD_BLOCK_STATUS, 0, 0, 0), &st),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(req(CMD_BLOCK_STATUS, 0, end, 1), &st),
+            Some(Errno::Inval)
+        );
+        assert_eq!(
+            errno(req(CMD_READ, CMD_FLAG_REQ_ONE, 0, 1), &st),
+            Some(Errno::Inval)
+        );
+    }
+
+    #[test]
+    fn descriptors_are_clamped_to_the_request() {
+        let e = |l, z| Extent {
+            length: l,
+            hole: false,
+            zero: z,
+        };
+        let ext = vec![e(10, false), e(0, true), e(20, true), e(50, false)];
+        assert_eq!(
+            descriptors(ext.clone(), 25, false),
+            vec![(10, 0), (15, STATE_ZERO)]
+        );
+        assert_eq!(descriptors(ext.clone(), 100, true), vec![(10, 0)]);
+        assert_eq!(descriptors(ext, 5, true), vec![(5, 0)]);
+        assert_eq!(descriptors(vec![], 7, false), vec![(7, 0)]);
     }
 }

@@ -383,3 +383,86 @@ fn tcp_listener_on_loopback_serves_nbdinfo_and_qemu_io() {
     assert!(snap[..4096].iter().all(|&b| b == 0));
     rt.block_on(handle.shutdown());
 }
+
+/// Expected zero map at 4 KiB granularity: merged (offset, length, is_zero).
+fn zero_runs(data: &[u8]) -> Vec<(u64, u64, bool)> {
+    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+    for (i, grain) in data.chunks(4096).enumerate() {
+        let z = grain.iter().all(|&b| b == 0);
+        match runs.last_mut() {
+            Some(r) if r.2 == z => r.1 += grain.len() as u64,
+            _ => runs.push((i as u64 * 4096, grain.len() as u64, z)),
+        }
+    }
+    runs
+}
+
+fn merge(mut v: Vec<(u64, u64, bool)>) -> Vec<(u64, u64, bool)> {
+    v.sort();
+    let mut out: Vec<(u64, u64, bool)> = Vec::new();
+    for r in v {
+        match out.last_mut() {
+            Some(l) if l.2 == r.2 && l.0 + l.1 == r.0 => l.1 += r.1,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+fn sparse_disk(size: usize) -> Vec<u8> {
+    let mut data = pattern(size, 5);
+    data[..64 * 1024].fill(0);
+    data[MIB..3 * MIB].fill(0);
+    data[3 * MIB + 4096..3 * MIB + 8192].fill(0);
+    data
+}
+
+#[test]
+fn nbdinfo_map_and_qemu_img_map_match_the_zero_layout() {
+    let nbdinfo = require_tool!("nbdinfo");
+    let qimg = require_tool!("qemu-img");
+    let data = sparse_disk(4 * MIB);
+    let expected = zero_runs(&data);
+    let mem: Arc<dyn Backend> = Arc::new(MemBackend::from_vec(data));
+    let srv = TestServer::start(vec![("", mem)]);
+
+    let v = json(&run_ok(
+        Command::new(&nbdinfo)
+            .args(["--map", "--json"])
+            .arg(srv.uri()),
+    ));
+    let got: Vec<(u64, u64, bool)> = v
+        .as_array()
+        .expect("map array")
+        .iter()
+        .map(|e| {
+            let t = e["type"].as_u64().unwrap();
+            assert_eq!(t & 1, 0, "memory is never a hole: {e}");
+            (
+                e["offset"].as_u64().unwrap(),
+                e["length"].as_u64().unwrap(),
+                t & 2 != 0,
+            )
+        })
+        .collect();
+    assert_eq!(merge(got), expected);
+
+    let v = json(&run_ok(
+        Command::new(&qimg)
+            .args(["map", "--output=json", "-f", "raw"])
+            .arg(srv.uri()),
+    ));
+    let got: Vec<(u64, u64, bool)> = v
+        .as_array()
+        .expect("map array")
+        .iter()
+        .map(|e| {
+            (
+                e["start"].as_u64().unwrap(),
+                e["length"].as_u64().unwrap(),
+                e["zero"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(merge(got), expected);
+}

@@ -738,3 +738,88 @@ fn server_config_is_validated() {
         ConfigError::Limits(_)
     ));
 }
+
+fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
+    let mut d = (name.len() as u32).to_be_bytes().to_vec();
+    d.extend_from_slice(name.as_bytes());
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        d.extend_from_slice(q.as_bytes());
+    }
+    d
+}
+
+/// Decode a BLOCK_STATUS chunk payload into (context id, [(length, flags)]).
+fn extents(data: &[u8]) -> (u32, Vec<(u32, u32)>) {
+    let id = u32::from_be_bytes(data[..4].try_into().unwrap());
+    let ext = data[4..]
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_be_bytes(c[..4].try_into().unwrap()),
+                u32::from_be_bytes(c[4..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    (id, ext)
+}
+
+#[test]
+fn base_allocation_block_status_reports_zero_runs() {
+    let (srv, _) = mem_server();
+    // Meta contexts need structured replies first.
+    let mut c = Client::connect(&srv.sock);
+    c.opt(OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION]));
+    assert_eq!(c.opt_reply().1, REP_ERR_INVALID);
+    c.opt(OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(c.opt_reply().1, REP_ACK);
+    c.opt(OPT_LIST_META_CONTEXT, &meta_data("disk", &[]));
+    let (_, kind, d) = c.opt_reply();
+    assert_eq!(kind, REP_META_CONTEXT);
+    assert_eq!(&d[4..], BASE_ALLOCATION.as_bytes());
+    assert_eq!(c.opt_reply().1, REP_ACK);
+    // Unknown namespaces select nothing; unknown exports are refused.
+    c.opt(
+        OPT_LIST_META_CONTEXT,
+        &meta_data("disk", &["qemu:dirty-bitmap:x"]),
+    );
+    assert_eq!(c.opt_reply().1, REP_ACK);
+    c.opt(OPT_SET_META_CONTEXT, &meta_data("nope", &[BASE_ALLOCATION]));
+    assert_eq!(c.opt_reply().1, REP_ERR_UNKNOWN);
+    c.opt(OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION]));
+    let (_, kind, d) = c.opt_reply();
+    assert_eq!(kind, REP_META_CONTEXT);
+    let id = u32::from_be_bytes(d[..4].try_into().unwrap());
+    assert_eq!(c.opt_reply().1, REP_ACK);
+    let (infos, last) = c.info_or_go(OPT_GO, "disk", &[]);
+    assert_eq!((infos.len(), last), (1, REP_ACK));
+
+    assert_eq!(c.write(1, 8192, b"0123456789", 0), 0);
+    c.request(CMD_BLOCK_STATUS, 0, 2, 0, 65536);
+    let (f, t, cookie, data) = c.chunk();
+    assert_eq!(
+        (f, t, cookie),
+        (REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, 2)
+    );
+    // Hand-computed: 4 KiB grains, only [8192, 12288) holds data.
+    assert_eq!(
+        extents(&data),
+        (id, vec![(8192, STATE_ZERO), (4096, 0), (53248, STATE_ZERO)])
+    );
+    c.request(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 3, 100, 65536);
+    let (_, t, _, data) = c.chunk();
+    assert_eq!(t, REPLY_TYPE_BLOCK_STATUS);
+    assert_eq!(extents(&data), (id, vec![(8092, STATE_ZERO)]));
+    c.request(CMD_BLOCK_STATUS, 0, 4, SIZE - 1, 2);
+    let (_, t, _, data) = c.chunk();
+    assert_eq!(t, REPLY_TYPE_ERROR);
+    assert_eq!(u32::from_be_bytes(data[..4].try_into().unwrap()), EINVAL);
+
+    // Without a selected context BLOCK_STATUS is EINVAL.
+    let (mut other, _, _) = Client::go(&srv.sock, "disk", true);
+    other.request(CMD_BLOCK_STATUS, 0, 5, 0, 4096);
+    let (_, t, cookie, data) = other.chunk();
+    assert_eq!((t, cookie), (REPLY_TYPE_ERROR, 5));
+    assert_eq!(u32::from_be_bytes(data[..4].try_into().unwrap()), EINVAL);
+}
