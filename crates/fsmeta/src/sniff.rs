@@ -162,7 +162,7 @@ impl Ext4Params {
 fn ext4(p: &Ext4Params, seeds: Option<&HashSet<u32>>, block: u64, d: &[u8]) -> bool {
     // In checksum mode, a checksummed block must unwind to a known seed.
     let seeded = |stored: u32, parts: &[&[u8]]| {
-        seeds.is_none_or(|s| {
+        seeds.map_or(true, |s| {
             s.contains(
                 &parts
                     .iter()
