@@ -38,7 +38,6 @@ where
             if block_size == 0 {
                 return Err(TraceError::InvalidArgument("block size must be > 0".into()));
             }
-            let bs = u64::from(block_size);
             let mut w = Text::create(out)?;
             let mut n = 0u64;
             for r in records {

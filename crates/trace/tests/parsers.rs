@@ -572,8 +572,9 @@ mod skip_bad_model {
         prop_oneof![
             (0u64..1_000_000, 1u64..100, 0u64..9, 0u64..1000)
                 .prop_map(|(a, b, c, d)| (format!("{a} {b} {c} {d}"), true)),
-            "[a-z ]{1,12}"
-                .prop_filter_map("blank", |s| { (!s.trim().is_empty()).then(|| (s, false)) }),
+            "[a-z ]{1,12}".prop_filter_map("blank", |s| {
+                (!s.trim().is_empty()).then_some((s, false))
+            }),
             (0u64..100).prop_map(|a| (format!("{a} 0 0 0"), false)),
             (0u64..100).prop_map(|a| (format!("{a} 1 0"), false)),
         ]
