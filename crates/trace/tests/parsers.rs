@@ -616,3 +616,25 @@ mod skip_bad_model {
         }
     }
 }
+
+#[test]
+fn overlong_line_is_an_error_and_reading_resumes() {
+    let d = TempDir::new().unwrap();
+    let mut text = b"1 1 0 0\n".to_vec();
+    text.extend(vec![b'7'; 200_000]);
+    text.extend_from_slice(b"\n2 1 0 0\n");
+    let p = write(&d, "t.lis", &text);
+    let items: Vec<_> = open(&p, Some(Format::ArcLis), &ReadOptions::default())
+        .unwrap()
+        .collect();
+    assert_eq!(items.len(), 3);
+    let msg = items[1].as_ref().unwrap_err().to_string();
+    assert!(msg.contains(":2: line longer than 65536 bytes"), "{msg}");
+    assert_eq!(items[2].as_ref().unwrap().offset, 1024);
+}
+
+#[test]
+fn trace_reader_is_send() {
+    fn send<T: Send>() {}
+    send::<tiercache_trace::TraceReader>();
+}

@@ -198,13 +198,12 @@ impl<P: LineParser> Source for LineSource<P> {
             if self.done {
                 return None;
             }
-            self.buf.clear();
-            match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(0) => {
+            let too_long = match read_line_capped(&mut self.reader, &mut self.buf) {
+                Ok(None) => {
                     self.done = true;
                     return None;
                 }
-                Ok(_) => {}
+                Ok(Some(too_long)) => too_long,
                 Err(e) => {
                     self.done = true;
                     return Some(Err(TraceError::Read {
@@ -213,8 +212,15 @@ impl<P: LineParser> Source for LineSource<P> {
                         source: e,
                     }));
                 }
-            }
+            };
             self.line += 1;
+            if too_long {
+                return Some(Err(TraceError::parse(
+                    &self.path,
+                    Location::Line(self.line),
+                    format!("line longer than {MAX_LINE} bytes; is this a text trace?"),
+                )));
+            }
             let mut bytes = &self.buf[..];
             while let [rest @ .., b'\n' | b'\r'] = bytes {
                 bytes = rest;
@@ -237,6 +243,41 @@ impl<P: LineParser> Source for LineSource<P> {
                     )))
                 }
             }
+        }
+    }
+}
+
+/// Longest text line kept; longer lines are errors (binary data read as
+/// text would otherwise be buffered whole).
+pub(crate) const MAX_LINE: usize = 64 * 1024;
+
+/// Reads one line (with its `\n`) into `buf`, keeping at most [`MAX_LINE`]
+/// bytes. Returns `None` at end of input, else whether the line was too long
+/// (then the rest of it has been consumed).
+fn read_line_capped(r: &mut DynBufRead, buf: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    let mut seen = 0usize;
+    loop {
+        let avail = match r.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return Ok((seen > 0).then_some(seen > MAX_LINE));
+        }
+        let (chunk, done) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (&avail[..=i], true),
+            None => (avail, false),
+        };
+        let n = chunk.len();
+        if seen < MAX_LINE {
+            buf.extend_from_slice(&chunk[..n.min(MAX_LINE - seen)]);
+        }
+        seen += n;
+        r.consume(n);
+        if done {
+            return Ok(Some(seen > MAX_LINE + 1));
         }
     }
 }
