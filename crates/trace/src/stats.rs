@@ -11,7 +11,9 @@ use crate::Record;
 /// `min_bytes <= len < 2 * min_bytes`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SizeBucket {
+    /// Lower bound of the bucket in bytes (a power of two; 0 for empty requests).
     pub min_bytes: u64,
+    /// Requests in the bucket.
     pub count: u64,
 }
 
@@ -20,10 +22,12 @@ pub struct SizeBucket {
 pub struct TraceStats {
     /// All records (reads + writes + trims + flushes).
     pub requests: u64,
+    /// Requests by kind.
     pub reads: u64,
     pub writes: u64,
     pub trims: u64,
     pub flushes: u64,
+    /// Bytes requested by kind.
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub bytes_trimmed: u64,
@@ -49,8 +53,9 @@ pub struct TraceStats {
     pub metadata_share: f64,
     /// Last minus first time, in ns (times of the trace as read).
     pub duration_ns: u64,
-    /// Lowest and highest byte touched (end exclusive); 0 for empty traces.
+    /// Lowest byte touched (0 for an empty trace).
     pub min_offset: u64,
+    /// Highest byte touched, exclusive (0 for an empty trace).
     pub max_end: u64,
 }
 

@@ -1,8 +1,8 @@
 //! Trace formats: names, detection and the per-format parsers.
 //!
-//! Text formats implement [`LineParser`] and share one line reader that
+//! Text formats implement a line parser and share one line reader that
 //! tracks line numbers for error messages; binary formats implement
-//! [`Source`] directly.
+//! a record source directly.
 
 use std::borrow::Cow;
 use std::fmt;
