@@ -3,7 +3,9 @@
 //! Targets: [`Format::Native`] (exact), [`Format::Blockid`] (one id per
 //! covered block; times and kinds are dropped) and [`Format::Msr`] (reads and
 //! writes only; times rounded down to 100 ns ticks, host `tiercache`, disk 0,
-//! response time 0).
+//! response time 0) and [`Format::Disksim`] (reads and writes on device 0,
+//! 512-byte aligned; times in ms with 6 decimals, i.e. ns exact), the input
+//! of DiskSim, MQSim and FlashSim.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -16,7 +18,12 @@ use crate::native::NativeWriter;
 use crate::{Format, Record};
 
 /// Formats [`convert`] can write.
-pub const OUTPUT_FORMATS: [Format; 3] = [Format::Native, Format::Blockid, Format::Msr];
+pub const OUTPUT_FORMATS: [Format; 4] = [
+    Format::Native,
+    Format::Blockid,
+    Format::Msr,
+    Format::Disksim,
+];
 
 /// Writes every record of `records` to `out` in `format` and returns the
 /// number of output records (ids for `blockid`). `block_size` (> 0) is the
@@ -73,6 +80,45 @@ where
                     r.time_ns / 100,
                     r.offset,
                     r.len
+                ))?;
+                n += 1;
+            }
+            w.finish(n)
+        }
+        Format::Disksim => {
+            let mut w = Text::create(out)?;
+            let mut n = 0u64;
+            for r in records {
+                let r = r?;
+                let flags = match r.kind {
+                    IoKind::Read => 1,
+                    IoKind::Write => 0,
+                    other => {
+                        return Err(TraceError::Unrepresentable {
+                            index: n,
+                            format: "disksim".into(),
+                            msg: format!(
+                                "DiskSim traces carry only reads and writes, not {other:?}"
+                            ),
+                        })
+                    }
+                };
+                if r.offset % 512 != 0 || r.len % 512 != 0 {
+                    return Err(TraceError::Unrepresentable {
+                        index: n,
+                        format: "disksim".into(),
+                        msg: format!(
+                            "offset {} / length {} are not whole 512-byte sectors",
+                            r.offset, r.len
+                        ),
+                    });
+                }
+                w.line(format_args!(
+                    "{}.{:06} 0 {} {} {flags}",
+                    r.time_ns / 1_000_000,
+                    r.time_ns % 1_000_000,
+                    r.offset / 512,
+                    r.len / 512
                 ))?;
                 n += 1;
             }

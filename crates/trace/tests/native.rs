@@ -202,3 +202,47 @@ fn convert_oltp_to_native_round_trip() {
         .map(Result::unwrap);
     assert!(a.eq(b));
 }
+
+#[test]
+fn convert_postmark_to_disksim_reproduces_the_trace() {
+    let src = Path::new("/work/shared/traces/disksim/ssd-postmark-aligned2.trace");
+    if !src.exists() {
+        eprintln!("SKIP: {} is absent", src.display());
+        return;
+    }
+    let d = TempDir::new().unwrap();
+    let out = d.path().join("pm.trace");
+    let input = || open(src, None, &ReadOptions::default()).unwrap();
+    assert_eq!(
+        convert(input(), &out, Format::Disksim, 512).unwrap(),
+        62_257
+    );
+    let back = open(&out, Some(Format::Disksim), &ReadOptions::default())
+        .unwrap()
+        .map(Result::unwrap);
+    assert!(input().map(Result::unwrap).eq(back));
+}
+
+#[test]
+fn disksim_output_refuses_unaligned_and_trims() {
+    let d = TempDir::new().unwrap();
+    let out = d.path().join("x.trace");
+    let rec = |offset, kind| {
+        Ok(Record {
+            time_ns: 1_500_000,
+            offset,
+            len: 512,
+            kind,
+            class: None,
+        })
+    };
+    let err = convert([rec(100, IoKind::Read)], &out, Format::Disksim, 512).unwrap_err();
+    assert!(
+        err.to_string().contains("not whole 512-byte sectors"),
+        "{err}"
+    );
+    let err = convert([rec(512, IoKind::Trim)], &out, Format::Disksim, 512).unwrap_err();
+    assert!(err.to_string().contains("only reads and writes"), "{err}");
+    convert([rec(1024, IoKind::Read)], &out, Format::Disksim, 512).unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "1.500000 0 2 1 1\n");
+}
