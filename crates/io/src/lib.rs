@@ -1,0 +1,202 @@
+//! Device I/O for the tiercache live server.
+//!
+//! The policy core (`tiercache-core`) decides *which* device operations to
+//! run; this crate runs them on real files and block devices.
+//!
+//! - [`BlockDev`]: one device (file or block device) with positional, full
+//!   reads and writes, flush, FUA writes and trim.
+//! - [`FileDev`]: the real thing, `pread`/`pwrite` on a file or block device,
+//!   optionally with `O_DIRECT` (aligned bounce buffers, read-modify-write of
+//!   unaligned edges; falls back to buffered I/O with a log line when the
+//!   file system refuses it).
+//! - [`MemDev`]: a device in memory (tests, reference models).
+//! - [`Engine`]: runs many operations concurrently and completes them out of
+//!   order, with a callback ([`Engine::submit`]) or a future
+//!   ([`Engine::run`], for the tokio-based NBD server).
+//!   [`PoolEngine`] is a portable thread pool, [`UringEngine`] uses io_uring
+//!   for files and block devices and the pool for everything else.
+//! - Test and emulation wrappers: [`FaultyDev`] injects EIO errors,
+//!   [`CrashDev`] emulates a volatile write cache that loses unflushed writes
+//!   on a crash, [`EmulatedHdd`] delays every operation as the HDD model of
+//!   `tiercache-model` predicts.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tiercache_io::{BlockDev, Engine, IoOp, MemDev, PoolEngine};
+//!
+//! let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("example", 1 << 20));
+//! let engine = PoolEngine::new(2, 64)?;
+//! engine.run_blocking(&dev, IoOp::Write { offset: 100, data: b"hello".to_vec(), fua: false })?;
+//! let data = engine.run_blocking(&dev, IoOp::Read { offset: 100, len: 5 })?;
+//! assert_eq!(data, b"hello");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+mod aligned;
+mod crash;
+mod emulated_hdd;
+mod engine;
+mod faulty;
+mod file;
+mod mem;
+mod pool;
+mod uring;
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+pub use aligned::AlignedBuf;
+pub use crash::{CrashDev, CrashMode, CrashReport};
+pub use emulated_hdd::EmulatedHdd;
+pub use engine::{Completion, Engine, IoOp, RunFuture};
+pub use faulty::{FaultCounts, FaultRule, FaultyDev, OpKinds};
+pub use file::{FileDev, FileDevOptions};
+pub use mem::MemDev;
+pub use pool::PoolEngine;
+pub use uring::UringEngine;
+
+/// A block device or file the server reads and writes.
+///
+/// Every method may be called concurrently from many threads. Operations on
+/// overlapping byte ranges that run at the same time have no defined order
+/// (as on a real disk); callers order them. All ranges must lie within
+/// `0..len()`: reads past the end fail with [`io::ErrorKind::UnexpectedEof`],
+/// writes and trims past the end with [`io::ErrorKind::InvalidInput`], and
+/// nothing is transferred.
+pub trait BlockDev: Send + Sync {
+    /// Size in bytes, fixed for the life of the object.
+    fn len(&self) -> u64;
+
+    /// Whether the device has zero bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fill all of `buf` with the bytes at `offset..offset + buf.len()`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Write all of `buf` at `offset`. The data may sit in a volatile cache
+    /// until the next [`BlockDev::flush`].
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Write all of `buf` at `offset` and return only once this data is
+    /// durable (Force Unit Access). The default writes, then flushes.
+    fn write_at_fua(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_at(buf, offset)?;
+        self.flush()
+    }
+
+    /// Make every write that completed before this call durable
+    /// (`fdatasync` on files and block devices).
+    fn flush(&self) -> io::Result<()>;
+
+    /// Discard `len` bytes at `offset`: their contents are no longer needed.
+    ///
+    /// Advisory: afterwards the range reads back as either its old contents or
+    /// zeros, depending on the device. A device that cannot discard returns
+    /// `Ok(())` and keeps the data (a discard is never needed for
+    /// correctness, and writing zeros instead would cost a full write).
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()>;
+
+    /// Short human-readable name (a path, or a description of a wrapper).
+    fn name(&self) -> &str;
+
+    /// The file descriptor behind this device, for engines that submit I/O
+    /// to the kernel themselves ([`UringEngine`]). `None` (the default) makes
+    /// engines call the methods above instead; wrappers that add behaviour
+    /// must return `None`.
+    fn raw_target(&self) -> Option<RawTarget> {
+        None
+    }
+}
+
+/// A file descriptor an engine may use for direct kernel I/O
+/// (see [`BlockDev::raw_target`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawTarget {
+    /// Open descriptor; valid as long as the device object lives.
+    pub fd: RawFd,
+    /// `Some(a)`: the descriptor is open with `O_DIRECT`, so offsets, lengths
+    /// and memory addresses must be multiples of `a` bytes.
+    pub direct_align: Option<usize>,
+}
+
+impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn write_at_fua(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at_fua(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).trim(offset, len)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn raw_target(&self) -> Option<RawTarget> {
+        (**self).raw_target()
+    }
+}
+
+/// What an access is, for range errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    Trim,
+}
+
+/// Check that `offset..offset + len` lies within a device of `dev_len` bytes.
+/// Reads past the end are `UnexpectedEof`, writes and trims `InvalidInput`.
+pub(crate) fn check_range(
+    name: &str,
+    dev_len: u64,
+    access: Access,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    let fits = offset.checked_add(len).is_some_and(|end| end <= dev_len);
+    if fits {
+        return Ok(());
+    }
+    let (what, kind) = match access {
+        Access::Read => ("read", io::ErrorKind::UnexpectedEof),
+        Access::Write => ("write", io::ErrorKind::InvalidInput),
+        Access::Trim => ("trim", io::ErrorKind::InvalidInput),
+    };
+    Err(io::Error::new(
+        kind,
+        format!(
+            "{what} of {len} bytes at offset {offset} goes past the end of {name} \
+             ({dev_len} bytes); the range must lie within 0..{dev_len}"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_errors_name_the_limit() {
+        assert!(check_range("d", 100, Access::Read, 90, 10).is_ok());
+        let e = check_range("d", 100, Access::Read, 95, 10).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("0..100"), "{e}");
+        let e = check_range("d", 100, Access::Write, u64::MAX, 2).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let e = check_range("d", 100, Access::Trim, 101, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+}
