@@ -23,6 +23,9 @@ pub(crate) struct Session {
     pub flags: u16,
     /// `base:allocation` was selected for this export (BLOCK_STATUS allowed).
     pub base_allocation: bool,
+    /// The client requested `NBD_INFO_BLOCK_SIZE` in GO and so promised to
+    /// honour the advertised minimum block size; unaligned requests get EINVAL.
+    pub enforce_minimum: bool,
 }
 
 /// Transmission flags advertised for `backend`.
@@ -161,10 +164,10 @@ async fn send_infos<S: AsyncWrite + Unpin>(
 
     let bs = backend.block_size();
     let mut sent = Vec::new();
-    // Block size constraints beyond the defaults are sent even unrequested
-    // (the spec allows it; clients that do not understand them ignore them).
+    // Constraints other than the defaults are sent even unrequested (spec:
+    // such a server SHOULD advertise them; clients ignore unknown infos).
     let mut wanted: Vec<u16> = requested.to_vec();
-    if bs.minimum > 1 {
+    if bs != crate::BlockSize::default() {
         wanted.push(INFO_BLOCK_SIZE);
     }
     for info in wanted {
@@ -278,6 +281,7 @@ where
                     structured,
                     flags,
                     base_allocation,
+                    enforce_minimum: false,
                 }));
             }
             OPT_ABORT => {
@@ -345,6 +349,7 @@ where
                         structured,
                         flags,
                         base_allocation: meta_export.as_ref() == Some(&canonical),
+                        enforce_minimum: req.infos.contains(&INFO_BLOCK_SIZE),
                     }));
                 }
             }

@@ -136,9 +136,20 @@ fn validate(h: &RequestHeader, s: &Session, max_payload: u32) -> Result<Command,
             "WRITE_ZEROES is not supported by this export",
         ));
     }
-    if matches!(h.kind, CMD_READ | CMD_WRITE) && len > max_payload {
+    let bs = b.block_size();
+    let max_len = max_payload.min(bs.maximum);
+    if matches!(h.kind, CMD_READ | CMD_WRITE) && len > max_len {
         return Err(Error::invalid(format!(
-            "{name} length {len} exceeds the maximum payload of {max_payload} bytes"
+            "{name} length {len} exceeds the maximum block size of {max_len} bytes"
+        )));
+    }
+    let min = bs.minimum as u64;
+    if s.enforce_minimum
+        && !matches!(h.kind, CMD_FLUSH | CMD_DISC)
+        && !(offset.is_multiple_of(min) && (len as u64).is_multiple_of(min))
+    {
+        return Err(Error::invalid(format!(
+            "{name} at {offset}+{len} is not aligned to the minimum block size {min} the client agreed to"
         )));
     }
     let range_ok = in_range(offset, len as u64, size);
@@ -443,8 +454,24 @@ pub(crate) async fn serve<S>(
         });
     }
     drop(tx);
-    let _ = writer.await;
+    if cancel.is_cancelled() {
+        // Shutting down: a client that stops reading must not block shutdown
+        // forever; give in-flight replies a grace period, then cut it off.
+        let mut writer = writer;
+        if tokio::time::timeout(SHUTDOWN_GRACE, &mut writer)
+            .await
+            .is_err()
+        {
+            tracing::warn!("client did not read its replies during shutdown; closing");
+            writer.abort();
+        }
+    } else {
+        let _ = writer.await;
+    }
 }
+
+/// How long shutdown waits for a connection's pending replies to be written.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
@@ -463,6 +490,7 @@ mod tests {
             structured,
             flags,
             base_allocation: structured,
+            enforce_minimum: false,
         }
     }
 
@@ -545,6 +573,34 @@ mod tests {
             errno(req(CMD_READ, CMD_FLAG_REQ_ONE, 0, 1), &st),
             Some(Errno::Inval)
         );
+    }
+
+    #[test]
+    fn negotiated_minimum_block_size_is_enforced() {
+        let bs = crate::BlockSize {
+            minimum: 512,
+            preferred: 4096,
+            maximum: 1 << 20,
+        };
+        let backend: Arc<dyn Backend> = Arc::new(MemBackend::new(1 << 20).with_block_size(bs));
+        let mut s = Session {
+            flags: crate::handshake::transmission_flags(&*backend, false),
+            backend,
+            structured: false,
+            base_allocation: false,
+            enforce_minimum: false,
+        };
+        // Not negotiated: unaligned is fine, but max block size still applies.
+        assert_eq!(errno(req(CMD_WRITE, 0, 100, 7), &s), None);
+        assert_eq!(
+            errno(req(CMD_READ, 0, 0, (1 << 20) + 512), &s),
+            Some(Errno::Inval)
+        );
+        s.enforce_minimum = true;
+        assert_eq!(errno(req(CMD_WRITE, 0, 100, 512), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(CMD_TRIM, 0, 512, 100), &s), Some(Errno::Inval));
+        assert_eq!(errno(req(CMD_READ, 0, 1024, 512), &s), None);
+        assert_eq!(errno(req(CMD_FLUSH, 0, 0, 0), &s), None);
     }
 
     #[test]

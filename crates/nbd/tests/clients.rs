@@ -466,3 +466,32 @@ fn nbdinfo_map_and_qemu_img_map_match_the_zero_layout() {
         .collect();
     assert_eq!(merge(got), expected);
 }
+
+#[test]
+fn qemu_io_unaligned_io_on_an_export_with_512_byte_minimum() {
+    let qio = require_tool!("qemu-io");
+    let bs = BlockSize {
+        minimum: 512,
+        preferred: 4096,
+        maximum: 32 * MIB as u32,
+    };
+    let mem = Arc::new(MemBackend::new(2 * MIB).with_block_size(bs));
+    let srv = TestServer::start(vec![("", mem.clone() as Arc<dyn Backend>)]);
+    // qemu negotiates NBD_INFO_BLOCK_SIZE, so the server rejects unaligned
+    // requests; qemu must read-modify-write and the result must still be exact.
+    qemu_io(
+        &qio,
+        &srv.uri(),
+        &[
+            "write -P 0x77 0 8k",
+            "write -P 0x33 1001 3000",
+            "read -P 0x33 1001 3000",
+            "read -P 0x77 0 1001",
+            "read -P 0x77 4001 4191",
+        ],
+    );
+    let mut model = vec![0u8; 2 * MIB];
+    model[..8192].fill(0x77);
+    model[1001..4001].fill(0x33);
+    assert_eq!(first_diff(&mem.snapshot(), &model), None);
+}

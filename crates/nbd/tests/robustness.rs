@@ -823,3 +823,38 @@ fn base_allocation_block_status_reports_zero_runs() {
     assert_eq!((t, cookie), (REPLY_TYPE_ERROR, 5));
     assert_eq!(u32::from_be_bytes(data[..4].try_into().unwrap()), EINVAL);
 }
+
+#[test]
+fn minimum_block_size_is_enforced_only_when_the_client_negotiated_it() {
+    let bs = tiercache_nbd::BlockSize {
+        minimum: 512,
+        preferred: 4096,
+        maximum: 1 << 20,
+    };
+    let mem: Arc<dyn Backend> = Arc::new(MemBackend::new(SIZE as usize).with_block_size(bs));
+    let srv = TestServer::start(vec![("", mem)]);
+
+    // GO with an NBD_INFO_BLOCK_SIZE request: the client must honour it.
+    let mut c = Client::connect(&srv.sock);
+    let (infos, last) = c.info_or_go(OPT_GO, "", &[INFO_BLOCK_SIZE]);
+    assert_eq!(last, REP_ACK);
+    let bsi = infos
+        .iter()
+        .find(|i| u16::from_be_bytes([i[0], i[1]]) == INFO_BLOCK_SIZE)
+        .expect("block size info");
+    assert_eq!(&bsi[2..], &[0, 0, 2, 0, 0, 0, 0x10, 0, 0, 0x10, 0, 0]);
+    assert_eq!(c.write(1, 100, &[1u8; 512], 0), EINVAL);
+    assert_eq!(c.write(2, 512, &[1u8; 512], 0), 0);
+    assert_eq!(c.write(3, 0, &vec![1u8; (1 << 20) + 512], 0), EINVAL);
+
+    // GO without it (like the kernel client): unaligned requests are served,
+    // and the non-default constraints are still announced.
+    let mut c = Client::connect(&srv.sock);
+    let (infos, last) = c.info_or_go(OPT_GO, "", &[]);
+    assert_eq!(last, REP_ACK);
+    assert!(infos
+        .iter()
+        .any(|i| u16::from_be_bytes([i[0], i[1]]) == INFO_BLOCK_SIZE));
+    assert_eq!(c.write(4, 100, b"odd", 0), 0);
+    assert_eq!(c.read(5, 99, 5).unwrap(), b"\0odd\0");
+}
