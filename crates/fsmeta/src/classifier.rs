@@ -133,7 +133,8 @@ impl<R: ReadAt> FsClassifier<R> {
     }
 
     /// Re-parse the layout if `data` (about to be written at `offset`)
-    /// changes a layout-defining field. Returns whether the layout changed.
+    /// changes a layout-defining field (an XFS free-list change alone is
+    /// patched in place). Returns whether the layout was re-parsed.
     pub fn observe_write(&mut self, offset: u64, data: &[u8]) -> bool {
         let Some((first, end)) = self.block_span(offset, data.len() as u64) else {
             return false;
@@ -141,6 +142,7 @@ impl<R: ReadAt> FsClassifier<R> {
         let bs = self.layout.block_size as u64;
         let start = offset - self.partition_offset;
         let (mut changed, mut touched) = (false, false);
+        let mut freelist_updates = Vec::new();
         for b in first..end {
             let Some(i) = self.layout.critical_index(b) else {
                 continue;
@@ -154,12 +156,28 @@ impl<R: ReadAt> FsClassifier<R> {
             }
             let c = &self.layout.critical[i];
             let blk = &data[(lo - start) as usize..(hi - start) as usize];
-            if fingerprint(blk, &c.fields) != c.fingerprint {
-                changed = true;
+            let fp = fingerprint(blk, &c.fields);
+            if fp == c.fingerprint {
+                continue;
+            }
+            // An XFS free-list change with unchanged geometry is patched in place.
+            match c.ag_freelist {
+                Some(ag) if fp[..c.geometry_len] == c.fingerprint[..c.geometry_len] => {
+                    freelist_updates.push((i, ag, (lo - start) as usize))
+                }
+                _ => changed = true,
             }
         }
         if !(changed || (self.stale && touched)) {
-            return false;
+            let mut ok = true;
+            for (i, ag, at) in freelist_updates {
+                ok &= self
+                    .layout
+                    .update_freelist(i, ag, &data[at..at + bs as usize]);
+            }
+            if ok {
+                return false;
+            }
         }
         let view = Overlay {
             dev: &self.dev,

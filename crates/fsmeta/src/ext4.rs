@@ -510,6 +510,7 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
             inode_size: sb.inode_size as usize,
             itables,
         }),
+        freelists: Vec::new(),
     })
 }
 

@@ -50,6 +50,8 @@ pub struct Layout {
     pub(crate) critical: Vec<CriticalBlock>,
     /// Parameters the content sniffer checks blocks against.
     pub(crate) sniff: SniffParams,
+    /// XFS: free-list blocks per AG (part of `metadata`); empty for ext4.
+    pub(crate) freelists: Vec<Vec<u64>>,
 }
 
 /// A layout-defining block and the bytes of it the layout depends on.
@@ -58,15 +60,23 @@ pub(crate) struct CriticalBlock {
     pub block: u64,
     pub fields: Vec<(usize, usize)>,
     pub fingerprint: Vec<u8>,
+    /// XFS: this block holds the whole header of this AG, so a change
+    /// confined to its free list can be applied without a full re-parse.
+    pub ag_freelist: Option<u64>,
+    /// Leading fingerprint bytes that are filesystem geometry (superblock).
+    pub geometry_len: usize,
 }
 
 impl CriticalBlock {
     pub fn new(block: u64, fields: Vec<(usize, usize)>, data: &[u8]) -> Self {
         let fingerprint = fingerprint(data, &fields);
+        let geometry_len = fingerprint.len();
         CriticalBlock {
             block,
             fields,
             fingerprint,
+            ag_freelist: None,
+            geometry_len,
         }
     }
 }
@@ -125,6 +135,7 @@ pub(crate) struct XfsParams {
     pub agblklog: u32,
     pub inopblog: u32,
     pub inodesize: usize,
+    pub sectsize: usize,
 }
 
 impl Layout {
@@ -153,6 +164,30 @@ impl Layout {
         } else {
             None
         }
+    }
+
+    /// Replace AG `ag`'s free list with the one in `hdr` (the AG's header
+    /// block as about to be written). Returns false if `hdr` has no valid AGF.
+    pub(crate) fn update_freelist(&mut self, ci: usize, ag: u64, hdr: &[u8]) -> bool {
+        let SniffParams::Xfs(p) = &self.sniff else {
+            return false;
+        };
+        let Some(list) = xfs::freelist(hdr, p.sectsize, p.v5, p.agblocks) else {
+            return false;
+        };
+        let start = ag * p.agblocks;
+        let blocks: Vec<u64> = list.iter().map(|b| start + b).collect();
+        let Some(old) = self.freelists.get_mut(ag as usize) else {
+            return false;
+        };
+        let old_set = BlockRanges::from_runs(old.iter().map(|&b| (b, 1)).collect());
+        let mut runs: Vec<(u64, u64)> = self.metadata.minus(&old_set).runs().to_vec();
+        runs.extend(blocks.iter().map(|&b| (b, 1)));
+        self.metadata = BlockRanges::from_runs(runs);
+        *old = blocks;
+        let c = &mut self.critical[ci];
+        c.fingerprint = fingerprint(hdr, &c.fields);
+        true
     }
 
     /// Index of the critical block `block`, if it is one.

@@ -23,6 +23,31 @@
 //! 3. **Classes**: [`Class::Metadata`], [`Class::Journal`] (write-mostly,
 //!    read back only at mount/recovery) and [`Class::Data`].
 //!
+//! ## ext4 checksum mode
+//!
+//! An ext4 image stored as a file (a VM disk, a backup) contains blocks that
+//! are structurally perfect ext4 metadata. With `metadata_csum`, checksum
+//! mode ([`Sniffer::with_checksums`], [`FsClassifier::attach_verified`],
+//! always used by [`classify_image`]) tells them apart: the classifier learns
+//! each in-use inode's checksum seed (crc32c of fs seed, inode number,
+//! generation) from inode-table blocks, and accepts a directory, htree or
+//! extent block only if running its CRC32C backwards from the stored
+//! checksum yields a learned seed; xattr blocks must match this filesystem's
+//! seed and their own block number. A block whose inode has not been seen
+//! yet is data until it is classified again. Structural mode
+//! ([`FsClassifier::attach`]) skips the inode-table scan at attach.
+//!
+//! ## Limits
+//!
+//! Content alone cannot recognise ext4 slow symlinks (targets of 60 bytes or
+//! more), XFS v4 remote symlinks and attribute values, indirect blocks of
+//! block-mapped (ext2/3-style) files, or the second and later filesystem
+//! blocks of XFS directory blocks larger than a filesystem block; they are
+//! data here. Without `metadata_csum`, ext4 images stored as files are
+//! classified as metadata. Partition tables are not parsed (give the
+//! partition offset); bigalloc, external journals/logs and XFS realtime
+//! devices are not handled; dm-crypt below the cache defeats both methods.
+//!
 //! # Transport hints: the [`ClassSource`] seam
 //!
 //! The server asks a [`ClassSource`] for the class of every request:

@@ -91,8 +91,8 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
     let mut meta = Vec::new();
     let mut journal = Vec::new();
     let mut critical = Vec::new();
+    let mut freelists = Vec::new();
     let hdr_blocks = (4 * sectsize).div_ceil(bs);
-    let agfl_entries = (sectsize as usize - if v5 { 36 } else { 0 }) / 4;
     for ag in 0..agcount {
         let start = ag * agblocks;
         if start >= dblocks {
@@ -111,18 +111,9 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
         fields.push((agf + 40, agf + 52));
         fields.push((agfl, agfl + sectsize as usize));
         // Free-list blocks, when the AGF is valid.
-        if &hdr[agf..agf + 4] == b"XAGF" {
-            let (first, count) = (be32(&hdr, agf + 40) as usize, be32(&hdr, agf + 48) as usize);
-            if first < agfl_entries && count <= agfl_entries {
-                let arr = agfl + if v5 { 36 } else { 0 };
-                for k in 0..count {
-                    let agbno = be32(&hdr, arr + 4 * ((first + k) % agfl_entries)) as u64;
-                    if agbno < agblocks {
-                        meta.push((start + agbno, 1));
-                    }
-                }
-            }
-        }
+        let list = freelist(&hdr, sectsize as usize, v5, agblocks).unwrap_or_default();
+        meta.extend(list.iter().map(|&b| (start + b, 1)));
+        freelists.push(list.iter().map(|&b| start + b).collect());
         // One critical entry per header block, with fields rebased.
         for hb in 0..hdr_blocks {
             let (lo, hi) = ((hb * bs) as usize, ((hb + 1) * bs) as usize);
@@ -131,7 +122,14 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
                 .filter(|&&(a, b)| a < hi && b > lo)
                 .map(|&(a, b)| (a.max(lo) - lo, b.min(hi) - lo))
                 .collect();
-            critical.push(CriticalBlock::new(start + hb, f, &hdr[lo..hi]));
+            let mut c = CriticalBlock::new(start + hb, f, &hdr[lo..hi]);
+            c.geometry_len = if ag == 0 && hb == 0 {
+                SB_FIELDS.iter().map(|(a, b)| b - a).sum()
+            } else {
+                0
+            };
+            c.ag_freelist = (hdr_blocks == 1).then_some(ag);
+            critical.push(c);
         }
     }
     if logstart != 0 {
@@ -164,6 +162,29 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
             agblklog,
             inopblog,
             inodesize: inodesize as usize,
+            sectsize: sectsize as usize,
         }),
+        freelists,
     })
+}
+
+/// AG-relative blocks on the free list of the AG header `hdr` (sectors 0-3),
+/// or `None` if the AGF is not valid.
+pub(crate) fn freelist(hdr: &[u8], sectsize: usize, v5: bool, agblocks: u64) -> Option<Vec<u64>> {
+    let (agf, agfl) = (sectsize, 3 * sectsize);
+    if hdr.len() < 4 * sectsize || &hdr[agf..agf + 4] != b"XAGF" {
+        return None;
+    }
+    let entries = (sectsize - if v5 { 36 } else { 0 }) / 4;
+    let (first, count) = (be32(hdr, agf + 40) as usize, be32(hdr, agf + 48) as usize);
+    if first >= entries || count > entries {
+        return None;
+    }
+    let arr = agfl + if v5 { 36 } else { 0 };
+    Some(
+        (0..count)
+            .map(|k| be32(hdr, arr + 4 * ((first + k) % entries)) as u64)
+            .filter(|&b| b < agblocks)
+            .collect(),
+    )
 }

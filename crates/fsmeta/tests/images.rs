@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use tiercache_fsmeta::classify_image;
+use tiercache_fsmeta::{classify_image, ClassSource, FsClassifier};
 
 fn check(name: &str, xfs: bool, mib: u64, mkfs: &[&str]) {
     let tools: &[&str] = if xfs {
@@ -101,6 +101,22 @@ fn check(name: &str, xfs: bool, mib: u64, mkfs: &[&str]) {
     eprintln!(
         "{name}: first FN blocks {:?}",
         &s.fn_blocks[..s.fn_blocks.len().min(20)]
+    );
+    // The live path (attach, then classify each block as a read-miss fill)
+    // agrees with the offline report block for block.
+    let mut live = FsClassifier::attach_verified(std::fs::File::open(&img).unwrap(), 0).unwrap();
+    let bs = report.block_size as usize;
+    let bytes = std::fs::read(&img).unwrap();
+    let disagree = (0..report.blocks)
+        .filter(|&b| {
+            let at = b as usize * bs;
+            live.classify(at as u64, bs as u64, Some(&bytes[at..at + bs]), None)
+                != report.class_of(b)
+        })
+        .count();
+    assert_eq!(
+        disagree, 0,
+        "{name}: live classifier disagrees with classify_image on {disagree} blocks"
     );
     if std::env::var_os("FSMETA_KEEP").is_some() {
         eprintln!(

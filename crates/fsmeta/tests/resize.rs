@@ -81,3 +81,59 @@ fn resize2fs_writes_in_ascending_order_trigger_a_reparse() {
 fn resize2fs_writes_in_descending_order_trigger_a_reparse() {
     replay(false);
 }
+
+/// xfs_growfs works only on a mounted filesystem: grow a loop-mounted XFS
+/// from 128 to 192 MiB, then replay every changed block (mount, log and
+/// growfs writes) through the classifier.
+#[test]
+fn xfs_growfs_writes_trigger_a_reparse() {
+    if let Some(why) = missing_tools(&["mkfs.xfs", "xfs_growfs", "mount", "umount", "losetup"])
+        .or_else(missing_loop)
+    {
+        eprintln!("SKIP xfs growfs: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(
+        dir.path(),
+        "fs.img",
+        192,
+        &["mkfs.xfs", "-q", "-f", "-d", "size=128m"],
+    );
+    let old = std::fs::read(&img).unwrap();
+    let mnt = match LoopMount::new(&img, &dir.path().join("mnt")) {
+        Ok(m) => m,
+        Err(why) => {
+            eprintln!("SKIP xfs growfs: {why}");
+            return;
+        }
+    };
+    std::fs::write(mnt.dir.join("file"), vec![7u8; 1 << 20]).unwrap();
+    run(std::process::Command::new("xfs_growfs")
+        .arg("-d")
+        .arg(&mnt.dir));
+    mnt.unmount();
+    let new = std::fs::read(&img).unwrap();
+    let expected = Layout::detect(&new, 0).unwrap();
+
+    let dev = Mem(Rc::new(RefCell::new(old)));
+    let mut c = FsClassifier::attach(dev.clone(), 0).unwrap();
+    assert!(c.layout().blocks < expected.blocks);
+    let bs = c.layout().block_size as usize;
+    let changed: Vec<usize> = (0..new.len() / bs)
+        .filter(|&b| dev.0.borrow()[b * bs..(b + 1) * bs] != new[b * bs..(b + 1) * bs])
+        .collect();
+    for b in &changed {
+        let data = &new[b * bs..(b + 1) * bs];
+        c.classify((b * bs) as u64, bs as u64, Some(data), None);
+        dev.0.borrow_mut()[b * bs..(b + 1) * bs].copy_from_slice(data);
+    }
+    eprintln!(
+        "xfs growfs replay: {} blocks written, {} re-parses",
+        changed.len(),
+        c.reparse_count()
+    );
+    assert_eq!(c.layout().blocks, expected.blocks);
+    assert_eq!(c.layout().metadata, expected.metadata);
+    assert_eq!(c.layout().journal, expected.journal);
+}
