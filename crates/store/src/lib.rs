@@ -29,7 +29,7 @@
 //! - `append`: memory only.
 //! - `commit` of `n` records: 2 device syncs (one before, so data writes that
 //!   completed before the records were appended are durable first; one after)
-//!   plus `ceil` of the records' bytes / 4064 rounded to whole 4 KiB blocks.
+//!   plus ceil(records' bytes / 4056) whole 4 KiB blocks (40-byte block header).
 //!   Records take 18 bytes (Map), 9 (Unmap) or 9 + ceil(sub-blocks / 8)
 //!   (Valid, Dirty, Clean). An empty commit issues 1 sync (the data flush an
 //!   NBD FLUSH needs anyway). Group commit amortises both syncs over every

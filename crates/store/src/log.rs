@@ -9,13 +9,21 @@
 //! 24  nrec            u16
 //! 26  payload bytes   u16
 //! 28  flags           u32   bit 0: last block of its commit
-//! 32  records: encoded record, then crc32c(uuid, epoch, seq, record) u32
+//! 32  commit_seq      u64   sequence number of the first record of its commit
+//! 40  records: encoded record, then crc32c(uuid, epoch, seq, record) u32
 //! ```
 //! Each commit starts on a fresh block and pads its last block, so a block
 //! holding committed records is never rewritten within its epoch: a torn
 //! commit can damage only its own blocks. Commits are atomic: replay applies
 //! a commit's records only once it has read its flagged last block intact,
-//! and rolls back a partly read commit. A record's crc covers the store
+//! and rolls back a partly read commit.
+//!
+//! Only the last commit can be torn by a crash (a commit returns after its
+//! sync, and the next starts after that). So when replay stops, the rest of
+//! the region is scanned: a valid block of the same epoch from a *later*
+//! commit means the log was damaged in the middle (media corruption), and
+//! recovery refuses rather than roll back past commits that may have
+//! reused slots. A record's crc covers the store
 //! UUID, the epoch and its sequence number, so stale blocks of older epochs
 //! or of a previous store on the same device are never replayed.
 
@@ -26,7 +34,7 @@ use crate::layout::{Layout, BLOCK};
 use crate::record::{LineMeta, Record};
 
 const MAGIC: &[u8; 4] = b"TCLG";
-const HEADER: usize = 32;
+const HEADER: usize = 40;
 const FLAG_COMMIT_END: u32 = 1;
 /// Bytes of record payload a block can hold.
 pub(crate) const PAYLOAD: usize = BLOCK as usize - HEADER;
@@ -102,6 +110,7 @@ pub(crate) fn encode_blocks(
         } else {
             0
         });
+        block.u64(first_seq);
         block.bytes(&payload.buf);
         block.buf.resize(BLOCK as usize, 0);
         let crc = header_crc(uuid, &block.buf);
@@ -264,6 +273,21 @@ pub(crate) fn replay(
             }
         }
     }
+    if out.end != LogEnd::RegionEnd {
+        // `i` is the block where replay stopped; no later commit may follow.
+        let (later, scanned) = later_commit(dev, layout, uuid, epoch, start, i, out.next_seq)?;
+        out.bytes_read += scanned;
+        if let Some((pos, cseq)) = later {
+            return Err(StoreError::Corrupt(format!(
+                "metadata log damaged in the middle: replay of epoch {epoch} stopped at ring block {} ({}), yet block {pos} holds a later commit (seq {cseq}); recovering only the part before the damage could serve reused slots' data, so the cache cannot be trusted: reformat it with --force (dirty data not yet on the backing device is lost)",
+                (start + i) % layout.log_blocks,
+                match &out.end {
+                    LogEnd::Torn(w) | LogEnd::Invalid(w) => w.as_str(),
+                    _ => "no valid block",
+                },
+            )));
+        }
+    }
     if open_blocks > 0 || !undo.is_empty() {
         if out.end == LogEnd::Clean || out.end == LogEnd::RegionEnd {
             out.end = LogEnd::Torn(format!(
@@ -276,6 +300,47 @@ pub(crate) fn replay(
         }
     }
     Ok(out)
+}
+
+/// Scans ring blocks `from..log_blocks` (relative to `start`) for a valid block
+/// of `epoch` belonging to a commit that starts after `next_seq`; returns its
+/// ring position and commit sequence, and the bytes read.
+fn later_commit(
+    dev: &impl MetaDevice,
+    layout: &Layout,
+    uuid: &[u8; 16],
+    epoch: u64,
+    start: u64,
+    from: u64,
+    next_seq: u64,
+) -> Result<(Option<(u64, u64)>, u64)> {
+    let mut buf = Vec::new();
+    let mut read = 0;
+    let mut i = from;
+    while i < layout.log_blocks {
+        let pos = (start + i) % layout.log_blocks;
+        let run = READ_CHUNK
+            .min(layout.log_blocks - i)
+            .min(layout.log_blocks - pos);
+        buf.resize((run * BLOCK) as usize, 0);
+        dev.read_at(&mut buf, layout.log_offset + pos * BLOCK)
+            .map_err(|e| StoreError::io("scanning the metadata log", e))?;
+        read += run * BLOCK;
+        for (j, block) in buf.chunks(BLOCK as usize).enumerate() {
+            if &block[0..4] == MAGIC
+                && u32::from_le_bytes(block[4..8].try_into().unwrap_or_default())
+                    == header_crc(uuid, block)
+            {
+                let word =
+                    |o: usize| u64::from_le_bytes(block[o..o + 8].try_into().unwrap_or_default());
+                if word(8) == epoch && word(32) > next_seq {
+                    return Ok((Some((pos + j as u64, word(32))), read));
+                }
+            }
+        }
+        i += run;
+    }
+    Ok((None, read))
 }
 
 /// Whether any log block carries a valid header of an epoch newer than `epoch`
@@ -334,7 +399,7 @@ mod tests {
             .collect();
         let enc = encode_blocks(&[7; 16], 3, 100, &recs, bm);
         assert_eq!(enc.len() as u64, blocks_needed(&recs, bm) * BLOCK);
-        // Average record is (14 + 7 + 5) / 3 + 4 bytes; 4064-byte payloads hold ~ 4064/12.67.
+        // Average record is (14 + 7 + 5) / 3 + 4 bytes; 4056-byte payloads hold ~ 4056/12.67.
         assert_eq!(blocks_needed(&recs, bm), 4);
     }
 

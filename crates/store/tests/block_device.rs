@@ -16,7 +16,11 @@ fn format_and_reopen_on_block_devices() {
         eprintln!("SKIP: set TIERCACHE_TEST_CACHE_DEV and TIERCACHE_TEST_BACKING_DEV to scratch block devices");
         return;
     };
-    let f = OpenOptions::new().read(true).write(true).open(&cache).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&cache)
+        .unwrap();
     let size = f.len().unwrap();
     assert!(size > 0, "block device size comes from seeking to the end");
     let id = BackingIdentity::probe(Path::new(&back)).unwrap();
@@ -31,7 +35,13 @@ fn format_and_reopen_on_block_devices() {
     };
     format(&f, &p, true).unwrap();
     let mut store = open(&f, &id).unwrap().store;
-    store.append(Record::Map { slot: 1, line: 2, class: 0 }).unwrap();
+    store
+        .append(Record::Map {
+            slot: 1,
+            line: 2,
+            class: 0,
+        })
+        .unwrap();
     store.commit().unwrap();
     drop(store);
     let opened = open(&f, &id).unwrap();

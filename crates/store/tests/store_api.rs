@@ -448,3 +448,39 @@ fn backing_mismatch_is_refused_and_says_what_differs() {
         .to_string();
     assert!(e.contains("modified without the cache"), "{e}");
 }
+
+#[test]
+fn damage_in_the_middle_of_the_log_is_refused_but_a_torn_tail_is_not() {
+    let build = || {
+        let dev = formatted();
+        let mut store = open(&dev, &backing()).unwrap().store;
+        let l = *store.layout();
+        // Three commits of one block each at ring blocks 0, 1, 2 (fresh store: epoch 1 starts at 0).
+        for (slot, line) in [(0u32, 10u64), (1, 11), (2, 12)] {
+            store
+                .append(Record::Map {
+                    slot,
+                    line,
+                    class: 0,
+                })
+                .unwrap();
+            store.commit().unwrap();
+        }
+        (dev, l)
+    };
+    let (dev, l) = build();
+    dev.corrupt(l.log_offset + 45, 0x10); // a record of the first commit
+    let e = open(&dev, &backing())
+        .err()
+        .expect("must refuse")
+        .to_string();
+    assert!(e.contains("damaged in the middle"), "{e}");
+    assert!(!check(&dev).unwrap().is_ok());
+
+    let (dev, l) = build();
+    dev.corrupt(l.log_offset + 2 * BLOCK + 45, 0x10); // the last commit
+    let opened = open(&dev, &backing()).unwrap();
+    assert!(opened.report.torn_tail);
+    let lines: Vec<u64> = opened.table.iter().flatten().map(|m| m.line).collect();
+    assert_eq!(lines, vec![10, 11]);
+}
