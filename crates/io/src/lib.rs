@@ -54,7 +54,7 @@ pub use faulty::{FaultCounts, FaultRule, FaultyDev, OpKinds};
 pub use file::{FileDev, FileDevOptions};
 pub use mem::MemDev;
 pub use pool::PoolEngine;
-pub use uring::UringEngine;
+pub use uring::{UringEngine, UringStats};
 
 /// A block device or file the server reads and writes.
 ///

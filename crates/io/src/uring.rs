@@ -4,6 +4,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -40,6 +41,17 @@ pub struct UringEngine {
     thread: Option<JoinHandle<()>>,
     fallback: PoolEngine,
     admission: Admission,
+    ring_ops: AtomicU64,
+    fallback_ops: AtomicU64,
+}
+
+/// How many ops a [`UringEngine`] sent where.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UringStats {
+    /// Ops submitted to the ring.
+    pub ring_ops: u64,
+    /// Ops run on the fallback thread pool.
+    pub fallback_ops: u64,
 }
 
 impl UringEngine {
@@ -95,7 +107,17 @@ impl UringEngine {
             thread: Some(thread),
             fallback,
             admission: Admission::new(slots),
+            ring_ops: AtomicU64::new(0),
+            fallback_ops: AtomicU64::new(0),
         })
+    }
+
+    /// Where ops went so far.
+    pub fn stats(&self) -> UringStats {
+        UringStats {
+            ring_ops: self.ring_ops.load(Ordering::Relaxed),
+            fallback_ops: self.fallback_ops.load(Ordering::Relaxed),
+        }
     }
 
     fn kick(&self) {
@@ -204,7 +226,10 @@ impl Engine for UringEngine {
     fn submit(&self, dev: &Arc<dyn BlockDev>, op: IoOp, done: Completion) {
         let (fd, kind, offset, buf) = match native(dev, &op) {
             Ok(Some(n)) => n,
-            Ok(None) => return self.fallback.submit(dev, op, done),
+            Ok(None) => {
+                self.fallback_ops.fetch_add(1, Ordering::Relaxed);
+                return self.fallback.submit(dev, op, done);
+            }
             Err(e) => return done(Err(e)),
         };
         let job = Job {
@@ -218,7 +243,10 @@ impl Engine for UringEngine {
         };
         match &self.tx {
             Some(tx) => match tx.send(job) {
-                Ok(()) => self.kick(),
+                Ok(()) => {
+                    self.ring_ops.fetch_add(1, Ordering::Relaxed);
+                    self.kick();
+                }
                 Err(e) => (e.into_inner().done)(Err(aborted())),
             },
             None => (job.done)(Err(aborted())),
