@@ -144,3 +144,59 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
     }
     Ok(report)
 }
+
+impl std::fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sb = &self.superblock;
+        let l = &sb.layout;
+        writeln!(
+            f,
+            "tiercache cache {} (format version {})",
+            sb.uuid,
+            crate::superblock::VERSION
+        )?;
+        writeln!(
+            f,
+            "  backing: {} ({} bytes); state: {}",
+            sb.backing.path,
+            sb.backing.size,
+            match sb.state {
+                State::Clean => "clean shutdown",
+                State::Open => "open or crashed",
+            }
+        )?;
+        writeln!(
+            f,
+            "  geometry: {} slots of {} bytes, {}-byte sub-blocks, log {} blocks, data at {}",
+            l.slots, l.line_size, l.sub_block_size, l.log_blocks, l.data_offset
+        )?;
+        let copies = |ok: bool| if ok { "valid" } else { "DAMAGED" };
+        writeln!(
+            f,
+            "  superblock copies: {}, {}",
+            copies(self.superblock_copies[0]),
+            copies(self.superblock_copies[1])
+        )?;
+        writeln!(f, "  checkpoint A: {}", self.checkpoints[0])?;
+        writeln!(f, "  checkpoint B: {}", self.checkpoints[1])?;
+        if let Some(r) = &self.recovery {
+            writeln!(f, "  recovery: {r}")?;
+        }
+        writeln!(
+            f,
+            "  mapped slots: {}, dirty slots: {}, dirty sub-blocks: {}",
+            self.mapped_slots, self.dirty_slots, self.dirty_sub_blocks
+        )?;
+        for w in &self.warnings {
+            writeln!(f, "  warning: {w}")?;
+        }
+        for p in &self.problems {
+            writeln!(f, "  PROBLEM: {p}")?;
+        }
+        write!(
+            f,
+            "  result: {}",
+            if self.is_ok() { "ok" } else { "FAILED" }
+        )
+    }
+}

@@ -90,6 +90,29 @@ pub struct RecoveryReport {
     pub fallback: Option<String>,
 }
 
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checkpoint epoch {} + {} log records, {} bytes read in {:.1?}; log end: {}",
+            self.checkpoint_epoch,
+            self.records_replayed,
+            self.bytes_read,
+            self.duration,
+            match &self.log_end {
+                LogEnd::Clean => "clean".to_string(),
+                LogEnd::RegionEnd => "log region full".to_string(),
+                LogEnd::Torn(w) => format!("torn final commit ({w})"),
+                LogEnd::Invalid(w) => format!("invalid record ({w})"),
+            }
+        )?;
+        if let Some(fb) = &self.fallback {
+            write!(f, "; fell back: {fb}")?;
+        }
+        Ok(())
+    }
+}
+
 /// A store whose recovery has run, and the slot table it reconstructed.
 pub struct Opened<D: MetaDevice> {
     /// The live store, ready for appends.

@@ -113,6 +113,11 @@ fn records_survive_reopen_and_clean_close() {
         (rep.mapped_slots, rep.dirty_slots, rep.dirty_sub_blocks),
         (2, 1, 1)
     );
+    let text = rep.to_string();
+    assert!(
+        text.contains("mapped slots: 2, dirty slots: 1") && text.ends_with("result: ok"),
+        "{text}"
+    );
 }
 
 #[test]
