@@ -10,7 +10,8 @@ use crate::crc;
 use crate::device::ReadAt;
 use crate::error::{FsMetaError, Result};
 use crate::layout::{
-    le16, le32, read, CriticalBlock, Ext4Params, Filesystem, ItableRun, Layout, SniffParams,
+    check_extent, le16, le32, read, CriticalBlock, Ext4Params, Filesystem, ItableRun, Layout,
+    SniffParams,
 };
 use crate::ranges::BlockRanges;
 
@@ -208,9 +209,23 @@ struct Parser<'a> {
     dev: &'a dyn ReadAt,
     base: u64,
     sb: Sb,
+    /// Mapping blocks left to read (bounds work on corrupt trees).
+    budget: std::cell::Cell<u32>,
 }
 
 impl Parser<'_> {
+    fn mapping_block(&self, b: u64) -> Result<Vec<u8>> {
+        let left = self.budget.get();
+        if left == 0 {
+            return Err(bad(
+                self.base,
+                "journal mapping needs more than 65536 tree/indirect blocks (corrupt inode?)",
+            ));
+        }
+        self.budget.set(left - 1);
+        self.block(b)
+    }
+
     fn block(&self, b: u64) -> Result<Vec<u8>> {
         if b >= self.sb.blocks_count {
             return Err(bad(
@@ -284,7 +299,7 @@ impl Parser<'_> {
         meta: &mut Vec<(u64, u64)>,
     ) -> Result<()> {
         meta.push((b, 1));
-        let blk = self.block(b)?;
+        let blk = self.mapping_block(b)?;
         for k in 0..blk.len() / 4 {
             let p = le32(&blk, 4 * k) as u64;
             if p == 0 {
@@ -329,7 +344,7 @@ impl Parser<'_> {
             } else {
                 let child = (le16(e, 8) as u64) << 32 | le32(e, 4) as u64;
                 meta.push((child, 1));
-                let blk = self.block(child)?;
+                let blk = self.mapping_block(child)?;
                 self.map_extent_node(&blk, level + 1, data, meta)?;
             }
         }
@@ -342,11 +357,17 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
     let mut raw = [0u8; 1024];
     read(dev, base + 1024, &mut raw)?;
     let sb = parse_sb(&raw, base)?;
+    check_extent(dev, base, sb.blocks_count, sb.bs, "ext4")?;
     let ngroups = sb.ngroups();
     if ngroups > u32::MAX as u64 {
         return Err(bad(base, "more than 2^32 block groups"));
     }
-    let p = Parser { dev, base, sb };
+    let p = Parser {
+        dev,
+        base,
+        sb,
+        budget: std::cell::Cell::new(1 << 16),
+    };
     let sb = &p.sb;
     let dpb = sb.desc_per_block();
     let desc_blocks = ngroups.div_ceil(dpb);

@@ -196,6 +196,31 @@ impl Layout {
     }
 }
 
+/// Check that the last byte of a filesystem of `blocks` blocks of `bs`
+/// bytes at `base` is readable (bounds all per-group work by the device size).
+pub(crate) fn check_extent(
+    dev: &dyn ReadAt,
+    base: u64,
+    blocks: u64,
+    bs: u64,
+    fs: &'static str,
+) -> Result<()> {
+    let end = blocks
+        .checked_mul(bs)
+        .and_then(|n| n.checked_add(base))
+        .ok_or_else(|| FsMetaError::BadSuperblock {
+            filesystem: fs,
+            offset: base,
+            reason: format!("size {blocks} blocks of {bs} bytes overflows"),
+        })?;
+    let mut last = [0u8; 1];
+    dev.read_at(end - 1, &mut last).map_err(|_| FsMetaError::BadSuperblock {
+        filesystem: fs,
+        offset: base,
+        reason: format!("the filesystem ({blocks} blocks of {bs} bytes) extends past the end of the device or image (truncated image or wrong partition offset?)"),
+    })
+}
+
 /// Read exactly `buf.len()` bytes at absolute `offset`.
 pub(crate) fn read(dev: &dyn ReadAt, offset: u64, buf: &mut [u8]) -> Result<()> {
     dev.read_at(offset, buf)

@@ -8,7 +8,7 @@
 use crate::device::ReadAt;
 use crate::error::{FsMetaError, Result};
 use crate::layout::{
-    be16, be32, be64, read, CriticalBlock, Filesystem, Layout, SniffParams, XfsParams,
+    be16, be32, be64, check_extent, read, CriticalBlock, Filesystem, Layout, SniffParams, XfsParams,
 };
 use crate::ranges::BlockRanges;
 
@@ -88,6 +88,7 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
         ));
     }
 
+    check_extent(dev, base, dblocks, bs, "xfs")?;
     let mut meta = Vec::new();
     let mut journal = Vec::new();
     let mut critical = Vec::new();

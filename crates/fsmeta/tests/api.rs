@@ -237,3 +237,32 @@ fn bad_superblocks_are_rejected_with_reasons() {
         Err(FsMetaError::Io { .. })
     ));
 }
+
+#[test]
+fn loop_mount_guard_cleans_up_when_a_test_panics() {
+    if let Some(why) =
+        missing_tools(&["mkfs.ext4", "mount", "umount", "losetup"]).or_else(missing_loop)
+    {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = make_image(dir.path(), "fs.img", 32, &["mkfs.ext4", "-q", "-F"]);
+    let mnt_dir = dir.path().join("mnt");
+    let result = std::panic::catch_unwind(|| {
+        let Ok(m) = LoopMount::new(&img, &mnt_dir) else {
+            return false;
+        };
+        std::fs::write(m.dir.join("f"), b"x").unwrap();
+        panic!("simulated test failure while mounted");
+    });
+    if matches!(result, Ok(false)) {
+        eprintln!("SKIP: mount failed");
+        return;
+    }
+    assert!(result.is_err());
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(mnt_dir.to_str().unwrap()), "still mounted");
+    let loops = run(std::process::Command::new("losetup").arg("-j").arg(&img));
+    assert!(loops.trim().is_empty(), "loop device left: {loops}");
+}
