@@ -9,12 +9,12 @@
 //! directory of their own, bring their own threads and caches, and hide when
 //! they flush; serialisation crates (bincode, postcard) give no layout or
 //! checksum guarantees. The format here is small: a superblock, two
-//! checkpoint regions and a log ring of checksummed records ([`layout`]).
+//! checkpoint regions and a log ring of checksummed records ([`mod@layout`]).
 //!
 //! # Structure
-//! - [`format`] writes a new store (refusing filesystems, partition tables and
+//! - [`format()`] writes a new store (refusing filesystems, partition tables and
 //!   existing stores unless forced); [`open`] validates it, recovers the slot
-//!   table and returns a [`Store`]; [`check`] verifies a device read-only.
+//!   table and returns a [`Store`]; [`check()`] verifies a device read-only.
 //! - [`Store::append`] buffers [`Record`]s; [`Store::commit`] makes them
 //!   durable as one atomic group; [`Store::checkpoint`] writes the whole table
 //!   and empties the log; [`Store::close`] is the clean shutdown.
@@ -22,8 +22,15 @@
 //!   region if it is torn) and replays that epoch's log up to the first bad
 //!   block, bad record, wrong epoch or sequence gap. Commits are atomic: a
 //!   commit whose last block was not read intact is rolled back, so the
-//!   recovered table is the state after some prefix of commits that includes
-//!   every commit that returned `Ok`.
+//!   recovered table holds exactly the commits that returned `Ok`, plus
+//!   possibly the one commit in flight at the crash (whole or not at all).
+//! - Damage a crash cannot cause (a lost checkpoint whose epoch already has
+//!   log records, a damaged log block followed by later commits, one line in
+//!   two slots) makes `open` refuse with [`StoreError::Corrupt`] instead of
+//!   returning an older table that might point at reused slots.
+//! - After an unclean shutdown `open` writes a checkpoint of the recovered
+//!   table (a new epoch), so an orphaned block of the torn last commit can
+//!   never be replayed after newer commits.
 //!
 //! # Costs
 //! - `append`: memory only.
@@ -36,13 +43,16 @@
 //!   record buffered since the previous commit.
 //! - `checkpoint`: 2 syncs plus a 4 KiB header and 13 + 2 x ceil(sub-blocks / 8)
 //!   bytes per mapped slot (17 bytes with 16 sub-blocks per line).
-//! - Recovery: reads one checkpoint and the log of its epoch once.
+//! - Recovery: reads the newest checkpoint and the whole log region once
+//!   (replay, then a scan of the rest for later commits). Measured in
+//!   `tests/recovery_time.rs`: 1,000,000 mapped slots plus 100,000 log records
+//!   recover in about 0.35 s on the 2-core dev machine (about 1 s under heavy
+//!   load); `open` adds about 0.3 s to write the new 17 MB checkpoint.
 //!
 //! # The crash rule
 //! The store guarantees: after a crash, the recovered table is the table as
-//! of some prefix of commits containing every commit that returned `Ok`
-//! (plus, if a checkpoint was being written, either its state or the state
-//! before it). It does not see data writes, so the engine must order data
+//! of every commit that returned `Ok`, plus possibly the whole commit (or
+//! checkpoint) that was in flight. It does not see data writes, so the engine must order data
 //! writes and records so that every such table is safe. "Durable" below
 //! means: the commit containing the record has returned.
 //!

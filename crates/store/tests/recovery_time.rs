@@ -103,6 +103,7 @@ fn recovery_of_a_million_slots_plus_100k_log_records() {
         rep.mapped_slots,
         rep.dirty_slots
     );
+    eprintln!("{rep}");
     assert!(rep.is_ok(), "{:?}", rep.problems);
     assert_eq!(rep.mapped_slots, SLOTS as u64);
 }
