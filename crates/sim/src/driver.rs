@@ -12,7 +12,6 @@
 
 use crate::report::{Latency, SimReport};
 use hdrhistogram::Histogram;
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use tiercache_core::{
@@ -196,19 +195,75 @@ where
 /// Event queue entry: completion time, then op id for a deterministic order.
 type Event = Reverse<(u64, OpId)>;
 
+/// Items keyed by a monotonically increasing id, stored in a ring from the
+/// oldest live id: O(1) without hashing, since ids complete roughly in order.
+struct Ring<T> {
+    base: u64,
+    items: std::collections::VecDeque<Option<T>>,
+    live: usize,
+}
+
+impl<T> Ring<T> {
+    fn new() -> Self {
+        Ring {
+            base: 1,
+            items: std::collections::VecDeque::new(),
+            live: 0,
+        }
+    }
+    fn insert(&mut self, id: u64, v: T) {
+        if self.items.is_empty() {
+            self.base = id;
+        }
+        debug_assert!(id >= self.base, "ids are monotonic");
+        let i = (id - self.base) as usize;
+        while self.items.len() <= i {
+            self.items.push_back(None);
+        }
+        debug_assert!(self.items[i].is_none());
+        self.items[i] = Some(v);
+        self.live += 1;
+    }
+    fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        let i = id.checked_sub(self.base)? as usize;
+        self.items.get_mut(i)?.as_mut()
+    }
+    fn remove(&mut self, id: u64) -> Option<T> {
+        let i = id.checked_sub(self.base)? as usize;
+        let v = self.items.get_mut(i)?.take();
+        if v.is_some() {
+            self.live -= 1;
+            while let Some(None) = self.items.front() {
+                self.items.pop_front();
+                self.base += 1;
+            }
+        }
+        v
+    }
+    fn len(&self) -> usize {
+        self.live
+    }
+    fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+}
+
+/// An op the loop knows about: not yet started while `waiting > 0`.
+struct Pending {
+    op: Op,
+    waiting: u8,
+    /// Ops waiting for this one.
+    waiters: Vec<OpId>,
+}
+
 struct Loop<'a> {
     ssd: Box<dyn DeviceModel>,
     hdd: Box<dyn DeviceModel>,
     heap: BinaryHeap<Event>,
     /// Ops emitted and not yet completed.
-    ops: FxHashMap<OpId, Op>,
-    /// Ops not yet started, with their number of unfinished dependencies.
-    waiting: FxHashMap<OpId, u8>,
-    /// Ops waiting on each op.
-    waiters: FxHashMap<OpId, Vec<OpId>>,
-    started: FxHashSet<OpId>,
+    ops: Ring<Pending>,
     /// Per request: arrival time and foreground ops left.
-    reqs: FxHashMap<ReqId, (u64, u32)>,
+    reqs: Ring<(u64, u32)>,
     hist: &'a mut Histogram<u64>,
     sum_ns: u128,
     completed: u64,
@@ -219,69 +274,61 @@ impl Loop<'_> {
     fn register(&mut self, op: Op, now: u64) {
         let mut n = 0u8;
         for d in op.deps() {
-            if self.ops.contains_key(&d) {
-                self.waiters.entry(d).or_default().push(op.id);
+            if let Some(p) = self.ops.get_mut(d) {
+                p.waiters.push(op.id);
                 n += 1;
             }
         }
         let id = op.id;
-        self.ops.insert(id, op);
+        self.ops.insert(
+            id,
+            Pending {
+                op,
+                waiting: n,
+                waiters: Vec::new(),
+            },
+        );
         if n == 0 {
             self.start(id, now);
-        } else {
-            self.waiting.insert(id, n);
         }
     }
 
     fn start(&mut self, id: OpId, now: u64) {
-        let op = &self.ops[&id];
+        let op = &self.ops.get_mut(id).expect("started op is known").op;
         let m = ModelOp::new(op.kind, op.offset, op.len);
         let done = match op.dev {
             Dev::Cache => self.ssd.submit(now, &m),
             Dev::Backing => self.hdd.submit(now, &m),
         };
-        self.started.insert(id);
         self.heap.push(Reverse((done.max(now), id)));
     }
 
-    /// Complete op `id` at `now`; returns the request it finished, if any.
-    fn finish(
-        &mut self,
-        id: OpId,
-        now: u64,
-        drv: &mut dyn Driven,
-        out: &mut Vec<Op>,
-    ) -> Option<ReqId> {
-        let op = self.ops.remove(&id).expect("completed op is known");
-        self.started.remove(&id);
+    /// Complete op `id` at `now`.
+    fn finish(&mut self, id: OpId, now: u64, drv: &mut dyn Driven, out: &mut Vec<Op>) {
+        let Pending { op, waiters, .. } = self.ops.remove(id).expect("completed op is known");
         self.last_ns = self.last_ns.max(now);
         drv.complete(&op, out);
         for o in out.drain(..) {
             self.register(o, now);
         }
-        if let Some(ws) = self.waiters.remove(&id) {
-            for w in ws {
-                let left = self.waiting.get_mut(&w).expect("waiter is waiting");
-                *left -= 1;
-                if *left == 0 {
-                    self.waiting.remove(&w);
-                    self.start(w, now);
-                }
+        for w in waiters {
+            let p = self.ops.get_mut(w).expect("waiter is known");
+            p.waiting -= 1;
+            if p.waiting == 0 {
+                self.start(w, now);
             }
         }
         if op.foreground {
             let e = self
                 .reqs
-                .get_mut(&op.req)
+                .get_mut(op.req)
                 .expect("request of a foreground op");
             e.1 -= 1;
             if e.1 == 0 {
-                let (arrival, _) = self.reqs.remove(&op.req).expect("request");
+                let (arrival, _) = self.reqs.remove(op.req).expect("request");
                 self.record(now - arrival);
-                return Some(op.req);
             }
         }
-        None
     }
 
     fn record(&mut self, ns: u64) {
@@ -313,11 +360,8 @@ where
         ssd: Box::new(ssd),
         hdd: Box::new(hdd),
         heap: BinaryHeap::new(),
-        ops: FxHashMap::default(),
-        waiting: FxHashMap::default(),
-        waiters: FxHashMap::default(),
-        started: FxHashSet::default(),
-        reqs: FxHashMap::default(),
+        ops: Ring::new(),
+        reqs: Ring::new(),
         hist: &mut hist,
         sum_ns: 0,
         completed: 0,

@@ -105,10 +105,18 @@ pub fn open_decompressed(path: &Path) -> Result<(DynBufRead, Compression)> {
 
 /// Uncompressed file mapped into memory, read as a [`BufRead`] whose buffer
 /// is the whole rest of the file: no copy out of the page cache.
+///
+/// Pages already consumed are released from the process (MADV_DONTNEED) every
+/// few MiB, so a replay's resident memory does not grow with the trace size.
 pub(crate) struct Mapped {
     map: memmap2::Mmap,
     pos: usize,
+    /// Consumed bytes before this offset were released.
+    released: usize,
 }
+
+/// Release consumed pages in steps of this many bytes.
+const RELEASE_STEP: usize = 8 << 20;
 
 impl Mapped {
     /// Maps `path` read-only, or returns `None` when it is compressed, empty
@@ -125,7 +133,11 @@ impl Mapped {
             return None;
         }
         let _ = map.advise(memmap2::Advice::Sequential);
-        Some(Mapped { map, pos: 0 })
+        Some(Mapped {
+            map,
+            pos: 0,
+            released: 0,
+        })
     }
 }
 
@@ -146,5 +158,21 @@ impl BufRead for Mapped {
 
     fn consume(&mut self, amt: usize) {
         self.pos = (self.pos + amt).min(self.map.len());
+        if self.pos - self.released >= RELEASE_STEP {
+            let end = self.pos & !(RELEASE_STEP - 1);
+            // SAFETY: the range lies below `pos`, so no slice handed out by
+            // `fill_buf` that is still in use points into it (callers consume
+            // only what they are done with); the mapping is a private read-only
+            // file mapping, so dropped pages are reread from the file if ever
+            // touched again.
+            let _ = unsafe {
+                self.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    end - self.released,
+                )
+            };
+            self.released = end;
+        }
     }
 }
