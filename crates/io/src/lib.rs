@@ -20,6 +20,19 @@
 //!   on a crash, [`EmulatedHdd`] delays every operation as the HDD model of
 //!   `tiercache-model` predicts.
 //!
+//! From async code (the NBD server):
+//!
+//! ```
+//! # async fn serve(dev: std::sync::Arc<dyn tiercache_io::BlockDev>) -> std::io::Result<()> {
+//! use tiercache_io::{auto_engine, IoOp};
+//! let engine = auto_engine(256, 4)?; // io_uring if available, else threads
+//! let data = engine.run(&dev, IoOp::Read { offset: 0, len: 4096 }).await?;
+//! engine.run(&dev, IoOp::Write { offset: 0, data, fua: true }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! From plain threads:
+//!
 //! ```
 //! use std::sync::Arc;
 //! use tiercache_io::{BlockDev, Engine, IoOp, MemDev, PoolEngine};
@@ -55,6 +68,21 @@ pub use file::{FileDev, FileDevOptions};
 pub use mem::MemDev;
 pub use pool::PoolEngine;
 pub use uring::{UringEngine, UringStats};
+
+/// The best engine available here: a [`UringEngine`] with `queue_depth`
+/// ring entries and `threads` fallback threads if io_uring works, else (with
+/// a warning naming the reason) a [`PoolEngine`] of `threads` threads and a
+/// queue of `queue_depth` ops. Sizes as for those constructors.
+pub fn auto_engine(queue_depth: u32, threads: usize) -> io::Result<Arc<dyn Engine>> {
+    match UringEngine::new(queue_depth, threads) {
+        Ok(e) => Ok(Arc::new(e)),
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+            tracing::warn!("{e}; using {threads} I/O threads");
+            Ok(Arc::new(PoolEngine::new(threads, queue_depth as usize)?))
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// A block device or file the server reads and writes.
 ///

@@ -381,3 +381,40 @@ fn dropping_an_engine_finishes_queued_ops() {
         assert!(oks.iter().all(|&ok| ok));
     }
 }
+
+#[test]
+fn engine_sizes_are_checked() {
+    let e = PoolEngine::new(0, 8).err().expect("zero threads");
+    assert!(e.to_string().contains("1..=1024"), "{e}");
+    assert!(PoolEngine::new(2, 0).is_err());
+    let e = UringEngine::new(1, 2).err().expect("one ring entry");
+    // Either the size is refused, or io_uring is missing altogether.
+    assert!(
+        e.to_string().contains("2..=4096") || e.kind() == io::ErrorKind::Unsupported,
+        "{e}"
+    );
+    assert!(UringEngine::new(8192, 2).is_err());
+}
+
+#[test]
+fn auto_engine_runs_ops() {
+    let engine = tiercache_io::auto_engine(64, 2).unwrap();
+    let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("mem", 4096));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let data = rt.block_on(async {
+        engine
+            .run(
+                &dev,
+                IoOp::Write {
+                    offset: 10,
+                    data: b"auto".to_vec(),
+                    fua: false,
+                },
+            )
+            .await?;
+        engine.run(&dev, IoOp::Read { offset: 10, len: 4 }).await
+    });
+    assert_eq!(data.unwrap(), b"auto");
+}
