@@ -143,7 +143,21 @@ impl Layout {
     /// static layout.
     pub fn detect(dev: &dyn ReadAt, partition_offset: u64) -> Result<Layout> {
         let mut head = [0u8; 2048];
-        read(dev, partition_offset, &mut head)?;
+        match dev.read_at(partition_offset, &mut head) {
+            Ok(()) => {}
+            // Too short to hold either superblock.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(FsMetaError::UnknownFilesystem {
+                    offset: partition_offset,
+                })
+            }
+            Err(source) => {
+                return Err(FsMetaError::Io {
+                    offset: partition_offset,
+                    source,
+                })
+            }
+        }
         if &head[0..4] == b"XFSB" {
             return xfs::parse(dev, partition_offset);
         }

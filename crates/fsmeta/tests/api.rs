@@ -231,11 +231,20 @@ fn bad_superblocks_are_rejected_with_reasons() {
     x[4..8].copy_from_slice(&3000u32.to_be_bytes());
     let e = Layout::detect(&x, 0).unwrap_err().to_string();
     assert!(e.contains("sb_blocksize 3000"), "{e}");
-    // Truncated device: an I/O error, not a panic.
+    // Too short for any superblock: unknown, not a panic.
     assert!(matches!(
         Layout::detect(&vec![0u8; 100], 0),
-        Err(FsMetaError::Io { .. })
+        Err(FsMetaError::UnknownFilesystem { .. })
     ));
+    // A superblock whose filesystem is larger than the device: rejected.
+    let dir = tempfile::tempdir().unwrap();
+    if let Some(img) = ext4_image(dir.path()) {
+        let bytes = std::fs::read(&img).unwrap();
+        let e = Layout::detect(&bytes[..8 << 20].to_vec(), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("extends past the end"), "{e}");
+    }
 }
 
 #[test]
