@@ -65,6 +65,7 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
             false
         }
     };
+    let layout_ok = layout_ok && size >= data_end;
     if size < data_end {
         problems.push(format!(
             "device has {size} bytes, the layout needs {data_end}"

@@ -16,11 +16,15 @@ impl SubBlocks {
 
     /// The first `n` sub-blocks set (n <= 256).
     pub fn first(n: u32) -> SubBlocks {
-        let mut b = SubBlocks::EMPTY;
-        for i in 0..n.min(256) {
-            b.set(i);
-        }
-        b
+        let n = n.min(256);
+        SubBlocks(std::array::from_fn(|w| {
+            let lo = w as u32 * 64;
+            match n.saturating_sub(lo) {
+                0 => 0,
+                k if k >= 64 => u64::MAX,
+                k => (1u64 << k) - 1,
+            }
+        }))
     }
     /// Sets sub-block `i` (ignored past 255).
     pub fn set(&mut self, i: u32) {
@@ -321,6 +325,15 @@ mod tests {
                 let back = Record::decode(&mut Reader::new(&w.buf), bm).unwrap();
                 assert_eq!(back, r);
             }
+        }
+    }
+
+    #[test]
+    fn first_sets_exactly_n_bits() {
+        for n in [0u32, 1, 63, 64, 65, 128, 200, 255, 256, 300] {
+            let b = SubBlocks::first(n);
+            assert_eq!(b.count(), n.min(256));
+            assert!((0..256).all(|i| b.get(i) == (i < n)));
         }
     }
 
