@@ -71,6 +71,29 @@ pub fn detect_foreign(dev: &impl MetaDevice) -> Result<Option<String>> {
     Ok((!found.is_empty()).then(|| found.join(" and ")))
 }
 
+/// Asks `blkid -p` (low-level probe, no cache) what `path` holds, as
+/// "TYPE" or "PTTYPE partition table"; `None` if blkid is missing or finds
+/// nothing. A complement to [`detect_foreign`] for the many signatures
+/// libblkid knows (vfat, ntfs, zfs, bcache, ...), for callers that have a path.
+pub fn blkid_probe(path: &std::path::Path) -> Option<String> {
+    let out = std::process::Command::new("blkid")
+        .args(["-p", "-o", "export"])
+        .arg(path)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_string)
+    };
+    match (field("TYPE"), field("PTTYPE")) {
+        (Some(t), _) => Some(t),
+        (None, Some(p)) => Some(format!("{p} partition table")),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -132,7 +132,7 @@ pub mod superblock;
 pub use check::{check, CheckReport};
 pub use device::MetaDevice;
 pub use error::{Result, StoreError};
-pub use foreign::detect_foreign;
+pub use foreign::{blkid_probe, detect_foreign};
 pub use layout::{layout, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};

@@ -380,6 +380,13 @@ fn mkfs_refusal(tool: &str, args: &[&str], size: u64, expect: &str) {
         "{tool}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    if Command::new("blkid").arg("-V").output().is_ok() {
+        let t = tiercache_store::blkid_probe(&img).unwrap_or_default();
+        assert!(
+            expect.to_lowercase().starts_with(&t.to_lowercase()) && !t.is_empty(),
+            "blkid says {t:?}"
+        );
+    }
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -488,4 +495,28 @@ fn damage_in_the_middle_of_the_log_is_refused_but_a_torn_tail_is_not() {
     assert!(opened.report.torn_tail);
     let lines: Vec<u64> = opened.table.iter().flatten().map(|m| m.line).collect();
     assert_eq!(lines, vec![10, 11]);
+}
+
+#[test]
+fn a_failed_store_refuses_further_work_until_reopened() {
+    use std::sync::Arc;
+    use tiercache_store::crash_sim::CrashDevice;
+    // Fail the device at the commit's first sync (ops 0..4 are open's superblock writes).
+    let dev = Arc::new(CrashDevice::new(small_image(), Some(4)));
+    let mut store = open(dev.clone(), &backing()).unwrap().store;
+    store
+        .append(Record::Map {
+            slot: 0,
+            line: 1,
+            class: 0,
+        })
+        .unwrap();
+    let e = store.commit().unwrap_err();
+    assert!(matches!(e, StoreError::Io { .. }), "{e}");
+    let e = store
+        .append(Record::Unmap { slot: 0 })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("failed earlier") && e.contains("reopen"), "{e}");
+    assert!(store.commit().is_err());
 }
