@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Replay a block trace through a cache configuration (or a sweep of them).
-    Sim(cmd::sim::SimArgs),
+    Sim(Box<cmd::sim::SimArgs>),
     /// Inspect and convert block traces.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCmd),
@@ -27,7 +27,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Sim(a) => cmd::sim::run(a),
+        Command::Sim(a) => cmd::sim::run(*a),
         Command::Trace(t) => cmd::trace::run(t),
     };
     if let Err(e) = r {

@@ -8,6 +8,9 @@ use std::path::Path;
 use tiercache_sim::units::SizeSpec;
 use tiercache_sim::SimReport;
 
+/// One point of a series: cache size (MiB), hit ratio (%), mean response (µs).
+type Point = (f64, f64, Option<f64>);
+
 fn series_label(r: &SimReport) -> String {
     format!(
         "{} {} {} {} {} B",
@@ -17,7 +20,7 @@ fn series_label(r: &SimReport) -> String {
 
 /// Draw the sweep as two panels in one SVG file.
 pub fn sweep_svg(path: &Path, trace: &Path, reports: &[(SizeSpec, SimReport)]) -> Result<()> {
-    let mut series: BTreeMap<String, Vec<(f64, f64, Option<f64>)>> = BTreeMap::new();
+    let mut series: BTreeMap<String, Vec<Point>> = BTreeMap::new();
     for (_, r) in reports {
         let mib = r.cache_size_bytes as f64 / (1u64 << 20) as f64;
         series.entry(series_label(r)).or_default().push((
@@ -54,7 +57,7 @@ pub fn sweep_svg(path: &Path, trace: &Path, reports: &[(SizeSpec, SimReport)]) -
     let draw = |area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
                 ylabel: &str,
                 ymax: f64,
-                pick: &dyn Fn(&(f64, f64, Option<f64>)) -> Option<f64>|
+                pick: &dyn Fn(&Point) -> Option<f64>|
      -> Result<()> {
         let mut chart = ChartBuilder::on(area)
             .margin(12)

@@ -29,6 +29,10 @@ use crate::types::IoKind;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 
+/// One slot of a recovered table: `(slot, line, valid, dirty, metadata)`, with
+/// one bool per sub-block in `valid` and `dirty`.
+pub type RestoredSlot = (Slot, u64, Vec<bool>, Vec<bool>, bool);
+
 /// The policy core of one cache.
 pub struct Engine {
     cfg: CacheConfig,
@@ -56,6 +60,9 @@ pub struct Engine {
     dirty_target_lines: usize,
     /// Count ops without handing them out (synchronous drivers that only need counters).
     count_only: bool,
+    /// Record the slots whose mapping or bits change (for a persistent journal).
+    journal: bool,
+    touched: Vec<Slot>,
     line_shift: u32,
     sub_shift: u32,
 }
@@ -104,6 +111,8 @@ impl Engine {
             bypass: false,
             dirty_target_lines: (cfg_dirty_target * geo.slots as f64) as usize,
             count_only: false,
+            journal: false,
+            touched: Vec::new(),
         })
     }
 
@@ -120,6 +129,70 @@ impl Engine {
         if on {
             self.synchronous = true;
         }
+    }
+
+    /// Record which slots change, for [`Engine::take_touched`] (the live server's journal).
+    pub fn set_journal(&mut self, on: bool) {
+        self.journal = on;
+    }
+
+    /// Slots whose mapping, bits or class changed since the last call (deduplicated).
+    pub fn take_touched(&mut self) -> Vec<Slot> {
+        let mut t = std::mem::take(&mut self.touched);
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    #[inline]
+    fn touch(&mut self, slot: Slot) {
+        if self.journal {
+            self.touched.push(slot);
+        }
+    }
+
+    /// Load a recovered slot table into an empty engine.
+    pub fn restore(&mut self, entries: &[RestoredSlot]) -> Result<(), String> {
+        let subs = self.geo.subs as usize;
+        let lines: Vec<(Slot, u64, bool)> = entries.iter().map(|e| (e.0, e.1, e.4)).collect();
+        self.map.restore(&lines)?;
+        for (slot, line, valid, dirty, _) in entries {
+            if valid.len() != subs || dirty.len() != subs {
+                return Err(format!(
+                    "slot {slot}: {} sub-block bits, expected {subs}",
+                    valid.len()
+                ));
+            }
+            for i in 0..subs {
+                if dirty[i] && !valid[i] {
+                    return Err(format!("slot {slot}: sub-block {i} dirty but not valid"));
+                }
+                self.map.bits.set_valid(*slot, i as u32, i as u32, valid[i]);
+                self.map.bits.set_dirty(*slot, i as u32, i as u32, dirty[i]);
+            }
+            let set = self.map.set_of(*line);
+            self.evict.on_miss(set, *line);
+            self.evict.on_insert(set, *slot, *line);
+            if dirty.iter().any(|d| *d) {
+                self.dirty.insert(*line);
+            }
+        }
+        // Slots restored with nothing valid hold nothing.
+        for (slot, line, ..) in entries {
+            if !self.map.bits.any_valid(*slot) {
+                self.drop_if_empty(*slot, *line);
+            }
+        }
+        Ok(())
+    }
+
+    /// A slot's line, valid and dirty bits (one bool per sub-block) and class bit.
+    pub fn slot_state(&self, slot: Slot) -> Option<(u64, Vec<bool>, Vec<bool>, bool)> {
+        let line = self.map.line_of(slot)?;
+        let subs = self.geo.subs;
+        let v = (0..subs).map(|i| self.map.bits.valid(slot, i)).collect();
+        let d = (0..subs).map(|i| self.map.bits.dirty(slot, i)).collect();
+        Some((line, v, d, self.map.is_metadata(slot)))
     }
 
     pub fn config(&self) -> &CacheConfig {
@@ -184,7 +257,7 @@ impl Engine {
         }
         self.flush_runs(out);
         #[cfg(debug_assertions)]
-        if self.stats.requests % 4096 == 0 {
+        if self.stats.requests.is_multiple_of(4096) {
             self.check_invariants();
         }
     }
@@ -223,7 +296,7 @@ impl Engine {
     /// (or always when `force`, as `flush`/`detach` need). Returns lines cleaned.
     #[inline]
     pub fn clean(&mut self, max_lines: usize, force: bool, out: &mut Vec<Op>) -> usize {
-        if self.dirty.len() <= self.dirty_target_lines && !(force && !self.dirty.is_empty()) {
+        if self.dirty.is_empty() || (!force && self.dirty.len() <= self.dirty_target_lines) {
             return 0;
         }
         self.clean_some(max_lines, force, out)
@@ -621,6 +694,7 @@ impl Engine {
         }
         let set = self.map.set_of(line);
         if let Some(free) = self.map.free_slot(set) {
+            self.touch(free);
             self.evict.on_miss(set, line);
             self.map.insert(free, line, meta);
             self.evict.on_insert(set, free, line);
@@ -643,6 +717,7 @@ impl Engine {
             .evict
             .evict(set, &|s| map.line_of(s).unwrap_or(u64::MAX));
         let vline = self.map.line_of(victim).expect("victim is occupied");
+        self.touch(victim);
         if self.map.bits.any_dirty(victim) {
             self.write_back(victim, vline);
         }
@@ -655,6 +730,7 @@ impl Engine {
 
     /// Write a line's dirty sub-blocks to the backing device and mark them clean.
     fn write_back(&mut self, slot: Slot, line: u64) {
+        self.touch(slot);
         let subs = self.geo.subs;
         let sb = self.geo.sub_block_bytes as u64;
         let mut i = 0;
@@ -706,6 +782,7 @@ impl Engine {
 
     /// Free a slot that ended up holding nothing valid (a refused partial fill).
     fn drop_if_empty(&mut self, slot: Slot, line: u64) {
+        self.touch(slot);
         if !self.map.bits.any_valid(slot) {
             let set = self.map.set_of(line);
             self.evict.on_remove(set, slot);
@@ -728,6 +805,7 @@ impl Engine {
         let policy = self.cfg.write_policy;
         let mut slot = self.map.lookup(line);
         if let Some(s) = slot {
+            self.touch(s);
             self.stats.hits += 1;
             self.stats.write_hits += 1;
             let set = self.map.set_of(line);
@@ -858,6 +936,7 @@ impl Engine {
     fn trim_line(&mut self, req: &Request, line: u64, in_line: u64, n: u64, out: &mut Vec<Op>) {
         let _ = out;
         if let Some(sl) = self.map.lookup(line) {
+            self.touch(sl);
             let (first, last) = self.sub_range(in_line, n);
             let mut any = false;
             for i in first..=last {

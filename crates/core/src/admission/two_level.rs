@@ -65,11 +65,7 @@ impl TwoLevel {
     }
 
     fn epoch(&self) -> u32 {
-        if self.window == 0 {
-            0
-        } else {
-            (self.accesses / self.window) as u32
-        }
+        self.accesses.checked_div(self.window).unwrap_or(0) as u32
     }
 
     /// Record one access to `line`.

@@ -99,6 +99,27 @@ impl FullIndex {
         debug_assert!(false, "slot {slot} is not free");
     }
 
+    /// Map `line` into `slot` while restoring a saved table: the free list is
+    /// left alone and must be rebuilt with [`FullIndex::rebuild_free_list`].
+    pub fn insert_restored(&mut self, slot: Slot, line: u64) {
+        self.lo[slot as usize] = line as u32;
+        self.hi[slot as usize] = (line >> 32) as u8;
+        let b = self.bucket(line);
+        self.next[slot as usize] = self.heads[b];
+        self.heads[b] = slot;
+    }
+
+    /// Chain every unmapped slot into the free list (after restoring).
+    pub fn rebuild_free_list(&mut self) {
+        self.free = NIL;
+        for s in (0..self.lo.len() as Slot).rev() {
+            if self.hi[s as usize] == FREE_HI {
+                self.next[s as usize] = self.free;
+                self.free = s;
+            }
+        }
+    }
+
     /// Unmap `slot` (holding `line`) and return it to the free list.
     pub fn remove(&mut self, slot: Slot, line: u64) {
         let b = self.bucket(line);

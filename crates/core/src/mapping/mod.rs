@@ -142,6 +142,41 @@ impl Mapping {
         self.used += 1;
     }
 
+    /// Restore a saved table: map every `(slot, line, metadata)` into an empty
+    /// table. Refuses a slot outside the geometry or in the wrong set (the
+    /// saved table came from another geometry) and a line mapped twice.
+    pub fn restore(&mut self, entries: &[(Slot, u64, bool)]) -> Result<(), String> {
+        if self.used != 0 {
+            return Err("restore needs an empty table".into());
+        }
+        for &(slot, line, meta) in entries {
+            if slot >= self.geo.slots {
+                return Err(format!(
+                    "slot {slot} is outside the cache's {} slots",
+                    self.geo.slots
+                ));
+            }
+            if !self.representable(line) || self.set_of(line) != self.set_of_slot(slot) {
+                return Err(format!(
+                    "slot {slot} cannot hold line {line} in this geometry"
+                ));
+            }
+            if self.lookup(line).is_some() || self.line_of(slot).is_some() {
+                return Err(format!("line {line} or slot {slot} appears twice"));
+            }
+            match &mut self.index {
+                Index::Full(f) => f.insert_restored(slot, line),
+                Index::Sets { tags } => tags[slot as usize] = (line / self.geo.sets as u64) as u32,
+            }
+            self.set_metadata(slot, meta);
+            self.used += 1;
+        }
+        if let Index::Full(f) = &mut self.index {
+            f.rebuild_free_list();
+        }
+        Ok(())
+    }
+
     /// Free `slot`, clearing its bits.
     pub fn remove(&mut self, slot: Slot) {
         let line = self.line_of(slot);
