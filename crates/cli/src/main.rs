@@ -22,13 +22,44 @@ enum Command {
     /// Inspect and convert block traces.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCmd),
+    /// Write a new cache on a file or block device, in front of a backing device.
+    Format(Box<cmd::live::FormatArgs>),
+    /// Export a cache over NBD (Unix socket or loopback TCP).
+    Serve(cmd::live::ServeArgs),
+    /// Counters of a running server (hits, dirty lines, latencies, recovery time).
+    Stats(cmd::live::CtlArgs),
+    /// Write back every dirty line of a running server and commit.
+    Flush(cmd::live::CtlArgs),
+    /// Clean everything and stop the server: the backing device alone is then complete.
+    Detach(cmd::live::CtlArgs),
+    /// Verify the metadata of a cache that is not in use.
+    Check(cmd::live::CheckArgs),
+    /// Detect ext4 or XFS in an image and classify its blocks (metadata, journal, data).
+    Classify(cmd::classify::ClassifyArgs),
+    /// Start a cache in front of an emulated HDD, run fio through it, and report the speedup.
+    Demo(cmd::demo::DemoArgs),
 }
 
 fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TIERCACHE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Sim(a) => cmd::sim::run(*a),
         Command::Trace(t) => cmd::trace::run(t),
+        Command::Format(a) => cmd::live::format(*a),
+        Command::Serve(a) => cmd::live::serve(a),
+        Command::Stats(a) => cmd::live::ctl("stats", a),
+        Command::Flush(a) => cmd::live::ctl("flush", a),
+        Command::Detach(a) => cmd::live::ctl("detach", a),
+        Command::Check(a) => cmd::live::check(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
     };
     if let Err(e) = r {
         eprintln!("tiercache: error: {e:#}");

@@ -62,6 +62,8 @@ pub struct Engine {
     count_only: bool,
     /// Record the slots whose mapping or bits change (for a persistent journal).
     journal: bool,
+    /// The cache device failed: no new allocations.
+    degraded: bool,
     touched: Vec<Slot>,
     line_shift: u32,
     sub_shift: u32,
@@ -112,6 +114,7 @@ impl Engine {
             dirty_target_lines: (cfg_dirty_target * geo.slots as f64) as usize,
             count_only: false,
             journal: false,
+            degraded: false,
             touched: Vec::new(),
         })
     }
@@ -184,6 +187,52 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Drop sub-blocks `first..=last` of a slot (a failed cache write or read), freeing it if empty.
+    pub fn invalidate(&mut self, slot: Slot, first: u32, last: u32) {
+        let Some(line) = self.map.line_of(slot) else {
+            return;
+        };
+        self.touch(slot);
+        self.map.bits.set_valid(slot, first, last, false);
+        self.map.bits.set_dirty(slot, first, last, false);
+        self.stats.invalidations += 1;
+        if !self.map.bits.any_dirty(slot) {
+            self.dirty.remove(&line);
+        }
+        self.drop_if_empty(slot, line);
+    }
+
+    /// Mark valid sub-blocks `first..=last` of a slot dirty again (their writeback failed).
+    pub fn redirty(&mut self, slot: Slot, first: u32, last: u32) {
+        let Some(line) = self.map.line_of(slot) else {
+            return;
+        };
+        self.touch(slot);
+        for i in first..=last {
+            if self.map.bits.valid(slot, i) {
+                self.map.bits.set_dirty(slot, i, i, true);
+            }
+        }
+        if self.map.bits.any_dirty(slot) {
+            self.dirty.insert(line);
+        }
+    }
+
+    /// The cache device is failing: admit nothing new; write-through modes stop
+    /// updating cached copies (writes invalidate them instead). Dirty data stays
+    /// and is cleaned as usual.
+    pub fn degrade(&mut self) {
+        self.degraded = true;
+        if self.cfg.write_policy != WritePolicy::WriteBack {
+            self.cfg.write_policy = WritePolicy::WriteHddInv;
+        }
+    }
+
+    /// Whether [`Engine::degrade`] was called.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded
     }
 
     /// A slot's line, valid and dirty bits (one bool per sub-block) and class bit.
@@ -681,7 +730,7 @@ impl Engine {
 
     /// Find or make room for `line`, subject to admission. Returns the slot it now occupies (no valid data yet).
     fn allocate(&mut self, line: u64, meta: bool) -> Option<Slot> {
-        if self.bypass || !self.map.representable(line) {
+        if self.bypass || self.degraded || !self.map.representable(line) {
             self.stats.admission_rejects += 1;
             return None;
         }

@@ -348,7 +348,7 @@ impl Superblock {
 
     /// Reads both copies; returns the valid one with the highest generation and
     /// which copies were valid. Errors report the first copy's problem.
-    pub(crate) fn read(dev: &impl MetaDevice) -> Result<(Superblock, [bool; 2])> {
+    pub fn read(dev: &impl MetaDevice) -> Result<(Superblock, [bool; 2])> {
         let mut best: Option<Superblock> = None;
         let mut valid = [false; 2];
         let mut first_err = None;

@@ -1,0 +1,29 @@
+//! `tiercache classify`: filesystem-aware block classification of an image.
+
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use tiercache_sim::units::parse_bytes;
+
+#[derive(Args, Debug)]
+pub struct ClassifyArgs {
+    /// Image file or block device holding ext4 or XFS.
+    pub image: PathBuf,
+    /// Byte offset of the filesystem (a partition's start).
+    #[arg(long, default_value = "0")]
+    pub offset: String,
+    /// Print JSON: filesystem, block_size, blocks, metadata and journal extents in filesystem blocks.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: ClassifyArgs) -> Result<()> {
+    let off = parse_bytes(&a.offset).map_err(anyhow::Error::msg)?;
+    let report = tiercache_fsmeta::classify_image(&a.image, off)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(())
+}

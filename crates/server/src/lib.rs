@@ -1,0 +1,201 @@
+//! The live tiercache block device.
+//!
+//! - [`format_cache`] writes a self-describing cache (superblock, metadata
+//!   regions, data region) on a file or block device for one backing device;
+//! - [`open_cache`] recovers it (newest checkpoint plus log) and builds the
+//!   [`live::LiveCache`] that runs the policy core on the real devices;
+//! - [`backend::Export`] exports it over NBD;
+//! - [`control`] is the Unix-socket control channel behind `tiercache stats`,
+//!   `flush` and `detach`.
+
+pub mod backend;
+pub mod control;
+pub mod live;
+pub mod stats;
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tiercache_core::{CacheConfig, Engine};
+use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
+use tiercache_store::{BackingIdentity, FormatParams};
+
+/// What `tiercache format` records besides the geometry: the policy, as JSON in the superblock.
+pub fn policy_json(cfg: &CacheConfig) -> String {
+    serde_json::to_string(cfg).expect("config serializes")
+}
+
+/// Write a new cache on `cache` for `backing`. Creates `cache` with `create_size` bytes when it does not exist.
+pub fn format_cache(
+    cache: &Path,
+    backing: &Path,
+    cfg: &CacheConfig,
+    create_size: Option<u64>,
+    force: bool,
+) -> Result<tiercache_store::Layout> {
+    if cfg.line_bytes < 4096 {
+        bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator accepts 512 B)", cfg.line_bytes);
+    }
+    if !backing.exists() {
+        bail!("backing device {} does not exist", backing.display());
+    }
+    if !cache.exists() {
+        let Some(size) = create_size else {
+            bail!(
+                "cache device {} does not exist (give --size to create a cache file)",
+                cache.display()
+            );
+        };
+        let f = std::fs::File::create(cache)
+            .with_context(|| format!("creating {}", cache.display()))?;
+        f.set_len(size)
+            .with_context(|| format!("sizing {}", cache.display()))?;
+    }
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(cache)
+        .with_context(|| format!("opening {}", cache.display()))?;
+    let identity = BackingIdentity::probe(backing)
+        .with_context(|| format!("probing backing device {}", backing.display()))?;
+    let params = FormatParams {
+        line_size: cfg.line_bytes,
+        sub_block_size: cfg.sub_block_bytes,
+        log_bytes: None,
+        policy: policy_json(cfg),
+        backing: identity,
+    };
+    tiercache_store::format(&dev, &params, force)?;
+    let opened = tiercache_store::open(&dev, &params.backing)?;
+    let layout = *opened.store.layout();
+    let mut c = cfg.clone();
+    c.cache_bytes = layout.slots as u64 * cfg.line_bytes as u64;
+    c.geometry().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(layout)
+}
+
+/// How to open a cache for serving.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub cache: PathBuf,
+    /// Defaults to the backing device recorded at format time.
+    pub backing: Option<PathBuf>,
+    /// Put the HDD model in front of the backing device as delay (an emulation, for demos and benchmarks).
+    pub emulate_hdd: bool,
+    /// Open the data devices with O_DIRECT where possible.
+    pub direct: bool,
+}
+
+/// A cache opened for serving, with what recovery found.
+pub struct Opened {
+    pub cache: Arc<live::LiveCache>,
+    pub recovery: tiercache_store::store::RecoveryReport,
+    pub backing_path: PathBuf,
+    pub config: CacheConfig,
+}
+
+/// Open (and recover) a formatted cache.
+pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&o.cache)
+        .with_context(|| format!("opening cache {}", o.cache.display()))?;
+    let (sb, _) = tiercache_store::Superblock::read(&file).with_context(|| {
+        format!(
+            "{} is not a tiercache cache (run tiercache format first)",
+            o.cache.display()
+        )
+    })?;
+    let backing_path = o
+        .backing
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&sb.backing.path));
+    let identity = BackingIdentity::probe(&backing_path)
+        .with_context(|| format!("probing backing device {}", backing_path.display()))?;
+    let started = std::time::Instant::now();
+    let opened = tiercache_store::open(file, &identity)?;
+    let recovery = started.elapsed();
+    let layout = *opened.store.layout();
+    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
+        .context("reading the policy recorded in the superblock")?;
+    cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
+    let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("recorded policy: {e}"))?;
+    let fo = FileDevOptions {
+        direct: o.direct,
+        ..Default::default()
+    };
+    let cache_dev: Arc<dyn BlockDev> = Arc::new(
+        FileDev::open(&o.cache, fo.clone())
+            .with_context(|| format!("opening {}", o.cache.display()))?,
+    );
+    let mut backing: Arc<dyn BlockDev> = Arc::new(
+        FileDev::open(&backing_path, fo)
+            .with_context(|| format!("opening {}", backing_path.display()))?,
+    );
+    if o.emulate_hdd {
+        let model = tiercache_model::Profile::default()
+            .hdd_model()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        backing = Arc::new(EmulatedHdd::new(backing, model));
+    }
+    let report = opened.report.clone();
+    let live = live::LiveCache::new(
+        engine,
+        opened.store,
+        opened.table,
+        cache_dev,
+        backing,
+        layout.data_offset,
+        recovery,
+    )?;
+    tracing::info!(
+        "recovered {} in {:.1} ms: {}",
+        o.cache.display(),
+        recovery.as_secs_f64() * 1000.0,
+        report
+    );
+    Ok(Opened {
+        cache: live,
+        recovery: report,
+        backing_path,
+        config: cfg,
+    })
+}
+
+/// Open a cache around already-open devices (tests inject faulty or crashing devices this way).
+pub fn open_with_devices(
+    cache_path: &Path,
+    cache_dev: Arc<dyn BlockDev>,
+    backing: Arc<dyn BlockDev>,
+    backing_path: &Path,
+) -> Result<Opened> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(cache_path)?;
+    let identity = BackingIdentity::probe(backing_path)?;
+    let started = std::time::Instant::now();
+    let opened = tiercache_store::open(file, &identity)?;
+    let recovery = started.elapsed();
+    let layout = *opened.store.layout();
+    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)?;
+    cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
+    let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = opened.report.clone();
+    let live = live::LiveCache::new(
+        engine,
+        opened.store,
+        opened.table,
+        cache_dev,
+        backing,
+        layout.data_offset,
+        recovery,
+    )?;
+    Ok(Opened {
+        cache: live,
+        recovery: report,
+        backing_path: backing_path.to_path_buf(),
+        config: cfg,
+    })
+}

@@ -1,0 +1,898 @@
+//! The live cache: the policy core driving real devices.
+//!
+//! Every request is submitted to the core under one short lock; the ops it
+//! returns run as tasks that wait for their dependencies, do their I/O on a
+//! blocking thread, and report back. Nothing waits for the core but the core.
+//!
+//! Persistence (the crash rules of `tiercache-store`): the metadata log
+//! describes what is durable, derived from op completions, not from the
+//! core's eager state:
+//! - a slot's `Valid`/`Dirty` record is appended only after the cache write
+//!   it describes completed; a commit syncs the cache device before writing
+//!   records, so data is durable before the record that claims it;
+//! - a slot that held another line is `Unmap`ped, and the unmap committed,
+//!   before any data of the new line is written into it (for a dirty victim,
+//!   only after its writeback reached the backing device and that was
+//!   flushed);
+//! - a clean valid sub-block about to be overwritten in place is first
+//!   invalidated and the invalidation committed;
+//! - `Clean` records follow a flush of the backing device;
+//! - FLUSH and FUA flush the backing device and commit the log.
+
+use crate::stats::LiveStats;
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tiercache_core::eviction::Slot;
+use tiercache_core::{Class, Dev, Engine, IoKind, Op, OpId, Purpose, Request, Source, WritePolicy};
+use tiercache_io::BlockDev;
+use tiercache_store::{LineMeta, Record, Store, SubBlocks};
+use tokio::sync::watch;
+
+/// Consecutive device errors on the cache after which it stops caching new data.
+const DEGRADE_AFTER: u64 = 8;
+
+/// Buffer of one request, shared by its op tasks.
+struct ReqBuf {
+    offset: u64,
+    data: Mutex<Vec<u8>>,
+}
+
+/// What the log says about one slot, plus the core under one lock.
+pub(crate) struct Core {
+    pub(crate) engine: Engine,
+    /// The slot table as the appended log records describe it.
+    pub(crate) view: Vec<Option<LineMeta>>,
+    /// Records appended since the last commit.
+    pending: Vec<Record>,
+    /// Generation of the newest appended record (a commit makes everything up to it durable).
+    appended_gen: u64,
+    needs_backing_flush: bool,
+    /// Completion signal of every op in flight.
+    signals: FxHashMap<OpId, watch::Sender<bool>>,
+    /// Cache writes in flight per slot: (op, first sub-block, last sub-block).
+    inflight_writes: FxHashMap<Slot, Vec<(OpId, u32, u32)>>,
+    /// Commit generation that must be durable before cache writes on a slot.
+    slot_gen: FxHashMap<Slot, u64>,
+    /// Slots whose old dirty line is being written back before its unmap: the writeback writes left.
+    pending_unmap: FxHashMap<Slot, Vec<OpId>>,
+    /// Writeback reads: their slot and data, for the writes that use it.
+    wb_reads: FxHashMap<OpId, (Slot, Option<Vec<u8>>)>,
+    /// Consecutive cache device errors.
+    cache_errors: u64,
+}
+
+/// The live cache: one export.
+pub struct LiveCache {
+    pub(crate) core: Mutex<Core>,
+    pub(crate) store: Mutex<Store<std::fs::File>>,
+    pub(crate) cache: Arc<dyn BlockDev>,
+    pub(crate) backing: Arc<dyn BlockDev>,
+    data_offset: u64,
+    line: u64,
+    sub: u64,
+    next_req: AtomicU64,
+    commit_lock: tokio::sync::Mutex<()>,
+    commit_wanted: tokio::sync::Notify,
+    committed: watch::Sender<u64>,
+    pub(crate) stats: LiveStats,
+    pub(crate) degraded: AtomicBool,
+    write_policy: WritePolicy,
+    clean_budget: usize,
+}
+
+/// An I/O error to hand to the client, with a message for the log.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LiveError(pub String);
+
+fn bitmap(bits: &[bool]) -> SubBlocks {
+    let mut s = SubBlocks::default();
+    for (i, b) in bits.iter().enumerate() {
+        if *b {
+            s.set(i as u32);
+        }
+    }
+    s
+}
+
+fn range_bits(first: u32, last: u32) -> SubBlocks {
+    let mut s = SubBlocks::default();
+    for i in first..=last {
+        s.set(i);
+    }
+    s
+}
+
+impl LiveCache {
+    /// Build the live cache around a recovered store and its table.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mut engine: Engine,
+        store: Store<std::fs::File>,
+        table: Vec<Option<LineMeta>>,
+        cache: Arc<dyn BlockDev>,
+        backing: Arc<dyn BlockDev>,
+        data_offset: u64,
+        recovery: std::time::Duration,
+    ) -> Result<Arc<LiveCache>, LiveError> {
+        let geo = *engine.geometry();
+        if table.len() != geo.slots as usize {
+            return Err(LiveError(format!(
+                "store has {} slots, engine {}",
+                table.len(),
+                geo.slots
+            )));
+        }
+        let subs = geo.subs;
+        let entries: Vec<_> = table
+            .iter()
+            .enumerate()
+            .filter_map(|(s, m)| {
+                m.map(|m| {
+                    let v = (0..subs).map(|i| m.valid.get(i)).collect();
+                    let d = (0..subs).map(|i| m.dirty.get(i)).collect();
+                    (s as Slot, m.line, v, d, m.class != 0)
+                })
+            })
+            .collect();
+        engine
+            .restore(&entries)
+            .map_err(|e| LiveError(format!("restoring the recovered table: {e}")))?;
+        engine.set_journal(true);
+        let _ = engine.take_touched();
+        let write_policy = engine.config().write_policy;
+        let stats = LiveStats::new(recovery);
+        Ok(Arc::new(LiveCache {
+            line: geo.line_bytes as u64,
+            sub: geo.sub_block_bytes as u64,
+            core: Mutex::new(Core {
+                engine,
+                view: table,
+                pending: Vec::new(),
+                appended_gen: 0,
+                needs_backing_flush: false,
+                signals: FxHashMap::default(),
+                inflight_writes: FxHashMap::default(),
+                slot_gen: FxHashMap::default(),
+                pending_unmap: FxHashMap::default(),
+                wb_reads: FxHashMap::default(),
+                cache_errors: 0,
+            }),
+            store: Mutex::new(store),
+            cache,
+            backing,
+            data_offset,
+            next_req: AtomicU64::new(1),
+            commit_lock: tokio::sync::Mutex::new(()),
+            commit_wanted: tokio::sync::Notify::new(),
+            committed: watch::channel(0).0,
+            stats,
+            degraded: AtomicBool::new(false),
+            write_policy,
+            clean_budget: 2,
+        }))
+    }
+
+    /// Size of the exported device.
+    pub fn size(&self) -> u64 {
+        self.backing.len()
+    }
+
+    fn append(core: &mut Core, rec: Record) {
+        rec.apply(&mut core.view);
+        core.pending.push(rec);
+        core.appended_gen += 1;
+    }
+
+    // ---- requests ----
+
+    /// Run one client request. `data` is the write payload; reads return their bytes.
+    pub async fn request(
+        self: &Arc<Self>,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+        fua: bool,
+    ) -> Result<Vec<u8>, LiveError> {
+        let id = self.next_req.fetch_add(1, Ordering::Relaxed);
+        let buf = Arc::new(ReqBuf {
+            offset,
+            data: Mutex::new(match (kind, data) {
+                (IoKind::Write, Some(d)) => d.to_vec(),
+                (IoKind::Read, _) => vec![0; len as usize],
+                _ => Vec::new(),
+            }),
+        });
+        let req = Request {
+            id,
+            kind,
+            offset,
+            len,
+            class: Class::Data,
+            fua,
+        };
+        let ops = self.submit(&req);
+        let need_commit = {
+            let c = self.core.lock().expect("core");
+            let done = self.committed_gen();
+            c.slot_gen.values().any(|&g| g > done) || !c.pending_unmap.is_empty()
+        };
+        if need_commit {
+            self.spawn_commit(false);
+        }
+        let mut fg = Vec::new();
+        for op in ops {
+            let me = Arc::clone(self);
+            let b = Arc::clone(&buf);
+            let h = tokio::spawn(async move { me.exec(op, Some(b)).await });
+            if op.foreground && op.req == id {
+                fg.push(h);
+            }
+        }
+        let mut err = None;
+        for h in fg {
+            match h.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => err = Some(e),
+                Err(e) => err = Some(LiveError(format!("op task failed: {e}"))),
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if fua || kind == IoKind::Flush {
+            self.commit(true).await?;
+        }
+        self.stats.count_request(kind, len);
+        let out = if kind == IoKind::Read {
+            buf.data.lock().expect("buf").clone()
+        } else {
+            Vec::new()
+        };
+        Ok(out)
+    }
+
+    fn committed_gen(&self) -> u64 {
+        *self.committed.borrow()
+    }
+
+    /// Submit to the core and derive the journal's downgrades. Returns the ops to run.
+    fn submit(&self, req: &Request) -> Vec<Op> {
+        let mut c = self.core.lock().expect("core");
+        let mut out = Vec::new();
+        c.engine.submit(req, &mut out);
+        c.engine.clean(self.clean_budget, false, &mut out);
+        self.register(&mut c, &out);
+        out
+    }
+
+    /// Register signals for new ops and append the records their submission implies.
+    fn register(&self, c: &mut Core, out: &[Op]) {
+        for o in out {
+            c.signals.insert(o.id, watch::channel(false).0);
+            if o.purpose == Purpose::WritebackRead {
+                let slot = (o.offset / self.line) as Slot;
+                c.wb_reads.insert(o.id, (slot, None));
+            }
+        }
+        let touched = c.engine.take_touched();
+        for s in touched {
+            self.journal_submit(c, s, out);
+        }
+        for o in out {
+            if o.dev == Dev::Cache && o.kind == IoKind::Write {
+                let slot = (o.offset / self.line) as Slot;
+                let (f, l) = self.subs_of(o.offset, o.len);
+                c.inflight_writes
+                    .entry(slot)
+                    .or_default()
+                    .push((o.id, f, l));
+            }
+        }
+    }
+
+    fn subs_of(&self, cache_off: u64, len: u64) -> (u32, u32) {
+        let in_line = cache_off % self.line;
+        (
+            (in_line / self.sub) as u32,
+            ((in_line + len.max(1) - 1) / self.sub) as u32,
+        )
+    }
+
+    fn journal_submit(&self, c: &mut Core, s: Slot, out: &[Op]) {
+        let e = c.engine.slot_state(s);
+        let v = c.view[s as usize];
+        match (v, &e) {
+            (Some(v), e) if e.as_ref().is_none_or(|e| e.0 != v.line) => {
+                // The slot's durable line is gone: unmap it before the slot is reused.
+                let wbs: Vec<OpId> = out
+                    .iter()
+                    .filter(|o| o.purpose == Purpose::WritebackWrite)
+                    .filter(|o| matches!(o.src, Source::Op(rd) if c.wb_reads.get(&rd).is_some_and(|w| w.0 == s)))
+                    .map(|o| o.id)
+                    .collect();
+                if !v.dirty.is_empty() && !wbs.is_empty() {
+                    c.pending_unmap.insert(s, wbs);
+                } else {
+                    Self::append(c, Record::Unmap { slot: s });
+                    let g = c.appended_gen;
+                    c.slot_gen.insert(s, g);
+                }
+            }
+            (Some(v), Some(e)) => {
+                // Same line: drop clean sub-blocks that are invalid now or about to be overwritten.
+                let mut writing = SubBlocks::default();
+                for o in out.iter().filter(|o| {
+                    o.dev == Dev::Cache
+                        && o.kind == IoKind::Write
+                        && o.offset / self.line == s as u64
+                }) {
+                    let (f, l) = self.subs_of(o.offset, o.len);
+                    writing = writing.union(range_bits(f, l));
+                }
+                let valid_e = bitmap(&e.1);
+                let gone = v.valid.minus(valid_e);
+                let overwritten = writing.intersect(v.valid).minus(v.dirty);
+                let drop = gone.union(overwritten);
+                if !drop.is_empty() {
+                    Self::append(
+                        c,
+                        Record::Valid {
+                            slot: s,
+                            bitmap: v.valid.minus(drop),
+                        },
+                    );
+                    if !overwritten.is_empty() {
+                        let g = c.appended_gen;
+                        c.slot_gen.insert(s, g);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- op execution ----
+
+    async fn wait_op(&self, id: OpId) {
+        let rx = self
+            .core
+            .lock()
+            .expect("core")
+            .signals
+            .get(&id)
+            .map(|tx| tx.subscribe());
+        if let Some(mut rx) = rx {
+            let _ = rx.wait_for(|d| *d).await;
+        }
+    }
+
+    async fn wait_committed(self: &Arc<Self>, gen: u64) {
+        let mut rx = self.committed.subscribe();
+        if *rx.borrow() >= gen {
+            return;
+        }
+        self.spawn_commit(false);
+        let _ = rx.wait_for(|c| *c >= gen).await;
+    }
+
+    /// Cache writes on a slot wait until the slot's previous line is durably gone.
+    async fn wait_slot_ready(self: &Arc<Self>, slot: Slot) {
+        loop {
+            let (wbs, gen) = {
+                let c = self.core.lock().expect("core");
+                (
+                    c.pending_unmap.get(&slot).cloned(),
+                    c.slot_gen.get(&slot).copied(),
+                )
+            };
+            if let Some(wbs) = wbs {
+                for w in wbs {
+                    self.wait_op(w).await;
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if let Some(g) = gen {
+                self.wait_committed(g).await;
+                let mut c = self.core.lock().expect("core");
+                if c.slot_gen.get(&slot) == Some(&g) {
+                    c.slot_gen.remove(&slot);
+                }
+            }
+            return;
+        }
+    }
+
+    /// Run one op: wait for its dependencies, do the I/O, report it.
+    async fn exec(self: Arc<Self>, op: Op, buf: Option<Arc<ReqBuf>>) -> Result<(), LiveError> {
+        for d in op.deps() {
+            self.wait_op(d).await;
+        }
+        let slot = (op.offset / self.line) as Slot;
+        if op.dev == Dev::Cache && op.kind == IoKind::Write {
+            self.wait_slot_ready(slot).await;
+        }
+        // The bytes a write carries.
+        let payload: Option<Vec<u8>> = match (op.kind, op.src) {
+            (IoKind::Write, Source::Request) => {
+                let b = buf.as_ref().expect("request buffer");
+                let d = b.data.lock().expect("buf");
+                let s = op.buf_off as usize;
+                Some(d[s..s + op.len as usize].to_vec())
+            }
+            (IoKind::Write, Source::Op(rd)) => {
+                let mut c = self.core.lock().expect("core");
+                let data = c.wb_reads.get_mut(&rd).and_then(|w| w.1.take());
+                c.wb_reads.remove(&rd);
+                data
+            }
+            _ => None,
+        };
+        let dev = match op.dev {
+            Dev::Cache => Arc::clone(&self.cache),
+            Dev::Backing => Arc::clone(&self.backing),
+        };
+        let off = match op.dev {
+            Dev::Cache => self.data_offset + op.offset,
+            Dev::Backing => op.offset,
+        };
+        let started = Instant::now();
+        let kind = op.kind;
+        let len = op.len as usize;
+        let missing_source = kind == IoKind::Write && payload.is_none();
+        let res: std::io::Result<Vec<u8>> = if missing_source {
+            Err(std::io::Error::other(
+                "writeback data is missing (its read failed)",
+            ))
+        } else {
+            tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                match kind {
+                    IoKind::Read => {
+                        let mut v = vec![0u8; len];
+                        dev.read_at(&mut v, off)?;
+                        Ok(v)
+                    }
+                    IoKind::Write => {
+                        let p = payload.expect("payload");
+                        if op.fua {
+                            dev.write_at_fua(&p, off)?;
+                        } else {
+                            dev.write_at(&p, off)?;
+                        }
+                        Ok(Vec::new())
+                    }
+                    IoKind::Trim => dev.trim(off, op.len).map(|_| Vec::new()),
+                    IoKind::Flush => dev.flush().map(|_| Vec::new()),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+        };
+        self.stats.record_op(op.dev, started.elapsed());
+        let result = match res {
+            Ok(bytes) => {
+                if op.kind == IoKind::Read {
+                    if op.purpose == Purpose::WritebackRead {
+                        if let Some(w) = self.core.lock().expect("core").wb_reads.get_mut(&op.id) {
+                            w.1 = Some(bytes);
+                        }
+                    } else if let Some(b) = &buf {
+                        let mut d = b.data.lock().expect("buf");
+                        let s = op.buf_off as usize;
+                        d[s..s + bytes.len()].copy_from_slice(&bytes);
+                    }
+                }
+                if op.dev == Dev::Cache {
+                    self.core.lock().expect("core").cache_errors = 0;
+                }
+                Ok(())
+            }
+            Err(e) => self.on_error(&op, buf.as_ref(), e).await,
+        };
+        self.finish(&op, buf.as_ref().map(|b| b.offset), result.is_ok());
+        result
+    }
+
+    /// Device error handling: data safe on the backing device is never lost.
+    async fn on_error(
+        self: &Arc<Self>,
+        op: &Op,
+        buf: Option<&Arc<ReqBuf>>,
+        e: std::io::Error,
+    ) -> Result<(), LiveError> {
+        match op.dev {
+            Dev::Backing => {
+                self.stats.backing_errors.fetch_add(1, Ordering::Relaxed);
+                if op.purpose == Purpose::WritebackWrite {
+                    // Keep the data dirty: it is still only in the cache.
+                    let mut c = self.core.lock().expect("core");
+                    let line = op.offset / self.line;
+                    if let Some(s) = c.engine.mapping().lookup(line) {
+                        let (f, l) = self.subs_of(op.offset, op.len);
+                        c.engine.redirty(s, f, l);
+                    }
+                    c.pending_unmap.retain(|_, w| !w.contains(&op.id));
+                }
+                tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
+                Err(LiveError(format!("backing device I/O error: {e}")))
+            }
+            Dev::Cache => {
+                self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+                let slot = (op.offset / self.line) as Slot;
+                let (f, l) = self.subs_of(op.offset, op.len);
+                let (line, dirty, errors) = {
+                    let mut c = self.core.lock().expect("core");
+                    c.cache_errors += 1;
+                    let st = c.engine.slot_state(slot);
+                    let dirty = st
+                        .as_ref()
+                        .is_some_and(|s| (f..=l).any(|i| s.2[i as usize]));
+                    (st.map(|s| s.0), dirty, c.cache_errors)
+                };
+                tracing::warn!("cache device error ({:?} at {}): {e}", op.kind, op.offset);
+                if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
+                    tracing::error!("cache device failing ({errors} errors in a row): no longer caching new data; dirty data is kept and cleaned");
+                    self.core.lock().expect("core").engine.degrade();
+                }
+                match (op.kind, op.purpose) {
+                    (IoKind::Read, Purpose::ReadHit) if !dirty => {
+                        // Serve the read from the backing device instead.
+                        let Some(line) = line else {
+                            return Err(LiveError(format!("cache read error: {e}")));
+                        };
+                        let boff = line * self.line + op.offset % self.line;
+                        let dev = Arc::clone(&self.backing);
+                        let len = op.len as usize;
+                        let r = tokio::task::spawn_blocking(move || {
+                            let mut v = vec![0u8; len];
+                            dev.read_at(&mut v, boff).map(|_| v)
+                        })
+                        .await
+                        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+                        self.core
+                            .lock()
+                            .expect("core")
+                            .engine
+                            .invalidate(slot, f, l);
+                        match r {
+                            Ok(bytes) => {
+                                if let Some(b) = buf {
+                                    let mut d = b.data.lock().expect("buf");
+                                    let s = op.buf_off as usize;
+                                    d[s..s + bytes.len()].copy_from_slice(&bytes);
+                                }
+                                Ok(())
+                            }
+                            Err(e) => Err(LiveError(format!("backing device I/O error: {e}"))),
+                        }
+                    }
+                    (IoKind::Write, Purpose::WriteCache)
+                        if self.write_policy == WritePolicy::WriteBack =>
+                    {
+                        // The only copy would have been the cache: write it to the backing device instead.
+                        self.core
+                            .lock()
+                            .expect("core")
+                            .engine
+                            .invalidate(slot, f, l);
+                        let (Some(line), Some(b)) = (line, buf) else {
+                            return Err(LiveError(format!("cache write error: {e}")));
+                        };
+                        let boff = line * self.line + op.offset % self.line;
+                        let data = {
+                            let d = b.data.lock().expect("buf");
+                            d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec()
+                        };
+                        let dev = Arc::clone(&self.backing);
+                        tokio::task::spawn_blocking(move || dev.write_at(&data, boff))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+                            .map_err(|e| LiveError(format!("backing device I/O error: {e}")))
+                    }
+                    (IoKind::Write, _) => {
+                        // A fill or a write-through copy: the backing device has the data.
+                        self.core
+                            .lock()
+                            .expect("core")
+                            .engine
+                            .invalidate(slot, f, l);
+                        Ok(())
+                    }
+                    _ => Err(LiveError(format!(
+                        "cache device I/O error on dirty data: {e}"
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// Report a finished op to the core and append the records its completion allows.
+    fn finish(&self, op: &Op, req_offset: Option<u64>, ok: bool) {
+        let mut c = self.core.lock().expect("core");
+        let mut more = Vec::new();
+        c.engine.complete(op, &mut more);
+        if ok {
+            match (op.dev, op.kind, op.purpose) {
+                (Dev::Cache, IoKind::Write, _) => self.journal_cache_write(&mut c, op, req_offset),
+                (Dev::Backing, IoKind::Write, Purpose::WritebackWrite) => {
+                    self.journal_writeback(&mut c, op)
+                }
+                _ => {}
+            }
+        }
+        if op.dev == Dev::Cache && op.kind == IoKind::Write {
+            let slot = (op.offset / self.line) as Slot;
+            if let Some(v) = c.inflight_writes.get_mut(&slot) {
+                v.retain(|w| w.0 != op.id);
+                if v.is_empty() {
+                    c.inflight_writes.remove(&slot);
+                }
+            }
+        }
+        if op.purpose == Purpose::WritebackRead && !ok {
+            c.wb_reads.remove(&op.id);
+        }
+        if let Some(tx) = c.signals.remove(&op.id) {
+            let _ = tx.send(true);
+        }
+    }
+
+    fn journal_cache_write(&self, c: &mut Core, op: &Op, req_offset: Option<u64>) {
+        let slot = (op.offset / self.line) as Slot;
+        let Some((line, valid, dirty, meta)) = c.engine.slot_state(slot) else {
+            return;
+        };
+        // The line this write was for: from the request's offset.
+        let Some(ro) = req_offset else { return };
+        if (ro + op.buf_off) / self.line != line {
+            return;
+        }
+        let (f, l) = self.subs_of(op.offset, op.len);
+        let mut x = range_bits(f, l);
+        // Sub-blocks another in-flight write will still change are recorded by that write.
+        if let Some(ws) = c.inflight_writes.get(&slot) {
+            for &(id, wf, wl) in ws {
+                if id != op.id && id > op.id {
+                    x = x.minus(range_bits(wf, wl));
+                }
+            }
+        }
+        let x = x.intersect(bitmap(&valid));
+        if x.is_empty() {
+            return;
+        }
+        if c.view[slot as usize].map(|v| v.line) != Some(line) {
+            Self::append(
+                c,
+                Record::Map {
+                    slot,
+                    line,
+                    class: meta as u8,
+                },
+            );
+        }
+        let dirty_x = x.intersect(bitmap(&dirty));
+        if !dirty_x.is_empty() {
+            Self::append(
+                c,
+                Record::Dirty {
+                    slot,
+                    bitmap: dirty_x,
+                },
+            );
+        }
+        let clean_x = x.minus(dirty_x);
+        if !clean_x.is_empty() {
+            let v = c.view[slot as usize].expect("mapped above");
+            Self::append(
+                c,
+                Record::Valid {
+                    slot,
+                    bitmap: v.valid.union(clean_x),
+                },
+            );
+        }
+    }
+
+    fn journal_writeback(&self, c: &mut Core, op: &Op) {
+        // A dirty victim's writeback: unmap its slot once all of them are done.
+        let mut unmapped = None;
+        for (s, w) in c.pending_unmap.iter_mut() {
+            if let Some(i) = w.iter().position(|&x| x == op.id) {
+                w.swap_remove(i);
+                if w.is_empty() {
+                    unmapped = Some(*s);
+                }
+                break;
+            }
+        }
+        if let Some(s) = unmapped {
+            c.pending_unmap.remove(&s);
+            if c.view[s as usize].is_some() {
+                Self::append(c, Record::Unmap { slot: s });
+            }
+            c.needs_backing_flush = true;
+            let g = c.appended_gen;
+            c.slot_gen.insert(s, g);
+            return;
+        }
+        // Cleaning: the written sub-blocks are clean unless rewritten since.
+        let line = op.offset / self.line;
+        let Some(slot) = c.engine.mapping().lookup(line) else {
+            return;
+        };
+        let Some((_, _, dirty, _)) = c.engine.slot_state(slot) else {
+            return;
+        };
+        let Some(v) = c.view[slot as usize] else {
+            return;
+        };
+        if v.line != line {
+            return;
+        }
+        let (f, l) = self.subs_of(op.offset, op.len);
+        let clean = range_bits(f, l).minus(bitmap(&dirty)).intersect(v.dirty);
+        if !clean.is_empty() {
+            Self::append(
+                c,
+                Record::Clean {
+                    slot,
+                    bitmap: clean,
+                },
+            );
+            c.needs_backing_flush = true;
+        }
+    }
+
+    // ---- commits, cleaning, shutdown ----
+
+    /// Ask the committer task for a commit (coalesced: one commit covers every append before it).
+    fn spawn_commit(&self, _force_backing: bool) {
+        self.commit_wanted.notify_one();
+    }
+
+    /// Start the background tasks: the committer and the idle-time cleaner.
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                me.commit_wanted.notified().await;
+                if let Err(e) = me.commit(false).await {
+                    tracing::error!("background commit failed: {e}");
+                }
+            }
+        });
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+            loop {
+                tick.tick().await;
+                me.clean_step(16, false).await;
+            }
+        });
+    }
+
+    /// Write back up to `max_lines` dirty lines (all of them if `force`) and wait for it.
+    /// Returns the lines cleaned.
+    pub async fn clean_step(self: &Arc<Self>, max_lines: usize, force: bool) -> usize {
+        let (ops, n) = {
+            let mut c = self.core.lock().expect("core");
+            let mut out = Vec::new();
+            let n = c.engine.clean(max_lines, force, &mut out);
+            self.register(&mut c, &out);
+            (out, n)
+        };
+        if n == 0 {
+            return 0;
+        }
+        self.stats
+            .cleaned_lines
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let mut hs = Vec::new();
+        for op in ops {
+            let me = Arc::clone(self);
+            hs.push(tokio::spawn(async move { me.exec(op, None).await }));
+        }
+        for h in hs {
+            let _ = h.await;
+        }
+        n
+    }
+
+    /// Clean every dirty line and commit: the backing device then holds all data.
+    pub async fn flush_all(self: &Arc<Self>) -> Result<(), LiveError> {
+        loop {
+            let n = self.clean_step(256, true).await;
+            let dirty = self.core.lock().expect("core").engine.dirty_lines();
+            if n == 0 && dirty == 0 {
+                break;
+            }
+            if n == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        self.commit(true).await
+    }
+
+    /// Checkpoint the table and mark the store cleanly shut down.
+    pub async fn shutdown(self: &Arc<Self>) -> Result<(), LiveError> {
+        self.commit(true).await?;
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || -> Result<(), LiveError> {
+            let c = me.core.lock().expect("core");
+            let mut st = me.store.lock().expect("store");
+            let table: Vec<_> = c
+                .view
+                .iter()
+                .enumerate()
+                .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
+                .collect();
+            st.checkpoint(table)
+                .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| Err(LiveError(e.to_string())))
+    }
+
+    /// Make every appended record durable (and, with `force_backing` or when
+    /// clean records need it, the backing device first).
+    pub async fn commit(self: &Arc<Self>, force_backing: bool) -> Result<(), LiveError> {
+        let _g = self.commit_lock.lock().await;
+        let (recs, gen, need_backing) = {
+            let mut c = self.core.lock().expect("core");
+            (
+                std::mem::take(&mut c.pending),
+                c.appended_gen,
+                std::mem::take(&mut c.needs_backing_flush),
+            )
+        };
+        if need_backing || force_backing || self.write_policy != WritePolicy::WriteBack {
+            let dev = Arc::clone(&self.backing);
+            tokio::task::spawn_blocking(move || dev.flush())
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+                .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
+        }
+        let started = Instant::now();
+        let me = Arc::clone(self);
+        let n = recs.len();
+        tokio::task::spawn_blocking(move || -> Result<(), LiveError> {
+            let mut st = me.store.lock().expect("store");
+            for r in recs {
+                st.append(r)
+                    .map_err(|e| LiveError(format!("metadata log: {e}")))?;
+            }
+            st.commit()
+                .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
+            if st.wants_checkpoint() {
+                let mut c = me.core.lock().expect("core");
+                for r in std::mem::take(&mut c.pending) {
+                    st.append(r)
+                        .map_err(|e| LiveError(format!("metadata log: {e}")))?;
+                }
+                st.commit()
+                    .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
+                let table: Vec<_> = c
+                    .view
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
+                    .collect();
+                st.checkpoint(table)
+                    .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
+                me.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;
+        self.stats.record_commit(n, started.elapsed());
+        self.committed.send_modify(|c| *c = (*c).max(gen));
+        Ok(())
+    }
+}
