@@ -36,6 +36,9 @@ enum Command {
     Check(cmd::live::CheckArgs),
     /// Detect ext4 or XFS in an image and classify its blocks (metadata, journal, data).
     Classify(cmd::classify::ClassifyArgs),
+    /// Rerun a paper's experiments on the shared traces and print its tables.
+    #[command(subcommand)]
+    Reproduce(cmd::reproduce::ReproduceCmd),
     /// Start a cache in front of an emulated HDD, run fio through it, and report the speedup.
     Demo(cmd::demo::DemoArgs),
 }
@@ -60,6 +63,7 @@ fn main() {
         Command::Check(a) => cmd::live::check(a),
         Command::Classify(a) => cmd::classify::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Reproduce(r) => cmd::reproduce::run(r),
     };
     if let Err(e) = r {
         eprintln!("tiercache: error: {e:#}");

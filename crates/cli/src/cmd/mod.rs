@@ -3,5 +3,7 @@
 pub mod classify;
 pub mod demo;
 pub mod live;
+pub mod modes;
+pub mod reproduce;
 pub mod sim;
 pub mod trace;

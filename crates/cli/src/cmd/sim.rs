@@ -27,6 +27,25 @@ pub struct SimArgs {
     /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).
     #[arg(long)]
     pub trace: PathBuf,
+    /// What to simulate: cache (Azor SSD cache), ssd|ssc|ssc-v (FlashTier flash devices),
+    /// tier (OODT tiering), tica|ucache|srac (three-level caches).
+    #[arg(long, default_value = "cache")]
+    pub mode: String,
+    /// Tiering: placement policy: oodt, frequency, hystor, raf.
+    #[arg(long, default_value = "oodt")]
+    pub tier_policy: String,
+    /// Tiering: fast tier size (SIZE or percentage of the footprint).
+    #[arg(long)]
+    pub fast_tier_size: Option<String>,
+    /// Tiering: data block size (4KiB to 4MiB).
+    #[arg(long, default_value = "4KiB")]
+    pub tier_block: String,
+    /// TICA: policy: ef, wed, adaptive.
+    #[arg(long, default_value = "adaptive")]
+    pub tica_policy: String,
+    /// TICA, uCache, S-RAC: DRAM level size (SIZE or percentage of the footprint).
+    #[arg(long)]
+    pub dram_size: Option<String>,
     /// Trace format: msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native [default: detected].
     #[arg(long)]
     pub format: Option<String>,
@@ -128,6 +147,9 @@ struct Point {
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
+    if a.mode != "cache" {
+        return crate::cmd::modes::run(&a);
+    }
     let format = match &a.format {
         Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
         None => None,
