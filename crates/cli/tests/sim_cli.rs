@@ -41,7 +41,7 @@ fn msr_trace(dir: &Path) -> PathBuf {
     let mut s = String::new();
     for i in 0..2000u64 {
         // A hot set of 8 blocks interleaved with a scan over all 64.
-        let block = if i % 2 == 0 { i % 8 } else { (i * 37) % 64 };
+        let block = if i % 2 == 0 { i % 8 } else { (i / 2 * 37) % 64 };
         let op = if i % 4 == 0 { "Write" } else { "Read" };
         s.push_str(&format!(
             "{},hm,0,{op},{},4096,100\n",
