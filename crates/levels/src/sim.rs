@@ -1,0 +1,454 @@
+//! Timed replay of a trace through a three-level architecture.
+//!
+//! Requests are split into `page_bytes` pages; each page's ops come from the
+//! policy. Foreground ops are submitted to the device models stage by stage
+//! (a stage starts when the previous one completed) and the request
+//! completes with its last foreground op; background ops (WED copies,
+//! admissions, TRIMs of victims) are submitted at the request's arrival and
+//! only occupy the devices. After each request the flusher starts up to
+//! `flush_depth` DRAM-to-RO-SSD copies at the request's completion time; a
+//! flush completes (and frees its DRAM slot) when the RO-SSD model says so.
+//!
+//! Replay is open (arrivals at trace timestamps) or closed at queue depth 1
+//! (each request arrives when the previous one completed).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+use tiercache_core::IoKind;
+use tiercache_model::{DeviceModel, DramModel, HddModel, ModelOp, SsdModel};
+use tiercache_trace::Record;
+
+use crate::baselines::srac::Srac;
+use crate::baselines::ucache::UCache;
+use crate::models::{self, cost, energy, reliability};
+use crate::profile::LevelsProfile;
+use crate::tica::{Tica, TicaConfig};
+use crate::{Architecture, Dev, LevelStats, Op, OpKind, Policy};
+
+/// Which architecture to simulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Tica(Policy),
+    UCache,
+    Srac,
+}
+
+impl Arch {
+    /// Short name: tica-ef, tica-wed, tica-a, ucache, srac.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Arch::Tica(Policy::Ef) => "tica-ef",
+            Arch::Tica(Policy::Wed) => "tica-wed",
+            Arch::Tica(Policy::Adaptive) => "tica-a",
+            Arch::UCache => "ucache",
+            Arch::Srac => "srac",
+        }
+    }
+}
+
+/// How requests arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replay {
+    /// At the trace's timestamps.
+    Open,
+    /// Each request when the previous one completed.
+    Closed,
+}
+
+/// Configuration of one run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub arch: Arch,
+    /// Page (cache line) size in bytes, a power of two >= 512.
+    pub page_bytes: u32,
+    /// DRAM size in pages (>= 2).
+    pub dram_pages: u64,
+    /// Size of each SSD in pages (>= 1).
+    pub ssd_pages: u64,
+    pub profile: LevelsProfile,
+    pub replay: Replay,
+    /// DRAM-to-RO-SSD flushes in flight at most.
+    pub flush_depth: usize,
+    /// Mission time for the reliability model, hours.
+    pub mission_hours: f64,
+    /// Check after every page access that each dirty page is on two
+    /// devices; a violation stops the run with an error (slow: tests).
+    pub check_dirty_copies: bool,
+}
+
+impl SimConfig {
+    /// Defaults: 4 KiB pages, closed replay, 4 flushes in flight, one year.
+    pub fn new(arch: Arch, dram_pages: u64, ssd_pages: u64) -> SimConfig {
+        SimConfig {
+            arch,
+            page_bytes: 4096,
+            dram_pages,
+            ssd_pages,
+            profile: LevelsProfile::default(),
+            replay: Replay::Closed,
+            flush_depth: 4,
+            mission_hours: 8766.0,
+            check_dirty_copies: false,
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Trace(#[from] tiercache_trace::TraceError),
+    #[error("dirty page {page} is only on {devices:?} after request {request}")]
+    SinglePointOfFailure {
+        page: u64,
+        devices: Vec<Dev>,
+        request: u64,
+    },
+}
+
+/// Results of a run. Hit ratios are shares of read pages.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LevelsReport {
+    pub mode: String,
+    pub page_bytes: u32,
+    pub dram_bytes: u64,
+    /// Size of each SSD.
+    pub ssd_bytes: u64,
+    pub requests: u64,
+    pub read_pages: u64,
+    pub write_pages: u64,
+    pub hit_ratio: f64,
+    pub dram_hit_ratio: f64,
+    pub ro_ssd_hit_ratio: f64,
+    pub wo_ssd_hit_ratio: f64,
+    /// Page writes to all SSDs (both mirrors in the baselines).
+    pub ssd_writes: u64,
+    pub ro_ssd_writes: u64,
+    /// Page writes to the WO-SSD (TICA) or to both WO-SSDs (baselines).
+    pub wo_ssd_writes: u64,
+    pub hdd_reads: u64,
+    pub hdd_writes: u64,
+    pub writebacks: u64,
+    pub promotions: u64,
+    /// Share of page accesses made in WED mode (TICA).
+    pub wed_share: f64,
+    pub mean_response_us: f64,
+    pub p99_response_us: f64,
+    /// Simulated time from the first arrival to the last completion.
+    pub elapsed_s: f64,
+    pub energy_joules: f64,
+    pub cost_usd: f64,
+    /// Probability of losing dirty data within `mission_hours` (eqs. 3-5).
+    pub unreliability: f64,
+    pub mission_hours: f64,
+    /// Eq. 4's alpha: share of dirty residency whose second copy is on the
+    /// RO-SSD (TICA; 1 for the mirrored baselines, whose pair is symmetric).
+    pub alpha: f64,
+    /// Years until the RO-SSD / WO-SSD wear out at this write rate (null:
+    /// not written, or not present).
+    pub ro_ssd_lifetime_years: Option<f64>,
+    pub wo_ssd_lifetime_years: Option<f64>,
+    pub stats: LevelStats,
+}
+
+struct Devices {
+    dram: DramModel,
+    ro: SsdModel,
+    wo: SsdModel,
+    wo2: SsdModel,
+    hdd: HddModel,
+}
+
+impl Devices {
+    fn submit(&mut self, dev: Dev, now: u64, op: &ModelOp) -> u64 {
+        match dev {
+            Dev::Dram => self.dram.submit(now, op),
+            Dev::RoSsd => self.ro.submit(now, op),
+            Dev::WoSsd => self.wo.submit(now, op),
+            Dev::WoSsdMirror => self.wo2.submit(now, op),
+            Dev::Hdd => self.hdd.submit(now, op),
+        }
+    }
+}
+
+fn model_op(op: &Op, page_bytes: u64) -> ModelOp {
+    let kind = match op.kind {
+        OpKind::Read => IoKind::Read,
+        OpKind::Write => IoKind::Write,
+        OpKind::Trim | OpKind::WaitFlush => IoKind::Trim,
+    };
+    ModelOp::new(kind, op.page.saturating_mul(page_bytes), page_bytes)
+}
+
+/// Replay `records` through `cfg.arch`.
+pub fn run<I>(records: I, cfg: &SimConfig) -> Result<LevelsReport, SimError>
+where
+    I: IntoIterator<Item = tiercache_trace::Result<Record>>,
+{
+    if !cfg.page_bytes.is_power_of_two() || cfg.page_bytes < 512 {
+        return Err(SimError::Config(format!(
+            "page size {} B is not allowed (a power of two of at least 512 B)",
+            cfg.page_bytes
+        )));
+    }
+    if cfg.dram_pages < 2 || cfg.ssd_pages < 1 {
+        return Err(SimError::Config(format!(
+            "DRAM of {} pages and SSDs of {} pages are too small (at least 2 and 1 pages of {} B)",
+            cfg.dram_pages, cfg.ssd_pages, cfg.page_bytes
+        )));
+    }
+    cfg.profile.validate().map_err(SimError::Config)?;
+    let dram_pages = usize::try_from(cfg.dram_pages).map_err(|_| SimError::Config("DRAM too large".into()))?;
+    let ssd_pages = usize::try_from(cfg.ssd_pages).map_err(|_| SimError::Config("SSD too large".into()))?;
+    let mut arch: Box<dyn Architecture> = match cfg.arch {
+        Arch::Tica(p) => Box::new(Tica::new(TicaConfig::new(dram_pages, ssd_pages, p))),
+        Arch::UCache => Box::new(UCache::new(dram_pages, ssd_pages)),
+        Arch::Srac => Box::new(Srac::new(dram_pages, ssd_pages)),
+    };
+    let p = &cfg.profile;
+    let cfgerr = |e: tiercache_model::ProfileError| SimError::Config(e.to_string());
+    let mut dev = Devices {
+        dram: DramModel::new(p.dram.clone()).map_err(cfgerr)?,
+        ro: SsdModel::new(p.ro_ssd.clone()).map_err(cfgerr)?,
+        wo: SsdModel::new(p.wo_ssd.clone()).map_err(cfgerr)?,
+        wo2: SsdModel::new(p.wo_ssd.clone()).map_err(cfgerr)?,
+        hdd: HddModel::new(p.hdd.clone()).map_err(cfgerr)?,
+    };
+    let pb = u64::from(cfg.page_bytes);
+    let mut ops: Vec<Op> = Vec::new();
+    let mut flush_ops: Vec<Op> = Vec::new();
+    // Flush completions: (time, page, generation).
+    let mut flushes: BinaryHeap<Reverse<(u64, u64, u64)>> = BinaryHeap::new();
+    let mut flush_at: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut resp_us: Vec<f64> = Vec::new();
+    let mut clock = 0u64; // closed loop: next arrival
+    let mut first: Option<u64> = None;
+    let mut last_done = 0u64;
+    let mut requests = 0u64;
+    for rec in records {
+        let rec = rec?;
+        let arrival = match cfg.replay {
+            Replay::Open => rec.time_ns.max(first.unwrap_or(0)),
+            Replay::Closed => clock,
+        };
+        first.get_or_insert(arrival);
+        // Flushes that completed by now free their DRAM slots.
+        while let Some(Reverse((t, pg, gen))) = flushes.peek().copied() {
+            if t > arrival {
+                break;
+            }
+            flushes.pop();
+            if flush_at.get(&pg) == Some(&t) {
+                flush_at.remove(&pg);
+            }
+            arch.flush_done(pg, gen);
+        }
+        ops.clear();
+        let blocks = rec.blocks(cfg.page_bytes);
+        match rec.kind {
+            IoKind::Read | IoKind::Write => {
+                for pg in blocks {
+                    arch.access(pg, rec.kind == IoKind::Write, &mut ops);
+                    if cfg.check_dirty_copies {
+                        check(&*arch, requests)?;
+                    }
+                }
+            }
+            IoKind::Trim => {
+                for pg in blocks {
+                    arch.trim(pg, &mut ops);
+                }
+            }
+            IoKind::Flush => {}
+        }
+        // Foreground stages.
+        let mut done = arrival;
+        let mut stage_start = arrival;
+        let max_stage = ops.iter().filter(|o| o.fg).map(|o| o.stage).max().unwrap_or(0);
+        for s in 0..=max_stage {
+            let mut end = stage_start;
+            for o in ops.iter().filter(|o| o.fg && o.stage == s) {
+                let t = if o.kind == OpKind::WaitFlush {
+                    flush_at.remove(&o.page).unwrap_or(stage_start).max(stage_start)
+                } else {
+                    dev.submit(o.dev, stage_start, &model_op(o, pb))
+                };
+                end = end.max(t);
+            }
+            stage_start = end;
+            done = done.max(end);
+        }
+        for o in ops.iter().filter(|o| !o.fg) {
+            let t = dev.submit(o.dev, arrival, &model_op(o, pb));
+            last_done = last_done.max(t);
+        }
+        // Asynchronous flushes, issued after the request completed.
+        flush_ops.clear();
+        for (pg, gen) in arch.start_flushes(cfg.flush_depth, &mut flush_ops) {
+            let mut t = done;
+            for o in flush_ops.iter().filter(|o| o.page == pg) {
+                t = dev.submit(o.dev, t, &model_op(o, pb));
+            }
+            flush_at.insert(pg, t);
+            flushes.push(Reverse((t, pg, gen)));
+            last_done = last_done.max(t);
+        }
+        if cfg.check_dirty_copies {
+            check(&*arch, requests)?;
+        }
+        resp_us.push((done - arrival) as f64 / 1000.0);
+        last_done = last_done.max(done);
+        clock = done;
+        requests += 1;
+    }
+    // Drain the flusher.
+    while let Some(Reverse((_, pg, gen))) = flushes.pop() {
+        arch.flush_done(pg, gen);
+    }
+    let elapsed_ns = last_done.saturating_sub(first.unwrap_or(0)).max(1);
+    Ok(report(cfg, &*arch, &dev, requests, resp_us, elapsed_ns))
+}
+
+fn check(arch: &dyn Architecture, request: u64) -> Result<(), SimError> {
+    for (page, devices) in arch.dirty_copies() {
+        let mut d = devices.clone();
+        d.sort();
+        d.dedup();
+        if d.len() < 2 {
+            return Err(SimError::SinglePointOfFailure {
+                page,
+                devices,
+                request,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn report(
+    cfg: &SimConfig,
+    arch: &dyn Architecture,
+    dev: &Devices,
+    requests: u64,
+    mut resp_us: Vec<f64>,
+    elapsed_ns: u64,
+) -> LevelsReport {
+    let st = arch.stats();
+    let pb = u64::from(cfg.page_bytes);
+    let p = &cfg.profile;
+    let reads = st.read_pages.max(1) as f64;
+    let elapsed_s = elapsed_ns as f64 / 1e9;
+    let (ro, wo, wo2, hdd, dram) = (
+        dev.ro.stats(),
+        dev.wo.stats(),
+        dev.wo2.stats(),
+        dev.hdd.stats(),
+        dev.dram.stats(),
+    );
+    let mirrored = !matches!(cfg.arch, Arch::Tica(_));
+    let dram_bytes = cfg.dram_pages * pb;
+    let ssd_bytes = cfg.ssd_pages * pb;
+    // Energy (eq. 2) over the cache devices present.
+    let page_op = |k| ModelOp::new(k, 0, pb);
+    let ssd_act = |m: &SsdModel, s: tiercache_model::DeviceStats| energy::Activity {
+        reads: s.reads,
+        writes: s.writes,
+        read_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Read)) as f64 / 1e9,
+        write_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Write)) as f64 / 1e9,
+        idle_s: (elapsed_ns.saturating_sub(s.busy_ns)) as f64 / 1e9,
+    };
+    let dram_lat = dev.dram.service_ns(&page_op(IoKind::Read)) as f64 / 1e9;
+    let dram_act = energy::Activity {
+        reads: dram.reads,
+        writes: dram.writes,
+        read_latency_s: dram_lat,
+        write_latency_s: dram_lat,
+        idle_s: elapsed_ns.saturating_sub(dram.busy_ns) as f64 / 1e9,
+    };
+    let mut joules = energy::device_joules(&p.dram_spec, &dram_act)
+        + energy::device_joules(&p.wo_ssd_spec, &ssd_act(&dev.wo, wo));
+    joules += if mirrored {
+        energy::device_joules(&p.wo_ssd_spec, &ssd_act(&dev.wo2, wo2))
+    } else {
+        energy::device_joules(&p.ro_ssd_spec, &ssd_act(&dev.ro, ro))
+    };
+    let cost_usd = if mirrored {
+        cost::total_usd(&[
+            (p.dram_spec, dram_bytes),
+            (p.wo_ssd_spec, ssd_bytes),
+            (p.wo_ssd_spec, ssd_bytes),
+        ])
+    } else {
+        cost::total_usd(&[
+            (p.dram_spec, dram_bytes),
+            (p.ro_ssd_spec, ssd_bytes),
+            (p.wo_ssd_spec, ssd_bytes),
+        ])
+    };
+    let u = |mttf| 1.0 - reliability::reliability(mttf, cfg.mission_hours);
+    let (unreliability, alpha) = if mirrored {
+        (reliability::mirror_unreliability(u(p.wo_ssd_spec.mttf_hours)), 1.0)
+    } else {
+        let a = arch.dirty_ro_share();
+        (
+            reliability::tica_unreliability(
+                u(p.wo_ssd_spec.mttf_hours),
+                u(p.ro_ssd_spec.mttf_hours),
+                u(p.dram_spec.mttf_hours),
+                a,
+            ),
+            a,
+        )
+    };
+    let wo_writes = wo.writes + wo2.writes;
+    let life = |spec: &crate::DeviceSpec, bytes_written| {
+        models::lifetime_years(spec.endurance_writes_per_gb, ssd_bytes, bytes_written, elapsed_s)
+    };
+    resp_us.sort_by(|a, b| a.total_cmp(b));
+    let mean = if resp_us.is_empty() {
+        0.0
+    } else {
+        resp_us.iter().sum::<f64>() / resp_us.len() as f64
+    };
+    let p99 = if resp_us.is_empty() {
+        0.0
+    } else {
+        resp_us[((resp_us.len() as f64 * 0.99).ceil() as usize).clamp(1, resp_us.len()) - 1]
+    };
+    LevelsReport {
+        mode: cfg.arch.name().to_string(),
+        page_bytes: cfg.page_bytes,
+        dram_bytes,
+        ssd_bytes,
+        requests,
+        read_pages: st.read_pages,
+        write_pages: st.write_pages,
+        hit_ratio: (st.dram_hits + st.ro_ssd_hits + st.wo_ssd_hits) as f64 / reads,
+        dram_hit_ratio: st.dram_hits as f64 / reads,
+        ro_ssd_hit_ratio: st.ro_ssd_hits as f64 / reads,
+        wo_ssd_hit_ratio: st.wo_ssd_hits as f64 / reads,
+        ssd_writes: ro.writes + wo_writes,
+        ro_ssd_writes: ro.writes,
+        wo_ssd_writes: wo_writes,
+        hdd_reads: hdd.reads,
+        hdd_writes: hdd.writes,
+        writebacks: st.writebacks,
+        promotions: st.promotions,
+        wed_share: st.wed_accesses as f64 / (st.read_pages + st.write_pages).max(1) as f64,
+        mean_response_us: mean,
+        p99_response_us: p99,
+        elapsed_s,
+        energy_joules: joules,
+        cost_usd,
+        unreliability,
+        mission_hours: cfg.mission_hours,
+        alpha,
+        ro_ssd_lifetime_years: if mirrored { None } else { life(&p.ro_ssd_spec, ro.bytes_written) },
+        wo_ssd_lifetime_years: life(&p.wo_ssd_spec, wo.bytes_written.max(wo2.bytes_written)),
+        stats: st,
+    }
+}
