@@ -359,10 +359,10 @@ impl Engine {
                 Some(&l) => l,
                 None => *self.dirty.iter().next().expect("non-empty"),
             };
-            self.clean_cursor = line + 1;
             let slot = self.map.lookup(line).expect("dirty line is mapped");
-            self.write_back(slot, line);
-            n += 1;
+            let k = self.write_back_run(slot, line);
+            self.clean_cursor = line + k as u64;
+            n += k;
         }
         self.flush_runs(out);
         n
@@ -467,7 +467,7 @@ impl Engine {
                     Source::None => {
                         r.src == Source::None && req != 0 && r.buf_off + r.len == buf_off
                     }
-                    Source::Op(_) => false,
+                    Source::Op(_) | Source::Ops(..) => false,
                 };
             if !(contiguous
                 && r.dev == dev
@@ -768,13 +768,86 @@ impl Engine {
         let vline = self.map.line_of(victim).expect("victim is occupied");
         self.touch(victim);
         if self.map.bits.any_dirty(victim) {
-            self.write_back(victim, vline);
+            self.write_back_run(victim, vline);
         }
         self.map.remove(victim);
         self.stats.evictions += 1;
         self.map.insert(victim, line, meta);
         self.evict.on_insert(set, victim, line);
         Some(victim)
+    }
+
+    /// Write back a dirty line and, when it is wholly dirty, the wholly dirty
+    /// lines that follow it on the backing device, as one sequential write of up
+    /// to 1 MiB (cleaning merges contiguous dirty lines). Returns the lines cleaned.
+    fn write_back_run(&mut self, slot: Slot, line: u64) -> usize {
+        let subs = self.geo.subs;
+        let whole = |e: &Self, s: Slot| (0..subs).all(|i| e.map.bits.dirty(s, i));
+        if !whole(self, slot) {
+            self.write_back(slot, line);
+            return 1;
+        }
+        let max = ((1u64 << 20) >> self.line_shift).max(1) as usize;
+        let mut run = vec![(slot, line)];
+        while run.len() < max {
+            let l = line + run.len() as u64;
+            match self.map.lookup(l) {
+                Some(s) if whole(self, s) && !self.backing_pending.contains_key(&l) => {
+                    run.push((s, l))
+                }
+                _ => break,
+            }
+        }
+        if run.len() == 1 {
+            self.write_back(slot, line);
+            return 1;
+        }
+        let lb = self.geo.line_bytes as u64;
+        // Writeback reads never merge, so their ids are consecutive.
+        let first = self.next_op;
+        for &(s, _) in &run {
+            self.touch(s);
+            self.emit_cache(
+                s,
+                IoKind::Read,
+                0,
+                lb,
+                0,
+                0,
+                Source::None,
+                0,
+                false,
+                Purpose::WritebackRead,
+                false,
+            );
+        }
+        debug_assert_eq!(
+            self.next_op,
+            first + run.len() as u64,
+            "writeback reads have consecutive ids"
+        );
+        let n = run.len() as u32;
+        let wr = self.emit_backing(
+            line,
+            IoKind::Write,
+            0,
+            n as u64 * lb,
+            0,
+            0,
+            Source::Ops(first, n),
+            false,
+            Purpose::WritebackWrite,
+            false,
+        );
+        for &(s, l) in &run {
+            self.map.bits.set_dirty(s, 0, subs - 1, false);
+            self.dirty.remove(&l);
+            if !self.synchronous {
+                self.backing_pending.insert(l, wr);
+            }
+            self.stats.writebacks += 1;
+        }
+        run.len()
     }
 
     /// Write a line's dirty sub-blocks to the backing device and mark them clean.

@@ -67,6 +67,9 @@ pub enum Source {
     Request,
     /// The buffer of a previous op (a writeback read).
     Op(OpId),
+    /// The buffers of `count` ops with consecutive ids from `first`, concatenated
+    /// (a merged writeback of contiguous dirty lines). The op waits for all of them.
+    Ops(OpId, u32),
 }
 
 /// One device operation. Start it only once every op in `deps` has completed.
@@ -95,5 +98,14 @@ impl Op {
     /// Dependencies that are set.
     pub fn deps(&self) -> impl Iterator<Item = OpId> + '_ {
         self.deps.iter().copied().filter(|&d| d != 0)
+    }
+
+    /// Every op this one must wait for: its dependencies and its data sources.
+    pub fn waits_for(&self) -> impl Iterator<Item = OpId> + '_ {
+        let srcs = match self.src {
+            Source::Ops(first, n) => first..first + n as u64,
+            _ => 0..0,
+        };
+        self.deps().chain(srcs)
     }
 }

@@ -107,7 +107,7 @@ struct World {
 impl World {
     fn ready(&self) -> Vec<usize> {
         (0..self.pending.len())
-            .filter(|&i| self.pending[i].deps().all(|d| self.done.contains(&d)))
+            .filter(|&i| self.pending[i].waits_for().all(|d| self.done.contains(&d)))
             .collect()
     }
 
@@ -149,6 +149,14 @@ impl World {
                         .get(&id)
                         .expect("writeback read ran first")
                         .clone(),
+                    Source::Ops(first, k) => (first..first + k as u64)
+                        .flat_map(|id| {
+                            self.op_bufs
+                                .get(&id)
+                                .unwrap_or_else(|| panic!("writeback read {id} missing for {op:?}"))
+                                .clone()
+                        })
+                        .collect(),
                     Source::None => panic!("write without data: {op:?}"),
                 };
                 assert_eq!(data.len(), n, "writeback data length: {op:?}");

@@ -311,7 +311,12 @@ impl LiveCache {
                 let wbs: Vec<OpId> = out
                     .iter()
                     .filter(|o| o.purpose == Purpose::WritebackWrite)
-                    .filter(|o| matches!(o.src, Source::Op(rd) if c.wb_reads.get(&rd).is_some_and(|w| w.0 == s)))
+                    .filter(|o| match o.src {
+                        Source::Op(rd) => c.wb_reads.get(&rd).is_some_and(|w| w.0 == s),
+                        Source::Ops(first, n) => (first..first + n as u64)
+                            .any(|rd| c.wb_reads.get(&rd).is_some_and(|w| w.0 == s)),
+                        _ => false,
+                    })
                     .map(|o| o.id)
                     .collect();
                 if !v.dirty.is_empty() && !wbs.is_empty() {
@@ -409,7 +414,7 @@ impl LiveCache {
 
     /// Run one op: wait for its dependencies, do the I/O, report it.
     async fn exec(self: Arc<Self>, op: Op, buf: Option<Arc<ReqBuf>>) -> Result<(), LiveError> {
-        for d in op.deps() {
+        for d in op.waits_for() {
             self.wait_op(d).await;
         }
         let slot = (op.offset / self.line) as Slot;
@@ -429,6 +434,19 @@ impl LiveCache {
                 let data = c.wb_reads.get_mut(&rd).and_then(|w| w.1.take());
                 c.wb_reads.remove(&rd);
                 data
+            }
+            (IoKind::Write, Source::Ops(first, n)) => {
+                // A merged writeback: the reads' buffers, concatenated.
+                let mut c = self.core.lock().expect("core");
+                let mut all = Vec::with_capacity(op.len as usize);
+                let mut complete = true;
+                for rd in first..first + n as u64 {
+                    match c.wb_reads.remove(&rd).and_then(|w| w.1) {
+                        Some(d) => all.extend_from_slice(&d),
+                        None => complete = false,
+                    }
+                }
+                complete.then_some(all)
             }
             _ => None,
         };
@@ -510,10 +528,14 @@ impl LiveCache {
                 if op.purpose == Purpose::WritebackWrite {
                     // Keep the data dirty: it is still only in the cache.
                     let mut c = self.core.lock().expect("core");
-                    let line = op.offset / self.line;
-                    if let Some(s) = c.engine.mapping().lookup(line) {
-                        let (f, l) = self.subs_of(op.offset, op.len);
-                        c.engine.redirty(s, f, l);
+                    for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line
+                    {
+                        if let Some(s) = c.engine.mapping().lookup(line) {
+                            let start = op.offset.max(line * self.line);
+                            let end = (op.offset + op.len).min((line + 1) * self.line);
+                            let (f, l) = self.subs_of(start, end - start);
+                            c.engine.redirty(s, f, l);
+                        }
                     }
                     c.pending_unmap.retain(|_, w| !w.contains(&op.id));
                 }

@@ -251,7 +251,7 @@ impl<T> Ring<T> {
 /// An op the loop knows about: not yet started while `waiting > 0`.
 struct Pending {
     op: Op,
-    waiting: u8,
+    waiting: u32,
     /// Ops waiting for this one.
     waiters: Vec<OpId>,
 }
@@ -272,8 +272,8 @@ struct Loop<'a> {
 
 impl Loop<'_> {
     fn register(&mut self, op: Op, now: u64) {
-        let mut n = 0u8;
-        for d in op.deps() {
+        let mut n = 0u32;
+        for d in op.waits_for() {
             if let Some(p) = self.ops.get_mut(d) {
                 p.waiters.push(op.id);
                 n += 1;
