@@ -1,0 +1,53 @@
+//! FlashTier (Saxena and Swift, ACM TOS 2014) in the simulator: a flash device
+//! model, solid-state cache (SSC) devices and their cache managers.
+//!
+//! - [`flash`]: packages, planes, erase blocks and pages with the Table IV
+//!   parameters; per-block erase counts, page states and the op counters.
+//! - [`ftl`]: translation layers: [`ftl::page::PageFtl`] (page-mapped) and
+//!   [`ftl::hybrid::Hybrid`] (FAST-like: block-mapped data blocks, page-mapped
+//!   log blocks, switch/partial/full merges).
+//! - [`gc`]: victim selection: greedy and cost-benefit.
+//! - [`sparse`]: the unified address space's sparse hash map and a dense map,
+//!   with their measured memory.
+//! - [`device`]: the `ssd`, `ssc` and `ssc-v` devices with the SSC interface of
+//!   Table II and its consistency costs (Section 4.2).
+//! - [`manager`]: write-through and write-back FlashTier cache managers and
+//!   the native baseline (host map over a plain SSD).
+//! - [`sim`]: trace replay and the report; [`workload`]: a synthetic zipfian
+//!   overwrite generator.
+
+pub mod device;
+pub mod flash;
+pub mod ftl;
+pub mod gc;
+pub mod manager;
+pub mod sim;
+pub mod sparse;
+pub mod workload;
+
+
+pub use flash::{Flash, FlashStats, Geometry, Timing};
+pub use gc::GcPolicy;
+
+
+
+/// Errors of the flash model, devices and simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum FlashError {
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The device has no erased block left and nothing it may evict or merge.
+    #[error("flash device full: {0}")]
+    Full(String),
+    /// An operation the device kind does not offer (e.g. write-dirty on an SSD).
+    #[error("operation '{op}' is not supported by a {kind} device (allowed: {allowed})")]
+    Unsupported {
+        op: &'static str,
+        kind: &'static str,
+        allowed: &'static str,
+    },
+    /// Reading the trace failed.
+    #[error("trace: {0}")]
+    Trace(String),
+}
