@@ -1,0 +1,490 @@
+//! The tiered volume's mapping table: which tier and slot holds each block.
+//!
+//! The exported address space is split into fixed blocks. Tiers are ordered
+//! fastest first. The last tier is the capacity tier: it reserves a *home*
+//! slot for every block at the block's own index, so data living there keeps
+//! its logical order on the disk (what the paper's planner aims for, 3.1) and
+//! the tier needs no allocator. Faster tiers hold a limited number of slots
+//! handed out by a bitmap allocator.
+//!
+//! One entry is a `u32`: the tier in the top 2 bits and the slot in the low
+//! 30 bits (ignored for the capacity tier). That is 4 bytes per block, against
+//! the paper's 6 (5.1); at most [`MAX_TIERS`] tiers and `2^30` slots per fast
+//! tier (4 TiB of 4 KiB blocks).
+
+use thiserror::Error;
+
+/// Logical block number of the volume.
+pub type BlockId = u64;
+/// Tier number, 0 = fastest.
+pub type TierId = u8;
+
+/// Most tiers a volume may have (2 bits in a mapping entry).
+pub const MAX_TIERS: usize = 4;
+/// Most slots of one fast tier (30 bits in a mapping entry).
+pub const MAX_FAST_SLOTS: u64 = 1 << 30;
+const SLOT_MASK: u32 = (1 << 30) - 1;
+
+/// Where a block's data lives: a tier and a slot (block-sized unit) on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Loc {
+    pub tier: TierId,
+    pub slot: u64,
+}
+
+impl Loc {
+    /// Byte offset of the slot on its tier's device.
+    pub fn byte_offset(&self, block_bytes: u32) -> u64 {
+        self.slot * u64::from(block_bytes)
+    }
+}
+
+/// What is wrong with a tiering request or configuration.
+#[derive(Debug, Error, PartialEq)]
+pub enum TierError {
+    #[error("invalid tiering configuration: {0}")]
+    Config(String),
+    #[error("request [{offset}, +{len}) is outside the volume of {volume_bytes} bytes")]
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        volume_bytes: u64,
+    },
+    #[error("empty request at {0} (length must be at least 1 byte)")]
+    Empty(u64),
+    #[error("tier {0} has no free slot")]
+    TierFull(TierId),
+    #[error("block {block} is not at {expected:?} (it is at {actual:?})")]
+    Moved {
+        block: BlockId,
+        expected: Loc,
+        actual: Loc,
+    },
+    #[error("corrupt checkpoint: {0}")]
+    Corrupt(String),
+    #[error("migration state machine: {0}")]
+    Protocol(String),
+}
+
+/// Slot allocator of one fast tier: one bit per slot, next-fit from a cursor
+/// so that consecutive allocations tend to get consecutive slots.
+#[derive(Clone, Debug)]
+struct SlotBitmap {
+    words: Vec<u64>,
+    slots: u64,
+    used: u64,
+    cursor: u64,
+}
+
+/// Equal when the same slots are in use (the cursor is only a hint).
+impl PartialEq for SlotBitmap {
+    fn eq(&self, o: &Self) -> bool {
+        self.words == o.words && self.slots == o.slots && self.used == o.used
+    }
+}
+
+impl Eq for SlotBitmap {}
+
+impl SlotBitmap {
+    fn new(slots: u64) -> Self {
+        SlotBitmap {
+            words: vec![0; slots.div_ceil(64) as usize],
+            slots,
+            used: 0,
+            cursor: 0,
+        }
+    }
+
+    fn is_set(&self, s: u64) -> bool {
+        self.words[(s / 64) as usize] >> (s % 64) & 1 == 1
+    }
+
+    fn set(&mut self, s: u64) {
+        debug_assert!(!self.is_set(s));
+        self.words[(s / 64) as usize] |= 1 << (s % 64);
+        self.used += 1;
+    }
+
+    fn clear(&mut self, s: u64) {
+        debug_assert!(self.is_set(s));
+        self.words[(s / 64) as usize] &= !(1 << (s % 64));
+        self.used -= 1;
+    }
+
+    fn alloc(&mut self) -> Option<u64> {
+        if self.used == self.slots {
+            return None;
+        }
+        let n = self.words.len() as u64;
+        let start = self.cursor / 64;
+        for i in 0..=n {
+            let w = (start + i) % n;
+            let mut free = !self.words[w as usize];
+            if i == 0 {
+                // Only slots at or after the cursor in the first word.
+                free &= !0u64 << (self.cursor % 64);
+            }
+            while free != 0 {
+                let s = w * 64 + u64::from(free.trailing_zeros());
+                if s >= self.slots {
+                    break;
+                }
+                self.set(s);
+                self.cursor = (s + 1) % self.slots;
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// The mapping table of a tiered volume (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappingTable {
+    block_bytes: u32,
+    entries: Vec<u32>,
+    /// Allocators of the fast tiers (all but the last).
+    fast: Vec<SlotBitmap>,
+}
+
+impl MappingTable {
+    /// A volume of `blocks` blocks of `block_bytes`, with `fast_slots[i]`
+    /// slots on fast tier `i`; every block starts at home on the capacity
+    /// tier (tier `fast_slots.len()`).
+    pub fn new(block_bytes: u32, blocks: u64, fast_slots: &[u64]) -> Result<Self, TierError> {
+        if !(512..=4 << 20).contains(&block_bytes) || block_bytes % 512 != 0 {
+            return Err(TierError::Config(format!(
+                "block size {block_bytes} B (allowed: a multiple of 512 B from 4 KiB to 4 MiB; 512 B multiples below 4 KiB for tests)"
+            )));
+        }
+        if fast_slots.is_empty() || fast_slots.len() + 1 > MAX_TIERS {
+            return Err(TierError::Config(format!(
+                "{} fast tiers (allowed: 1 to {})",
+                fast_slots.len(),
+                MAX_TIERS - 1
+            )));
+        }
+        if let Some(s) = fast_slots.iter().find(|&&s| s > MAX_FAST_SLOTS) {
+            return Err(TierError::Config(format!(
+                "fast tier of {s} slots (allowed: at most {MAX_FAST_SLOTS})"
+            )));
+        }
+        let blocks = usize::try_from(blocks)
+            .map_err(|_| TierError::Config(format!("{blocks} blocks do not fit in memory")))?;
+        let last = fast_slots.len() as u32;
+        Ok(MappingTable {
+            block_bytes,
+            entries: vec![last << 30; blocks],
+            fast: fast_slots.iter().map(|&s| SlotBitmap::new(s)).collect(),
+        })
+    }
+
+    /// Block size in bytes.
+    pub fn block_bytes(&self) -> u32 {
+        self.block_bytes
+    }
+
+    /// Number of blocks of the volume.
+    pub fn blocks(&self) -> u64 {
+        self.entries.len() as u64
+    }
+
+    /// Volume size in bytes.
+    pub fn volume_bytes(&self) -> u64 {
+        self.blocks() * u64::from(self.block_bytes)
+    }
+
+    /// Number of tiers, the capacity tier included.
+    pub fn tiers(&self) -> usize {
+        self.fast.len() + 1
+    }
+
+    /// The capacity tier (the last one).
+    pub fn capacity_tier(&self) -> TierId {
+        self.fast.len() as TierId
+    }
+
+    /// Slots of `tier` (`None` for the capacity tier: one per block).
+    pub fn slots(&self, tier: TierId) -> Option<u64> {
+        self.fast.get(tier as usize).map(|b| b.slots)
+    }
+
+    /// Free slots of `tier` (`u64::MAX` for the capacity tier).
+    pub fn free_slots(&self, tier: TierId) -> u64 {
+        self.fast
+            .get(tier as usize)
+            .map_or(u64::MAX, |b| b.slots - b.used)
+    }
+
+    /// Slots of `tier` in use (mapped or reserved for a migration); for the
+    /// capacity tier, the blocks mapped there.
+    pub fn used_slots(&self, tier: TierId) -> u64 {
+        match self.fast.get(tier as usize) {
+            Some(b) => b.used,
+            None => self
+                .entries
+                .iter()
+                .filter(|&&e| e >> 30 == u32::from(tier))
+                .count() as u64,
+        }
+    }
+
+    fn decode(&self, block: BlockId, e: u32) -> Loc {
+        let tier = (e >> 30) as TierId;
+        if tier == self.capacity_tier() {
+            Loc { tier, slot: block }
+        } else {
+            Loc {
+                tier,
+                slot: u64::from(e & SLOT_MASK),
+            }
+        }
+    }
+
+    /// Current location of `block` (`None` past the end of the volume).
+    #[inline]
+    pub fn lookup(&self, block: BlockId) -> Option<Loc> {
+        let e = *self.entries.get(usize::try_from(block).ok()?)?;
+        Some(self.decode(block, e))
+    }
+
+    /// Tier of `block`, without decoding the slot.
+    #[inline]
+    pub fn tier_of(&self, block: BlockId) -> Option<TierId> {
+        self.entries
+            .get(usize::try_from(block).ok()?)
+            .map(|e| (e >> 30) as TierId)
+    }
+
+    /// Reserve a free slot on fast `tier` for a migration's destination;
+    /// the capacity tier's destination is always the block's home.
+    pub fn reserve(&mut self, tier: TierId, block: BlockId) -> Result<Loc, TierError> {
+        if tier == self.capacity_tier() {
+            return Ok(Loc { tier, slot: block });
+        }
+        let b = self
+            .fast
+            .get_mut(tier as usize)
+            .ok_or_else(|| TierError::Config(format!("no tier {tier}")))?;
+        let slot = b.alloc().ok_or(TierError::TierFull(tier))?;
+        Ok(Loc { tier, slot })
+    }
+
+    /// Return a slot that no block maps to (a rolled-back reservation, or the
+    /// source of a finished migration). Capacity-tier slots need no release.
+    pub fn release(&mut self, loc: Loc) {
+        if let Some(b) = self.fast.get_mut(loc.tier as usize) {
+            if loc.slot < b.slots && b.is_set(loc.slot) {
+                b.clear(loc.slot);
+            }
+        }
+    }
+
+    /// Atomically point `block` at `dst`, which must have been reserved;
+    /// fails if the block is no longer at `expected`. The old slot stays
+    /// allocated until [`release`](Self::release)d.
+    pub fn switch(&mut self, block: BlockId, expected: Loc, dst: Loc) -> Result<(), TierError> {
+        let actual = self.lookup(block).ok_or(TierError::OutOfRange {
+            offset: block * u64::from(self.block_bytes),
+            len: u64::from(self.block_bytes),
+            volume_bytes: self.volume_bytes(),
+        })?;
+        if actual != expected {
+            return Err(TierError::Moved {
+                block,
+                expected,
+                actual,
+            });
+        }
+        self.set_entry(block, dst)
+    }
+
+    fn set_entry(&mut self, block: BlockId, dst: Loc) -> Result<(), TierError> {
+        let e = if dst.tier == self.capacity_tier() {
+            if dst.slot != block {
+                return Err(TierError::Corrupt(format!(
+                    "block {block} mapped to capacity-tier slot {} (must be its home)",
+                    dst.slot
+                )));
+            }
+            u32::from(dst.tier) << 30
+        } else {
+            match self.fast.get(dst.tier as usize) {
+                Some(b) if dst.slot < b.slots => (u32::from(dst.tier) << 30) | dst.slot as u32,
+                _ => return Err(TierError::Corrupt(format!("no slot {dst:?}"))),
+            }
+        };
+        self.entries[block as usize] = e;
+        Ok(())
+    }
+
+    /// Blocks currently on fast `tier`, in block order (a scan of the table).
+    pub fn residents(&self, tier: TierId) -> impl Iterator<Item = BlockId> + '_ {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(move |(_, &e)| e >> 30 == u32::from(tier))
+            .map(|(b, _)| b as BlockId)
+    }
+
+    /// Bytes of memory the table uses: entries plus allocator bitmaps.
+    pub fn memory_bytes(&self) -> u64 {
+        self.entries.len() as u64 * 4
+            + self
+                .fast
+                .iter()
+                .map(|b| b.words.len() as u64 * 8)
+                .sum::<u64>()
+    }
+
+    /// Serialize the table (a checkpoint on the capacity tier, 5.3): header,
+    /// entries, CRC32C. Take it only when no migration is in flight.
+    pub fn checkpoint(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.entries.len() * 4);
+        out.extend_from_slice(b"OODTMAP1");
+        out.extend_from_slice(&self.block_bytes.to_le_bytes());
+        out.push(self.fast.len() as u8);
+        for b in &self.fast {
+            out.extend_from_slice(&b.slots.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        for e in &self.entries {
+            out.extend_from_slice(&e.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Rebuild a table from a [`checkpoint`](Self::checkpoint); the
+    /// allocators are derived from the entries, so no slot leaks.
+    pub fn from_checkpoint(bytes: &[u8]) -> Result<Self, TierError> {
+        let bad = |m: &str| TierError::Corrupt(m.to_string());
+        if bytes.len() < 4 {
+            return Err(bad("too short"));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(bad("checksum mismatch"));
+        }
+        let mut r = body;
+        let mut take = |n: usize| -> Result<&[u8], TierError> {
+            if r.len() < n {
+                return Err(bad("truncated"));
+            }
+            let (a, b) = r.split_at(n);
+            r = b;
+            Ok(a)
+        };
+        if take(8)? != b"OODTMAP1" {
+            return Err(bad("not a mapping checkpoint"));
+        }
+        let block_bytes = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+        let nfast = take(1)?[0] as usize;
+        let mut slots = Vec::new();
+        for _ in 0..nfast {
+            slots.push(u64::from_le_bytes(take(8)?.try_into().expect("8 bytes")));
+        }
+        let blocks = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        let mut t = MappingTable::new(block_bytes, blocks, &slots)?;
+        for b in 0..blocks {
+            let e = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+            let loc = t.decode(b, e);
+            if (loc.tier as usize) > nfast {
+                return Err(bad("tier out of range"));
+            }
+            t.set_entry(b, loc)?;
+            if let Some(bm) = t.fast.get_mut(loc.tier as usize) {
+                if bm.is_set(loc.slot) {
+                    return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+                }
+                bm.set(loc.slot);
+            }
+        }
+        Ok(t)
+    }
+
+    /// Rebuild the fast-tier allocators from the entries alone (recovery):
+    /// exactly the slots some block maps to are in use.
+    pub fn rebuild_allocators(&mut self) -> Result<(), TierError> {
+        for b in &mut self.fast {
+            *b = SlotBitmap::new(b.slots);
+        }
+        for (i, &e) in self.entries.iter().enumerate() {
+            let loc = self.decode(i as u64, e);
+            if let Some(bm) = self.fast.get_mut(loc.tier as usize) {
+                if bm.is_set(loc.slot) {
+                    return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+                }
+                bm.set(loc.slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Set an entry during recovery (replaying a durable switch).
+    pub(crate) fn force(&mut self, block: BlockId, dst: Loc) -> Result<(), TierError> {
+        if block >= self.blocks() {
+            return Err(TierError::Corrupt(format!("block {block} past the volume")));
+        }
+        self.set_entry(block, dst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_start_at_home_on_the_capacity_tier() {
+        let t = MappingTable::new(4096, 10, &[3]).unwrap();
+        assert_eq!(t.lookup(7), Some(Loc { tier: 1, slot: 7 }));
+        assert_eq!(t.lookup(10), None);
+        assert_eq!(t.free_slots(0), 3);
+        assert_eq!(t.memory_bytes(), 10 * 4 + 8);
+    }
+
+    #[test]
+    fn reserve_switch_release_keep_slots_consistent() {
+        let mut t = MappingTable::new(4096, 10, &[2]).unwrap();
+        let home = t.lookup(4).unwrap();
+        let d = t.reserve(0, 4).unwrap();
+        assert_eq!(d, Loc { tier: 0, slot: 0 });
+        t.switch(4, home, d).unwrap();
+        assert_eq!(t.lookup(4), Some(d));
+        // A stale expectation is refused.
+        let d2 = t.reserve(0, 5).unwrap();
+        assert!(matches!(t.switch(5, d, d2), Err(TierError::Moved { .. })));
+        t.release(d2);
+        assert_eq!(t.free_slots(0), 1);
+        let d3 = t.reserve(0, 6).unwrap();
+        assert_eq!(d3.slot, 1);
+        assert_eq!(t.reserve(0, 7), Err(TierError::TierFull(0)));
+        assert_eq!(t.residents(0).collect::<Vec<_>>(), vec![4]);
+    }
+
+    #[test]
+    fn checkpoint_round_trips_and_detects_damage() {
+        let mut t = MappingTable::new(4096, 100, &[8]).unwrap();
+        for b in [3, 50, 99] {
+            let d = t.reserve(0, b).unwrap();
+            let h = t.lookup(b).unwrap();
+            t.switch(b, h, d).unwrap();
+        }
+        let c = t.checkpoint();
+        let back = MappingTable::from_checkpoint(&c).unwrap();
+        assert_eq!(back, t);
+        let mut bad = c.clone();
+        bad[30] ^= 1;
+        assert!(MappingTable::from_checkpoint(&bad).is_err());
+        assert!(MappingTable::from_checkpoint(&c[..c.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn bad_geometry_is_refused_with_the_allowed_range() {
+        let e = MappingTable::new(100, 10, &[1]).unwrap_err();
+        assert!(e.to_string().contains("allowed"));
+        assert!(MappingTable::new(4096, 10, &[]).is_err());
+        assert!(MappingTable::new(4096, 10, &[1, 1, 1, 1]).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Timed simulation (being written).
