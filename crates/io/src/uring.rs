@@ -338,7 +338,14 @@ fn ring_loop(mut ring: IoUring, rx: Receiver<Job>, wake: Arc<OwnedFd>, max_infli
                     push(&mut ring, &sqe);
                 }
                 Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => closed = true,
+                Err(TryRecvError::Disconnected) => {
+                    closed = true;
+                    // The shutdown kick may have been consumed by an earlier
+                    // wake read; complete the armed one ourselves.
+                    if wake_armed {
+                        let _ = rustix::io::write(&*wake, &1u64.to_ne_bytes());
+                    }
+                }
             }
         }
         if !closed && !wake_armed {
