@@ -1,0 +1,766 @@
+//! Shared helpers of the live-server crash and fault tests: a small pipelined
+//! NBD client, self-checking versioned 4 KiB blocks, a ledger of what was
+//! written, acknowledged and flushed, a random write/read/flush load, and the
+//! `tiercache serve` process.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Size of one checked block (the unit the ledger tracks).
+pub const BLOCK: usize = 4096;
+
+const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
+const IHAVEOPT: u64 = 0x4948_4156_454F_5054;
+const OPT_REPLY_MAGIC: u64 = 0x3e88_9045_565a9;
+const REQUEST_MAGIC: u32 = 0x2560_9513;
+const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+const OPT_GO: u32 = 7;
+const REP_ACK: u32 = 1;
+const REP_INFO: u32 = 3;
+const INFO_EXPORT: u16 = 0;
+pub const CMD_READ: u16 = 0;
+pub const CMD_WRITE: u16 = 1;
+pub const CMD_DISC: u16 = 2;
+pub const CMD_FLUSH: u16 = 3;
+pub const FLAG_FUA: u16 = 1;
+/// NBD_EIO.
+pub const NBD_EIO: u32 = 5;
+
+// ---------------------------------------------------------------------------
+// Client
+
+/// One reply of the server (simple replies only: the client never asks for structured ones).
+#[derive(Debug)]
+pub struct Reply {
+    pub cookie: u64,
+    pub error: u32,
+    pub data: Vec<u8>,
+}
+
+/// A blocking NBD client over a Unix socket, fixed newstyle with NBD_OPT_GO.
+/// Requests can be pipelined: `send_*` return a cookie, `recv` returns the
+/// next reply in whatever order the server answers.
+pub struct NbdClient {
+    s: UnixStream,
+    /// Export size in bytes.
+    pub size: u64,
+    /// Transmission flags the server advertised.
+    pub flags: u16,
+    next: u64,
+    /// Payload length of each READ in flight (simple replies do not carry it).
+    reads: HashMap<u64, usize>,
+}
+
+fn rd_u16(s: &mut impl Read) -> io::Result<u16> {
+    let mut b = [0; 2];
+    s.read_exact(&mut b)?;
+    Ok(u16::from_be_bytes(b))
+}
+fn rd_u32(s: &mut impl Read) -> io::Result<u32> {
+    let mut b = [0; 4];
+    s.read_exact(&mut b)?;
+    Ok(u32::from_be_bytes(b))
+}
+fn rd_u64(s: &mut impl Read) -> io::Result<u64> {
+    let mut b = [0; 8];
+    s.read_exact(&mut b)?;
+    Ok(u64::from_be_bytes(b))
+}
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+impl NbdClient {
+    /// Connect and negotiate the default export with NBD_OPT_GO.
+    pub fn connect(sock: &Path) -> io::Result<NbdClient> {
+        let mut s = UnixStream::connect(sock)?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        if rd_u64(&mut s)? != NBDMAGIC || rd_u64(&mut s)? != IHAVEOPT {
+            return Err(bad("bad greeting".into()));
+        }
+        let hflags = rd_u16(&mut s)?;
+        if hflags & 3 != 3 {
+            return Err(bad(format!(
+                "handshake flags {hflags:#x} lack FIXED_NEWSTYLE|NO_ZEROES"
+            )));
+        }
+        s.write_all(&3u32.to_be_bytes())?;
+        // OPT_GO, empty name, no info requests.
+        let mut opt = Vec::new();
+        opt.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        opt.extend_from_slice(&OPT_GO.to_be_bytes());
+        opt.extend_from_slice(&6u32.to_be_bytes());
+        opt.extend_from_slice(&0u32.to_be_bytes());
+        opt.extend_from_slice(&0u16.to_be_bytes());
+        s.write_all(&opt)?;
+        let (mut size, mut flags) = (None, 0);
+        loop {
+            if rd_u64(&mut s)? != OPT_REPLY_MAGIC {
+                return Err(bad("bad option reply magic".into()));
+            }
+            let _opt = rd_u32(&mut s)?;
+            let typ = rd_u32(&mut s)?;
+            let len = rd_u32(&mut s)? as usize;
+            let mut data = vec![0; len];
+            s.read_exact(&mut data)?;
+            match typ {
+                REP_ACK => break,
+                REP_INFO if len >= 12 && u16::from_be_bytes([data[0], data[1]]) == INFO_EXPORT => {
+                    size = Some(u64::from_be_bytes(data[2..10].try_into().expect("8")));
+                    flags = u16::from_be_bytes([data[10], data[11]]);
+                }
+                REP_INFO => {}
+                t => return Err(bad(format!("NBD_OPT_GO failed with reply type {t:#x}"))),
+            }
+        }
+        let size = size.ok_or_else(|| bad("no NBD_INFO_EXPORT before the ACK".into()))?;
+        Ok(NbdClient {
+            s,
+            size,
+            flags,
+            next: 1,
+            reads: HashMap::new(),
+        })
+    }
+
+    fn send(
+        &mut self,
+        typ: u16,
+        flags: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> io::Result<u64> {
+        let cookie = self.next;
+        self.next += 1;
+        let mut h = Vec::with_capacity(28 + payload.len());
+        h.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+        h.extend_from_slice(&flags.to_be_bytes());
+        h.extend_from_slice(&typ.to_be_bytes());
+        h.extend_from_slice(&cookie.to_be_bytes());
+        h.extend_from_slice(&offset.to_be_bytes());
+        h.extend_from_slice(&len.to_be_bytes());
+        h.extend_from_slice(payload);
+        if typ == CMD_READ {
+            self.reads.insert(cookie, len as usize);
+        }
+        self.s.write_all(&h)?;
+        Ok(cookie)
+    }
+
+    pub fn send_read(&mut self, offset: u64, len: usize) -> io::Result<u64> {
+        self.send(CMD_READ, 0, offset, len as u32, &[])
+    }
+    pub fn send_write(&mut self, offset: u64, data: &[u8], fua: bool) -> io::Result<u64> {
+        let f = if fua { FLAG_FUA } else { 0 };
+        self.send(CMD_WRITE, f, offset, data.len() as u32, data)
+    }
+    pub fn send_flush(&mut self) -> io::Result<u64> {
+        self.send(CMD_FLUSH, 0, 0, 0, &[])
+    }
+
+    /// The next reply (blocks).
+    pub fn recv(&mut self) -> io::Result<Reply> {
+        let magic = rd_u32(&mut self.s)?;
+        if magic != SIMPLE_REPLY_MAGIC {
+            return Err(bad(format!("unexpected reply magic {magic:#x}")));
+        }
+        let error = rd_u32(&mut self.s)?;
+        let cookie = rd_u64(&mut self.s)?;
+        let len = self.reads.remove(&cookie).unwrap_or(0);
+        let mut data = Vec::new();
+        if error == 0 && len > 0 {
+            data = vec![0; len];
+            self.s.read_exact(&mut data)?;
+        }
+        Ok(Reply {
+            cookie,
+            error,
+            data,
+        })
+    }
+
+    fn wait(&mut self, cookie: u64) -> io::Result<Reply> {
+        let r = self.recv()?;
+        if r.cookie != cookie {
+            return Err(bad(format!(
+                "reply for cookie {} while waiting for {cookie}",
+                r.cookie
+            )));
+        }
+        Ok(r)
+    }
+
+    /// Synchronous READ: the data, or the NBD error number.
+    pub fn read(&mut self, offset: u64, len: usize) -> io::Result<Result<Vec<u8>, u32>> {
+        let c = self.send_read(offset, len)?;
+        let r = self.wait(c)?;
+        Ok(if r.error == 0 {
+            Ok(r.data)
+        } else {
+            Err(r.error)
+        })
+    }
+    /// Synchronous WRITE: Ok or the NBD error number.
+    pub fn write(&mut self, offset: u64, data: &[u8], fua: bool) -> io::Result<Result<(), u32>> {
+        let c = self.send_write(offset, data, fua)?;
+        let r = self.wait(c)?;
+        Ok(if r.error == 0 { Ok(()) } else { Err(r.error) })
+    }
+    /// Synchronous FLUSH.
+    pub fn flush(&mut self) -> io::Result<Result<(), u32>> {
+        let c = self.send_flush()?;
+        let r = self.wait(c)?;
+        Ok(if r.error == 0 { Ok(()) } else { Err(r.error) })
+    }
+    /// The socket, to send malformed or partial requests.
+    pub fn raw(&mut self) -> &mut UnixStream {
+        &mut self.s
+    }
+
+    /// NBD_CMD_DISC, then close.
+    pub fn disconnect(mut self) {
+        let _ = self.send(CMD_DISC, 0, 0, 0, &[]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Versioned blocks
+
+const BLOCK_MAGIC: u64 = 0x5443_424c_4f43_4b31; // "TCBLOCK1"
+
+/// Splitmix64: the PRNG of the tests (seeded, reproducible).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in 0..n.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in data {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// The content of `block` at `version`: magic, block number, version, a
+/// fill derived from both, and a checksum of everything before it.
+pub fn make_block(block: u64, version: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(BLOCK);
+    v.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
+    v.extend_from_slice(&block.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    let mut r = Rng(block.wrapping_mul(0x1000_0001) ^ version.rotate_left(32));
+    while v.len() < BLOCK - 8 {
+        v.extend_from_slice(&r.next().to_le_bytes());
+    }
+    let c = fnv1a(&v);
+    v.extend_from_slice(&c.to_le_bytes());
+    v
+}
+
+/// The version a block holds, or why it is not a well-formed block `block`.
+pub fn parse_block(block: u64, data: &[u8]) -> Result<u64, String> {
+    let u = |i: usize| u64::from_le_bytes(data[i..i + 8].try_into().expect("8"));
+    if data.len() != BLOCK {
+        return Err(format!("{} bytes, not {BLOCK}", data.len()));
+    }
+    if u(0) != BLOCK_MAGIC {
+        return Err(format!("no block magic (first bytes {:02x?})", &data[..16]));
+    }
+    if u(8) != block {
+        return Err(format!("holds block {} (misdirected data)", u(8)));
+    }
+    let version = u(16);
+    if make_block(block, version) != data {
+        return Err(format!(
+            "version {version} header but torn or corrupt content"
+        ));
+    }
+    Ok(version)
+}
+
+/// Write version 0 of every block into `path` (the initial backing file).
+pub fn init_backing(path: &Path, blocks: u64) {
+    let mut all = Vec::with_capacity(blocks as usize * BLOCK);
+    for b in 0..blocks {
+        all.extend_from_slice(&make_block(b, 0));
+    }
+    std::fs::write(path, all).expect("write backing file");
+}
+
+// ---------------------------------------------------------------------------
+// Ledger
+
+/// What the client knows about one block.
+#[derive(Clone, Debug, Default)]
+pub struct BlockState {
+    /// Version read back at the last verification (or 0 initially): the device held it then.
+    pub base: u64,
+    /// Versions sent since (ascending); each may or may not have reached the device.
+    pub issued: Vec<u64>,
+    /// Newest version acknowledged.
+    pub acked: u64,
+    /// Newest version a completed FLUSH (or a FUA write) made durable.
+    pub durable: u64,
+    /// Next version number to use.
+    pub next: u64,
+    /// A write to the block is in flight (the load never overlaps writes to one block).
+    pub writing: bool,
+}
+
+/// Every block's versions: the reference the device is checked against.
+pub struct Ledger {
+    pub blocks: Vec<BlockState>,
+    /// Counters for the report.
+    pub writes_acked: u64,
+    pub flushes_done: u64,
+    pub reads_checked: u64,
+}
+
+impl Ledger {
+    pub fn new(blocks: u64) -> Ledger {
+        Ledger {
+            blocks: (0..blocks)
+                .map(|_| BlockState {
+                    next: 1,
+                    ..Default::default()
+                })
+                .collect(),
+            writes_acked: 0,
+            flushes_done: 0,
+            reads_checked: 0,
+        }
+    }
+
+    /// Whether `v` is a version the device may hold for `b` now, given that
+    /// reads must never go back behind `floor`.
+    fn allowed(&self, b: u64, v: u64, floor: u64) -> Result<(), String> {
+        let s = &self.blocks[b as usize];
+        if v < floor {
+            return Err(format!(
+                "block {b}: read version {v}, older than {floor} (stale: durable {}, acked {}, base {})",
+                s.durable, s.acked, s.base
+            ));
+        }
+        if v != s.base && s.issued.binary_search(&v).is_err() {
+            return Err(format!(
+                "block {b}: read version {v}, which was never written since the last check (base {}, issued {:?})",
+                s.base,
+                &s.issued[s.issued.len().saturating_sub(5)..]
+            ));
+        }
+        Ok(())
+    }
+
+    /// Check a block read while the server ran: at least what was acknowledged
+    /// when the read was sent (`acked_at_send`), never unwritten data.
+    pub fn check_live(&mut self, b: u64, data: &[u8], acked_at_send: u64) -> Result<(), String> {
+        let v = parse_block(b, data).map_err(|e| format!("block {b}: {e}"))?;
+        self.reads_checked += 1;
+        self.allowed(b, v, acked_at_send)
+    }
+
+    /// Check a block read after a restart: at least its durable version, and
+    /// one that was written; then make what was read the new base.
+    pub fn check_recovered(&mut self, b: u64, data: &[u8]) -> Result<u64, String> {
+        let v = parse_block(b, data).map_err(|e| format!("block {b}: {e}"))?;
+        let floor = self.blocks[b as usize].durable;
+        self.allowed(b, v, floor)?;
+        let s = &mut self.blocks[b as usize];
+        s.base = v;
+        s.issued.clear();
+        s.acked = v;
+        s.writing = false;
+        Ok(v)
+    }
+
+    /// After a verification followed by a completed FLUSH: what was read is durable.
+    pub fn settle(&mut self) {
+        for s in &mut self.blocks {
+            s.durable = s.base;
+        }
+    }
+
+    /// Every block's newest acknowledged version (what a flush sent now covers).
+    pub fn acked_snapshot(&self) -> Vec<u64> {
+        self.blocks.iter().map(|s| s.acked).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Load
+
+/// Shape of the random load.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadShape {
+    /// Requests kept in flight.
+    pub depth: usize,
+    /// Blocks of the hot set (a share of accesses go there, so some hit).
+    pub hot_blocks: u64,
+    /// Share of requests that are reads.
+    pub read_share: f64,
+    /// Share of requests that are flushes.
+    pub flush_share: f64,
+    /// Share of writes sent with FUA.
+    pub fua_share: f64,
+    /// Largest request in blocks.
+    pub max_blocks: u64,
+}
+
+impl Default for LoadShape {
+    fn default() -> Self {
+        LoadShape {
+            depth: 8,
+            hot_blocks: 96,
+            read_share: 0.2,
+            flush_share: 0.04,
+            fua_share: 0.03,
+            max_blocks: 4,
+        }
+    }
+}
+
+enum Pending {
+    Write {
+        first: u64,
+        versions: Vec<u64>,
+        fua: bool,
+    },
+    Read {
+        first: u64,
+        acked: Vec<u64>,
+    },
+    Flush {
+        snapshot: Vec<u64>,
+    },
+}
+
+/// How a load run ended.
+#[derive(Debug)]
+pub enum LoadEnd {
+    /// The deadline passed and every request was answered.
+    Done,
+    /// The connection broke (the server was killed): the I/O error.
+    Broken(String),
+}
+
+/// Run the random load on `c` until `until` (then drain) or until the
+/// connection breaks. Every reply updates the ledger; a read that breaks
+/// the rules, or an error reply, fails with a message.
+pub fn run_load(
+    c: &mut NbdClient,
+    ledger: &mut Ledger,
+    rng: &mut Rng,
+    shape: LoadShape,
+    until: Instant,
+) -> Result<LoadEnd, String> {
+    let nblocks = ledger.blocks.len() as u64;
+    let mut pending: HashMap<u64, Pending> = HashMap::new();
+    let pick = |rng: &mut Rng, n: u64| -> u64 {
+        let first = if rng.chance(0.5) {
+            rng.below(shape.hot_blocks.min(nblocks))
+        } else {
+            rng.below(nblocks)
+        };
+        first.min(nblocks - n)
+    };
+    loop {
+        let sending = Instant::now() < until;
+        if sending && pending.len() < shape.depth {
+            let r = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+            let n = 1 + rng.below(shape.max_blocks);
+            let sent = if r < shape.flush_share {
+                let snapshot = ledger.acked_snapshot();
+                c.send_flush().map(|ck| (ck, Pending::Flush { snapshot }))
+            } else if r < shape.flush_share + shape.read_share {
+                let first = pick(rng, n);
+                let acked = (first..first + n)
+                    .map(|b| ledger.blocks[b as usize].acked)
+                    .collect();
+                c.send_read(first * BLOCK as u64, n as usize * BLOCK)
+                    .map(|ck| (ck, Pending::Read { first, acked }))
+            } else {
+                let first = pick(rng, n);
+                if (first..first + n).any(|b| ledger.blocks[b as usize].writing) {
+                    continue;
+                }
+                let fua = rng.chance(shape.fua_share);
+                let mut data = Vec::with_capacity(n as usize * BLOCK);
+                let mut versions = Vec::new();
+                for b in first..first + n {
+                    let s = &mut ledger.blocks[b as usize];
+                    let v = s.next;
+                    s.next += 1;
+                    s.issued.push(v);
+                    s.writing = true;
+                    versions.push(v);
+                    data.extend_from_slice(&make_block(b, v));
+                }
+                c.send_write(first * BLOCK as u64, &data, fua).map(|ck| {
+                    (
+                        ck,
+                        Pending::Write {
+                            first,
+                            versions,
+                            fua,
+                        },
+                    )
+                })
+            };
+            match sent {
+                Ok((ck, p)) => {
+                    pending.insert(ck, p);
+                    continue;
+                }
+                Err(e) => return Ok(LoadEnd::Broken(format!("send: {e}"))),
+            }
+        }
+        if pending.is_empty() {
+            return Ok(LoadEnd::Done);
+        }
+        let reply = match c.recv() {
+            Ok(r) => r,
+            Err(e) => return Ok(LoadEnd::Broken(format!("recv: {e}"))),
+        };
+        let Some(p) = pending.remove(&reply.cookie) else {
+            return Err(format!("reply for unknown cookie {}", reply.cookie));
+        };
+        if reply.error != 0 {
+            return Err(format!(
+                "server answered error {} to a request",
+                reply.error
+            ));
+        }
+        match p {
+            Pending::Write {
+                first,
+                versions,
+                fua,
+            } => {
+                ledger.writes_acked += 1;
+                for (i, v) in versions.into_iter().enumerate() {
+                    let s = &mut ledger.blocks[(first + i as u64) as usize];
+                    s.acked = s.acked.max(v);
+                    s.writing = false;
+                    if fua {
+                        s.durable = s.durable.max(v);
+                    }
+                }
+            }
+            Pending::Read { first, acked } => {
+                for (i, a) in acked.into_iter().enumerate() {
+                    let b = first + i as u64;
+                    ledger
+                        .check_live(b, &reply.data[i * BLOCK..(i + 1) * BLOCK], a)
+                        .map_err(|e| format!("read during load: {e}"))?;
+                }
+            }
+            Pending::Flush { snapshot } => {
+                ledger.flushes_done += 1;
+                for (s, a) in ledger.blocks.iter_mut().zip(snapshot) {
+                    s.durable = s.durable.max(a);
+                }
+            }
+        }
+    }
+}
+
+/// Read every block (pipelined) and check it against the ledger after a
+/// restart; then FLUSH and settle. Returns how many blocks held a version
+/// newer than their durable one (acknowledged or in-flight writes that survived).
+pub fn verify_all(c: &mut NbdClient, ledger: &mut Ledger) -> Result<u64, String> {
+    let n = ledger.blocks.len() as u64;
+    let per = 16u64;
+    let mut newer = 0;
+    let mut inflight: HashMap<u64, u64> = HashMap::new();
+    let mut next = 0u64;
+    while next < n || !inflight.is_empty() {
+        while next < n && inflight.len() < 8 {
+            let k = per.min(n - next);
+            let ck = c
+                .send_read(next * BLOCK as u64, (k as usize) * BLOCK)
+                .map_err(|e| format!("verify send: {e}"))?;
+            inflight.insert(ck, next);
+            next += k;
+        }
+        let r = c.recv().map_err(|e| format!("verify recv: {e}"))?;
+        let first = inflight.remove(&r.cookie).ok_or("verify: unknown cookie")?;
+        if r.error != 0 {
+            return Err(format!(
+                "verify: read of block {first} failed with error {}",
+                r.error
+            ));
+        }
+        for (i, chunk) in r.data.chunks(BLOCK).enumerate() {
+            let b = first + i as u64;
+            let durable = ledger.blocks[b as usize].durable;
+            let v = ledger.check_recovered(b, chunk)?;
+            if v > durable {
+                newer += 1;
+            }
+        }
+    }
+    match c.flush().map_err(|e| format!("verify flush: {e}"))? {
+        Ok(()) => ledger.settle(),
+        Err(e) => return Err(format!("verify flush failed with error {e}")),
+    }
+    Ok(newer)
+}
+
+/// Compare a file (the backing device after detach) with the ledger's newest versions.
+pub fn check_file_latest(path: &Path, ledger: &Ledger) -> Result<(), String> {
+    let data = std::fs::read(path).map_err(|e| e.to_string())?;
+    for (b, s) in ledger.blocks.iter().enumerate() {
+        let want = s.issued.last().copied().unwrap_or(s.base);
+        let got = parse_block(b as u64, &data[b * BLOCK..(b + 1) * BLOCK])
+            .map_err(|e| format!("backing block {b}: {e}"))?;
+        if got != want {
+            return Err(format!(
+                "backing block {b} holds version {got}, the client last wrote {want}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The server process
+
+/// The `tiercache` binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tiercache"))
+}
+
+/// Run `tiercache` with `args`; panic with its output unless it succeeds.
+pub fn tiercache(args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run tiercache");
+    assert!(
+        out.status.success(),
+        "tiercache {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `tiercache serve` on a cache, listening on a Unix socket; killed on drop.
+pub struct ServeProc {
+    pub child: Child,
+    pub sock: PathBuf,
+    pub cache: PathBuf,
+    pub log: PathBuf,
+}
+
+impl ServeProc {
+    /// Start the server and wait until both its NBD and control sockets answer.
+    pub fn start(cache: &Path, sock: &Path, log: &Path) -> ServeProc {
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = Command::new(bin())
+            .args(["serve", "--cache"])
+            .arg(cache)
+            .arg("--listen")
+            .arg(format!("unix:{}", sock.display()))
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .expect("spawn tiercache serve");
+        let mut p = ServeProc {
+            child,
+            sock: sock.to_path_buf(),
+            cache: cache.to_path_buf(),
+            log: log.to_path_buf(),
+        };
+        let t0 = Instant::now();
+        loop {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                panic!(
+                    "tiercache serve exited with {st} before listening:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            if UnixStream::connect(sock).is_ok() && p.try_stats().is_some() {
+                return p;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "tiercache serve did not start listening:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_stats(&self) -> Option<serde_json::Value> {
+        let out = Command::new(bin())
+            .args(["stats", "--json", "--cache"])
+            .arg(&self.cache)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// `tiercache stats --json`.
+    pub fn stats(&self) -> serde_json::Value {
+        self.try_stats().expect("tiercache stats --json")
+    }
+
+    /// kill -9.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait for the process to exit on its own (after detach or SIGTERM).
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "server did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServeProc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Crash tests of the live server: `tiercache serve` in write-back mode with a
+//! cache 1/16 of the data is killed with SIGKILL at random points of a random
+//! write/read/flush load, restarted on the same cache, and every block is
+//! checked against the client's ledger: it holds a version at least as new as
+//! the last one a completed FLUSH (or FUA write) covered, and one that was
+//! actually written (self-checking blocks: never garbage, never misdirected,
+//! never older). Reads during the load never go behind what was acknowledged.
+//! The restart must be warm (recovered lines in `tiercache stats --json`), and
+//! after `tiercache detach` the backing file alone holds the newest data.
+//!
+//! `TIERCACHE_CRASH_ROUNDS` overrides the rounds per test and
+//! `TIERCACHE_CRASH_SEED` the seed (scripts/crash_soak.sh runs many more).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// 16 MiB of data.
+const BLOCKS: u64 = 4096;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn kill9(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+}
+
+/// Run `rounds` kill -9 rounds on a cache formatted with `policy`, then a
+/// clean round ending in detach; panics with the seed on any violation.
+fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
+    let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
+    let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backing = dir.path().join("backing.img");
+    let cache = dir.path().join("cache.img");
+    let sock = dir.path().join("nbd.sock");
+    let log = dir.path().join("serve.log");
+    init_backing(&backing, BLOCKS);
+    let mut args = vec![
+        "format",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--backing",
+        backing.to_str().unwrap(),
+        "--size",
+        "6MiB",
+        "--write-policy",
+        "write-back",
+    ];
+    args.extend_from_slice(policy);
+    let formatted = tiercache(&args);
+    eprintln!(
+        "[{label}] seed {seed}, {rounds} rounds: {}",
+        formatted.trim()
+    );
+
+    let fail = |msg: String, log: &Path| -> ! {
+        panic!(
+            "[{label}] seed {seed}: {msg}\n--- server log (tail) ---\n{}",
+            tail(log)
+        )
+    };
+    let mut ledger = Ledger::new(BLOCKS);
+    let mut rng = Rng(seed);
+    let shape = LoadShape::default();
+    let (mut recovered_lines, mut survived_newer) = (0u64, 0u64);
+    for round in 0..=rounds {
+        let mut srv = ServeProc::start(&cache, &sock, &log);
+        let st = srv.stats();
+        let occupied = st["occupied_lines"].as_u64().unwrap_or(0);
+        let dirty = st["dirty_lines"].as_u64().unwrap_or(0);
+        let rec_ms = st["live"]["recovery_ms"].as_f64().unwrap_or(-1.0);
+        if rec_ms <= 0.0 {
+            fail(
+                format!("round {round}: stats report no recovery time: {st}"),
+                &log,
+            );
+        }
+        if round > 0 {
+            // The kill came after load and committed lines: the restart is warm.
+            if occupied == 0 {
+                fail(
+                    format!(
+                        "round {round}: restart after kill -9 is cold (no lines recovered): {st}"
+                    ),
+                    &log,
+                );
+            }
+            recovered_lines += occupied;
+        }
+        let mut c =
+            NbdClient::connect(&sock).unwrap_or_else(|e| fail(format!("connect: {e}"), &log));
+        assert_eq!(
+            c.size,
+            BLOCKS * BLOCK as u64,
+            "export size is the backing size"
+        );
+        let newer = verify_all(&mut c, &mut ledger)
+            .unwrap_or_else(|e| fail(format!("round {round}: after restart: {e}"), &log));
+        survived_newer += newer;
+        eprintln!(
+            "[{label}] round {round}: recovered {occupied} lines ({dirty} dirty) in {rec_ms:.1} ms; \
+             {newer} blocks newer than their last flush survived"
+        );
+        if round == rounds {
+            // Last round: a load without a crash, then detach.
+            let until = Instant::now() + Duration::from_millis(500);
+            match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
+                Ok(LoadEnd::Done) => {}
+                Ok(LoadEnd::Broken(e)) => fail(format!("final load: connection broke: {e}"), &log),
+                Err(e) => fail(format!("final load: {e}"), &log),
+            }
+            c.disconnect();
+            let st = srv.stats();
+            tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+            let status = srv.wait_exit();
+            assert!(status.success(), "server after detach exited with {status}");
+            check_file_latest(&backing, &ledger)
+                .unwrap_or_else(|e| fail(format!("after detach: {e}"), &log));
+            eprintln!(
+                "[{label}] done: {} writes acked, {} flushes, {} reads checked live; \
+                 {recovered_lines} lines recovered over {rounds} restarts, {survived_newer} unflushed blocks survived; \
+                 final stats: evictions {}, writebacks {}, hits {}",
+                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked,
+                st["evictions"], st["writebacks"], st["hits"]
+            );
+            return;
+        }
+        // Load, and kill -9 at a random point of it.
+        let kill_after = Duration::from_millis(150 + rng.below(1350));
+        let pid = srv.child.id();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(kill_after);
+            kill9(pid);
+        });
+        let until = Instant::now() + kill_after + Duration::from_secs(30);
+        match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
+            Ok(LoadEnd::Broken(_)) => {}
+            Ok(LoadEnd::Done) => fail("load ended before the kill".into(), &log),
+            Err(e) => fail(format!("round {round}: during load: {e}"), &log),
+        }
+        killer.join().expect("killer thread");
+        srv.kill9();
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .and_then(|mut f| {
+                use std::io::Write;
+                writeln!(f, "=== killed after {kill_after:?} (round {round}) ===")
+            });
+    }
+}
+
+fn tail(log: &Path) -> String {
+    let s = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+#[test]
+fn kill9_write_back_4k_lines_full_lru() {
+    crash_rounds("4k-full-lru", &[], 8, 0x5eed_0001);
+}
+
+#[test]
+fn kill9_write_back_16k_lines_4way_sub_blocks() {
+    crash_rounds(
+        "16k-4way-lru",
+        &[
+            "--line-size",
+            "16KiB",
+            "--sub-block",
+            "4KiB",
+            "--assoc",
+            "4-way",
+        ],
+        8,
+        0x5eed_0002,
+    );
+}
+
+#[test]
+fn kill9_write_back_direct_mapped_fifo() {
+    crash_rounds(
+        "4k-direct-fifo",
+        &[
+            "--assoc",
+            "direct",
+            "--eviction",
+            "fifo",
+            "--dirty-target",
+            "0.5",
+        ],
+        4,
+        0x5eed_0003,
+    );
+}
+
+#[test]
+fn kill9_write_back_8way_arc() {
+    crash_rounds(
+        "8k-8way-arc",
+        &[
+            "--line-size",
+            "8KiB",
+            "--assoc",
+            "8-way",
+            "--eviction",
+            "arc",
+        ],
+        4,
+        0x5eed_0004,
+    );
+}

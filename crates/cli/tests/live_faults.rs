@@ -1,0 +1,511 @@
+//! Fault tests of the live server, in process: the cache and backing files are
+//! wrapped in `FaultyDev`s that inject EIO by rule, the cache is opened with
+//! `open_with_devices` and exported with `tiercache_nbd::Server` on a Unix
+//! socket, and a small NBD client checks every block it reads against what it
+//! wrote (self-checking versioned blocks, see `common`).
+//!
+//! What a user relies on (issue 3, item 6): an error on the cache device never
+//! loses data that is safe on the backing device (failed cache reads of clean
+//! data are served from the backing device; repeated errors degrade the
+//! cache, visibly in stats); an error on the backing device reaches the
+//! client as EIO for that request only, and the server keeps serving.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
+use tiercache_nbd::{Server, ServerHandle};
+use tiercache_server::live::LiveCache;
+
+/// 4 MiB of data; the cache (6 MiB file, most of it metadata) holds 256 lines of 4 KiB.
+const BLOCKS: u64 = 1024;
+
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+    backing: PathBuf,
+    sock: PathBuf,
+    cache_fault: Arc<FaultyDev>,
+    backing_fault: Arc<FaultyDev>,
+    live: Arc<LiveCache>,
+    handle: Option<ServerHandle>,
+}
+
+impl Fixture {
+    /// Format a cache with `policy` (CLI spelling) and serve it in process behind faulty devices.
+    fn new(policy: &[&str]) -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backing = dir.path().join("backing.img");
+        let cache = dir.path().join("cache.img");
+        let sock = dir.path().join("nbd.sock");
+        init_backing(&backing, BLOCKS);
+        let mut args = vec![
+            "format",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--backing",
+            backing.to_str().unwrap(),
+            "--size",
+            "6MiB",
+        ];
+        args.extend_from_slice(policy);
+        tiercache(&args);
+        let open = |p: &PathBuf| -> Arc<dyn BlockDev> {
+            Arc::new(FileDev::open(p, FileDevOptions::default()).expect("open device"))
+        };
+        let cache_fault = Arc::new(FaultyDev::new(open(&cache), 7));
+        let backing_fault = Arc::new(FaultyDev::new(open(&backing), 11));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let opened = tiercache_server::open_with_devices(
+            &cache,
+            cache_fault.clone(),
+            backing_fault.clone(),
+            &backing,
+        )
+        .expect("open cache");
+        let live = opened.cache;
+        let handle = rt.block_on(async {
+            live.start_background();
+            let export: Arc<dyn tiercache_nbd::Backend> =
+                Arc::new(tiercache_server::backend::Export {
+                    cache: Arc::clone(&live),
+                    read_only: false,
+                });
+            Server::new([("tiercache", export)])
+                .expect("server")
+                .serve_unix(&sock)
+                .await
+                .expect("listen")
+        });
+        Fixture {
+            rt,
+            _dir: dir,
+            backing,
+            sock,
+            cache_fault,
+            backing_fault,
+            live,
+            handle: Some(handle),
+        }
+    }
+
+    fn client(&self) -> NbdClient {
+        NbdClient::connect(&self.sock).expect("connect")
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        tiercache_server::control::stats_json(&self.live)
+    }
+
+    /// `tiercache flush`: write back every dirty line (bounded: fails the test after 60 s).
+    fn flush_all(&self) -> Result<(), String> {
+        let live = Arc::clone(&self.live);
+        self.rt.block_on(async move {
+            tokio::time::timeout(Duration::from_secs(60), live.flush_all())
+                .await
+                .map_err(|_| "flush_all did not finish within 60 s".to_string())?
+                .map_err(|e| e.0)
+        })
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            self.rt.block_on(h.shutdown());
+        }
+    }
+}
+
+/// Write version `v` of each block in `blocks` (one request each), tracking them in the ledger.
+fn write_blocks(c: &mut NbdClient, ledger: &mut Ledger, blocks: impl IntoIterator<Item = u64>) {
+    for b in blocks {
+        let s = &mut ledger.blocks[b as usize];
+        let v = s.next;
+        s.next += 1;
+        s.issued.push(v);
+        c.write(b * BLOCK as u64, &make_block(b, v), false)
+            .expect("socket")
+            .unwrap_or_else(|e| panic!("write of block {b} failed with NBD error {e}"));
+        s.acked = v;
+    }
+}
+
+/// Read one block and check it holds the newest acknowledged version.
+fn read_latest(c: &mut NbdClient, ledger: &Ledger, b: u64) -> Result<(), String> {
+    let data = c
+        .read(b * BLOCK as u64, BLOCK)
+        .map_err(|e| format!("socket: {e}"))?
+        .map_err(|e| format!("read of block {b} failed with NBD error {e}"))?;
+    let got = parse_block(b, &data).map_err(|e| format!("block {b}: {e}"))?;
+    let want = ledger.blocks[b as usize].acked;
+    if got != want {
+        return Err(format!(
+            "block {b}: read version {got}, newest acknowledged is {want}"
+        ));
+    }
+    Ok(())
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("stats lack {k}: {v}"))
+}
+
+fn status(f: &Fixture) -> String {
+    f.stats()["status"].as_str().unwrap_or("").to_string()
+}
+
+#[test]
+fn failed_cache_reads_of_clean_data_are_served_from_backing() {
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    write_blocks(&mut c, &mut ledger, 0..64);
+    f.flush_all().expect("flush");
+    assert_eq!(u(&f.stats(), "dirty_lines"), 0, "flush cleaned everything");
+    let hits0 = u(&f.stats(), "read_hits");
+    // Three single failures, each on a cached clean block: fewer than the degrade threshold.
+    for b in [3u64, 17, 40] {
+        f.cache_fault
+            .add_rule(FaultRule::always(OpKinds::READ))
+            .unwrap();
+        read_latest(&mut c, &ledger, b)
+            .expect("a failed cache read of clean data is served from backing");
+        f.cache_fault.clear_rules();
+    }
+    assert_eq!(
+        f.cache_fault.injected().reads,
+        3,
+        "each read hit the cache and failed there"
+    );
+    let st = f.stats();
+    assert_eq!(u(&st["live"], "cache_errors"), 3);
+    assert_eq!(
+        st["status"], "ok",
+        "three isolated errors do not degrade the cache"
+    );
+    assert!(
+        u(&st, "read_hits") >= hits0 + 3,
+        "the reads were cache hits"
+    );
+    // The failed sub-blocks were dropped from the cache, the others still hit; all data is right.
+    for b in 0..64 {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+}
+
+#[test]
+fn repeated_cache_errors_degrade_write_through_to_pass_through() {
+    let f = Fixture::new(&["--write-policy", "write-through"]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    write_blocks(&mut c, &mut ledger, 0..100);
+    for b in 0..100 {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    assert!(u(&f.stats(), "occupied_lines") >= 100);
+    // The cache device dies: every data read and write fails.
+    f.cache_fault.fail_all();
+    for b in 0..100 {
+        read_latest(&mut c, &ledger, b)
+            .unwrap_or_else(|e| panic!("with the cache device failing: {e}"));
+    }
+    let st = f.stats();
+    assert!(
+        st["status"].as_str().unwrap().starts_with("degraded"),
+        "after {} cache errors the status says degraded: {st}",
+        st["live"]["cache_errors"]
+    );
+    // Writes and reads keep working and are correct, without touching the cache.
+    write_blocks(&mut c, &mut ledger, (0..40).chain(500..560));
+    let injected = f.cache_fault.injected().total();
+    for b in (0..100).chain(500..560) {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    let fills = u(&f.stats(), "fills");
+    for b in 600..700 {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    assert_eq!(
+        u(&f.stats(), "fills"),
+        fills,
+        "a degraded write-through cache fills nothing"
+    );
+    assert_eq!(
+        f.cache_fault.injected().total(),
+        injected,
+        "a degraded write-through cache no longer touches the cache device"
+    );
+    // Write-through: the backing file alone has everything.
+    f.cache_fault.restore();
+    c.flush().unwrap().unwrap();
+    check_file_latest(&f.backing, &ledger).unwrap();
+}
+
+#[test]
+fn repeated_cache_write_errors_degrade_write_back_which_keeps_and_cleans_dirty_data() {
+    let f = Fixture::new(&["--write-policy", "write-back", "--dirty-target", "0.9"]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    write_blocks(&mut c, &mut ledger, 0..150);
+    c.flush().unwrap().unwrap();
+    assert!(u(&f.stats(), "dirty_lines") > 0, "some lines are dirty");
+    // Cache writes start failing (reads still work, so the dirty data can be cleaned).
+    f.cache_fault
+        .add_rule(FaultRule::always(OpKinds::WRITE))
+        .unwrap();
+    // New writes: to cached lines and to new ones; none may fail or be lost.
+    write_blocks(&mut c, &mut ledger, (100..200).chain(700..760));
+    let st = f.stats();
+    assert!(
+        st["status"].as_str().unwrap().starts_with("degraded"),
+        "repeated cache write errors degrade the cache: {st}"
+    );
+    for b in (0..200).chain(700..760) {
+        read_latest(&mut c, &ledger, b)
+            .unwrap_or_else(|e| panic!("degraded write-back cache: {e}"));
+    }
+    // Dirty data is kept and cleaned: after flush the backing file alone holds everything.
+    f.flush_all().expect("flush of a degraded cache");
+    assert_eq!(u(&f.stats(), "dirty_lines"), 0);
+    check_file_latest(&f.backing, &ledger).unwrap();
+}
+
+#[test]
+fn random_cache_write_errors_lose_no_data_under_load() {
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    f.cache_fault
+        .add_rule(FaultRule::always(OpKinds::WRITE).with_probability(0.05))
+        .unwrap();
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    let mut rng = Rng(42);
+    let shape = LoadShape {
+        hot_blocks: 200,
+        read_share: 0.3,
+        ..LoadShape::default()
+    };
+    let end = run_load(
+        &mut c,
+        &mut ledger,
+        &mut rng,
+        shape,
+        Instant::now() + Duration::from_secs(2),
+    )
+    .unwrap_or_else(|e| panic!("with 5% cache write errors: {e}"));
+    assert!(matches!(end, LoadEnd::Done), "{end:?}");
+    assert!(f.cache_fault.injected().writes > 0, "faults were injected");
+    for b in 0..BLOCKS {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    f.cache_fault.clear_rules();
+    f.flush_all().expect("flush");
+    check_file_latest(&f.backing, &ledger).unwrap();
+    eprintln!(
+        "{} writes, {} reads checked, {} cache write errors injected, status {}",
+        ledger.writes_acked,
+        ledger.reads_checked,
+        f.cache_fault.injected().writes,
+        status(&f)
+    );
+}
+
+#[test]
+fn random_cache_read_errors_on_write_through_never_reach_the_client() {
+    let f = Fixture::new(&["--write-policy", "write-through"]);
+    f.cache_fault
+        .add_rule(FaultRule::always(OpKinds::READ).with_probability(0.1))
+        .unwrap();
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    let mut rng = Rng(43);
+    let shape = LoadShape {
+        hot_blocks: 128,
+        read_share: 0.6,
+        ..LoadShape::default()
+    };
+    let end = run_load(
+        &mut c,
+        &mut ledger,
+        &mut rng,
+        shape,
+        Instant::now() + Duration::from_secs(2),
+    )
+    .unwrap_or_else(|e| panic!("with 10% cache read errors on clean data: {e}"));
+    assert!(matches!(end, LoadEnd::Done), "{end:?}");
+    assert!(f.cache_fault.injected().reads > 0, "faults were injected");
+    for b in 0..BLOCKS {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    check_file_latest(&f.backing, &ledger).unwrap();
+}
+
+#[test]
+fn backing_read_error_is_eio_for_that_request_and_the_server_keeps_serving() {
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut c = f.client();
+    let ledger = Ledger::new(BLOCKS);
+    let bad = 300u64;
+    let range = bad * BLOCK as u64..(bad + 1) * BLOCK as u64;
+    f.backing_fault
+        .add_rule(FaultRule::always(OpKinds::READ).in_range(range))
+        .unwrap();
+    // A second connection keeps working while the first gets errors.
+    let mut other = f.client();
+    for _ in 0..3 {
+        let r = c
+            .read(bad * BLOCK as u64, BLOCK)
+            .expect("the connection survives");
+        assert_eq!(r.err(), Some(NBD_EIO), "a backing read error is EIO");
+        read_latest(&mut other, &ledger, bad + 1).unwrap();
+        read_latest(&mut c, &ledger, bad - 1).unwrap();
+    }
+    assert_eq!(u(&f.stats()["live"], "backing_errors"), 3);
+    assert_eq!(status(&f), "ok", "backing errors do not degrade the cache");
+    // Once the device recovers, the block reads correctly (the failed fill left nothing behind).
+    f.backing_fault.clear_rules();
+    read_latest(&mut c, &ledger, bad).unwrap();
+    read_latest(&mut c, &ledger, bad).unwrap();
+}
+
+#[test]
+fn backing_write_error_in_write_through_is_eio_and_leaves_old_or_new_data() {
+    let f = Fixture::new(&["--write-policy", "write-through"]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    write_blocks(&mut c, &mut ledger, 0..20);
+    let bad = 5u64;
+    f.backing_fault
+        .add_rule(FaultRule::always(OpKinds::WRITE).in_range(bad * 4096..bad * 4096 + 4096))
+        .unwrap();
+    let s = &mut ledger.blocks[bad as usize];
+    let v = s.next;
+    s.next += 1;
+    s.issued.push(v);
+    let r = c
+        .write(bad * 4096, &make_block(bad, v), false)
+        .expect("connection survives");
+    assert_eq!(r.err(), Some(NBD_EIO), "a failed write-through is EIO");
+    // The block holds the old or the new version, never anything else.
+    let data = c.read(bad * 4096, 4096).unwrap().unwrap();
+    ledger
+        .check_live(bad, &data, ledger.blocks[bad as usize].acked)
+        .unwrap();
+    for b in (0..20).filter(|&b| b != bad) {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    f.backing_fault.clear_rules();
+    write_blocks(&mut c, &mut ledger, [bad]);
+    read_latest(&mut c, &ledger, bad).unwrap();
+    c.flush().unwrap().unwrap();
+    check_file_latest(&f.backing, &ledger).unwrap();
+}
+
+#[test]
+fn backing_write_errors_during_writeback_keep_dirty_data() {
+    // Write-back: dirty data is only in the cache until written back; when the
+    // backing device refuses the writeback, the data must stay (dirty) and readable.
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    write_blocks(&mut c, &mut ledger, 0..64);
+    c.flush().unwrap().unwrap();
+    f.backing_fault
+        .add_rule(FaultRule::always(OpKinds::WRITE))
+        .unwrap();
+    // Cleaning fails in the background; nothing may be lost.
+    let flushed = f.flush_all();
+    assert!(
+        flushed.is_err(),
+        "flush reports that the backing device refuses writes"
+    );
+    for b in 0..64 {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+    assert!(u(&f.stats(), "dirty_lines") > 0, "the data is still dirty");
+    f.backing_fault.clear_rules();
+    f.flush_all().expect("flush once the device recovered");
+    check_file_latest(&f.backing, &ledger).unwrap();
+}
+
+#[test]
+fn client_disconnects_mid_request_and_bad_handshakes_leave_the_server_serving() {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut ledger = Ledger::new(BLOCKS);
+    let mut good = f.client();
+    write_blocks(&mut good, &mut ledger, 0..8);
+    // 1. Garbage instead of client flags, then close.
+    {
+        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
+    }
+    // 2. A handshake that stops half way through an option.
+    {
+        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let _ = s.write_all(&3u32.to_be_bytes());
+        let _ = s.write_all(&0x4948_4156_454F_5054u64.to_be_bytes());
+        let _ = s.write_all(&7u32.to_be_bytes());
+        let _ = s.write_all(&100u32.to_be_bytes());
+        let _ = s.write_all(b"short");
+    }
+    // 3. An option with an absurd length.
+    {
+        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let _ = s.write_all(&3u32.to_be_bytes());
+        let _ = s.write_all(&0x4948_4156_454F_5054u64.to_be_bytes());
+        let _ = s.write_all(&7u32.to_be_bytes());
+        let _ = s.write_all(&u32::MAX.to_be_bytes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 4. A write whose payload never fully arrives, then the client vanishes.
+    {
+        let mut c = f.client();
+        let mut h = Vec::new();
+        h.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        h.extend_from_slice(&0u16.to_be_bytes());
+        h.extend_from_slice(&CMD_WRITE.to_be_bytes());
+        h.extend_from_slice(&1u64.to_be_bytes());
+        h.extend_from_slice(&(2 * 4096u64).to_be_bytes());
+        h.extend_from_slice(&(4 * 4096u32).to_be_bytes());
+        h.extend_from_slice(&make_block(2, 999)[..1000]);
+        let raw = c.raw();
+        let _ = raw.write_all(&h);
+    }
+    // 5. Many requests in flight, then the client vanishes without reading replies.
+    {
+        let mut c = f.client();
+        for i in 0..64u64 {
+            let b = 100 + i;
+            let s = &mut ledger.blocks[b as usize];
+            let v = s.next;
+            s.next += 1;
+            s.issued.push(v);
+            let _ = c.send_write(b * 4096, &make_block(b, v), false);
+            let _ = c.send_read((200 + i) * 4096, 4096 * 4);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // The old connection and new ones work; every block holds a written version.
+    for b in 0..8 {
+        read_latest(&mut good, &ledger, b).unwrap();
+    }
+    let mut fresh = f.client();
+    for b in 0..BLOCKS {
+        let data = fresh.read(b * 4096, 4096).unwrap().unwrap();
+        ledger
+            .check_live(b, &data, ledger.blocks[b as usize].acked)
+            .unwrap_or_else(|e| panic!("after abrupt disconnects: {e}"));
+    }
+    fresh.flush().unwrap().unwrap();
+    assert_eq!(status(&f), "ok");
+}
