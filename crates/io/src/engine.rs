@@ -74,7 +74,8 @@ pub trait Engine: Send + Sync {
 
     /// Run `op` on `dev` and await its result. Waits asynchronously for room
     /// in the queue, so it never blocks an async runtime's thread. Usable
-    /// from any executor.
+    /// from any executor. Dropping the future after the op was submitted does
+    /// not cancel it: the op still runs to completion, its result is dropped.
     fn run<'a>(&'a self, dev: &Arc<dyn BlockDev>, op: IoOp) -> RunFuture<'a>;
 
     /// Run `op` and block the calling thread until it completes. Not for use
