@@ -393,6 +393,11 @@ impl Flash {
         self.free.insert((self.blocks[b as usize].erases, b));
     }
 
+    /// Logical pages of all valid physical pages.
+    pub fn valid_owners(&self) -> Vec<u64> {
+        self.owner.iter().copied().filter(|&o| o < INVALID).collect()
+    }
+
     /// Per-block erase counts.
     pub fn erase_counts(&self) -> Vec<u32> {
         self.blocks.iter().map(|b| b.erases).collect()

@@ -25,11 +25,11 @@ pub mod sim;
 pub mod sparse;
 pub mod workload;
 
-
+pub use device::{Device, DeviceConfig, DeviceKind, FtlKind};
 pub use flash::{Flash, FlashStats, Geometry, Timing};
 pub use gc::GcPolicy;
-
-
+pub use manager::ManagerKind;
+pub use sim::{run, FlashReport, FlashSimConfig};
 
 /// Errors of the flash model, devices and simulator.
 #[derive(Debug, thiserror::Error)]

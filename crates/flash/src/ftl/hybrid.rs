@@ -531,6 +531,10 @@ impl Translation for Hybrid {
         &self.flash
     }
 
+    fn flash_mut(&mut self) -> &mut Flash {
+        &mut self.flash
+    }
+
     fn mapped(&self) -> u64 {
         (0..self.flash.num_blocks())
             .map(|b| u64::from(self.flash.block(b).valid))

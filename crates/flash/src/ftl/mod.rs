@@ -42,6 +42,8 @@ pub trait Translation: Send {
     fn set_clean(&mut self, lpn: u64) -> bool;
     /// The flash array.
     fn flash(&self) -> &Flash;
+    /// The flash array, to account traffic outside translation (metadata).
+    fn flash_mut(&mut self) -> &mut Flash;
     /// Logical pages mapped.
     fn mapped(&self) -> u64;
     /// Device memory for translations.

@@ -184,6 +184,10 @@ impl Translation for PageFtl {
         &self.flash
     }
 
+    fn flash_mut(&mut self) -> &mut Flash {
+        &mut self.flash
+    }
+
     fn mapped(&self) -> u64 {
         self.map.len() as u64
     }
