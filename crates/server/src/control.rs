@@ -42,6 +42,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
             "line_size": cfg.line_bytes, "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),
             "write_policy": cfg.write_policy.to_string(), "admission": cfg.admission.kind.to_string(),
         },
+        "filesystem": cache.filesystem(),
         "slots": slots,
         "occupied_lines": used,
         "occupancy": used as f64 / slots as f64,

@@ -9,6 +9,7 @@
 //!   `flush` and `detach`.
 
 pub mod backend;
+pub mod classify;
 pub mod control;
 pub mod live;
 pub mod stats;

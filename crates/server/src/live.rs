@@ -61,6 +61,8 @@ pub(crate) struct Core {
     wb_reads: FxHashMap<OpId, (Slot, Option<Vec<u8>>)>,
     /// Consecutive cache device errors.
     cache_errors: u64,
+    /// Backing reads of read misses that failed: the fills they feed must not run.
+    failed_reads: rustc_hash::FxHashSet<OpId>,
 }
 
 /// The live cache: one export.
@@ -80,6 +82,9 @@ pub struct LiveCache {
     pub(crate) degraded: AtomicBool,
     write_policy: WritePolicy,
     clean_budget: usize,
+    /// Filesystem-aware classes (ext4, XFS) for requests, when on.
+    pub(crate) fs: Mutex<crate::classify::FsState>,
+    classify: AtomicBool,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -159,6 +164,7 @@ impl LiveCache {
                 pending_unmap: FxHashMap::default(),
                 wb_reads: FxHashMap::default(),
                 cache_errors: 0,
+                failed_reads: Default::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -172,6 +178,8 @@ impl LiveCache {
             degraded: AtomicBool::new(false),
             write_policy,
             clean_budget: 2,
+            fs: Mutex::new(crate::classify::FsState::default()),
+            classify: AtomicBool::new(false),
         }))
     }
 
@@ -188,6 +196,24 @@ impl LiveCache {
 
     // ---- requests ----
 
+    /// Classify requests by the filesystem on the device (ext4, XFS): attach now
+    /// (in the background) and again whenever a write touches the first MiB.
+    pub fn enable_classification(self: &Arc<Self>) {
+        self.classify.store(true, Ordering::Relaxed);
+        self.spawn_attach();
+    }
+
+    fn spawn_attach(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        let rt = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || crate::classify::attach(&me, &me.fs, rt));
+    }
+
+    /// The filesystem being classified, if any.
+    pub fn filesystem(&self) -> Option<String> {
+        self.fs.lock().expect("fs").filesystem.clone()
+    }
+
     /// Run one client request. `data` is the write payload; reads return their bytes.
     pub async fn request(
         self: &Arc<Self>,
@@ -196,6 +222,60 @@ impl LiveCache {
         len: u64,
         data: Option<&[u8]>,
         fua: bool,
+    ) -> Result<Vec<u8>, LiveError> {
+        self.request_with_class(kind, offset, len, data, fua, None)
+            .await
+    }
+
+    /// A request whose class is given (`Some`), or found by the filesystem classifier (`None`).
+    pub async fn request_with_class(
+        self: &Arc<Self>,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+        fua: bool,
+        class: Option<Class>,
+    ) -> Result<Vec<u8>, LiveError> {
+        let classify = class.is_none() && self.classify.load(Ordering::Relaxed);
+        let class = match (class, kind, data) {
+            (Some(c), ..) => c,
+            (None, _, _) if !classify => Class::Data,
+            (None, IoKind::Write, Some(d)) => {
+                let me = Arc::clone(self);
+                let d = d.to_vec();
+                tokio::task::spawn_blocking(move || {
+                    crate::classify::write_class(&me.fs, offset, &d)
+                })
+                .await
+                .unwrap_or(Class::Data)
+            }
+            (None, IoKind::Read, _) => self.fs.lock().expect("fs").read_class(offset, len),
+            _ => Class::Data,
+        };
+        let out = self
+            .run_request(kind, offset, len, data, fua, class)
+            .await?;
+        if classify {
+            match kind {
+                IoKind::Read => self.fs.lock().expect("fs").learn(offset, &out),
+                IoKind::Write if offset < (1 << 20) && self.filesystem().is_none() => {
+                    self.spawn_attach()
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    async fn run_request(
+        self: &Arc<Self>,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        data: Option<&[u8]>,
+        fua: bool,
+        class: Class,
     ) -> Result<Vec<u8>, LiveError> {
         let id = self.next_req.fetch_add(1, Ordering::Relaxed);
         let buf = Arc::new(ReqBuf {
@@ -211,7 +291,7 @@ impl LiveCache {
             kind,
             offset,
             len,
-            class: Class::Data,
+            class,
             fua,
         };
         let ops = self.submit(&req);
@@ -418,6 +498,19 @@ impl LiveCache {
             self.wait_op(d).await;
         }
         let slot = (op.offset / self.line) as Slot;
+        if op.purpose == Purpose::Fill {
+            // The read feeding this fill failed: the buffer holds no data, do not cache it.
+            let failed = {
+                let mut c = self.core.lock().expect("core");
+                op.deps().any(|d| c.failed_reads.remove(&d))
+            };
+            if failed {
+                let (f, l) = self.subs_of(op.offset, op.len);
+                Self::invalidate_failed(&mut self.core.lock().expect("core"), &op, slot, f, l);
+                self.finish(&op, buf.as_ref().map(|b| b.offset), false);
+                return Ok(());
+            }
+        }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
             self.wait_slot_ready(slot).await;
         }
@@ -575,11 +668,13 @@ impl LiveCache {
                         })
                         .await
                         .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-                        self.core
-                            .lock()
-                            .expect("core")
-                            .engine
-                            .invalidate(slot, f, l);
+                        Self::invalidate_failed(
+                            &mut self.core.lock().expect("core"),
+                            op,
+                            slot,
+                            f,
+                            l,
+                        );
                         match r {
                             Ok(bytes) => {
                                 if let Some(b) = buf {
@@ -596,11 +691,13 @@ impl LiveCache {
                         if self.write_policy == WritePolicy::WriteBack =>
                     {
                         // The only copy would have been the cache: write it to the backing device instead.
-                        self.core
-                            .lock()
-                            .expect("core")
-                            .engine
-                            .invalidate(slot, f, l);
+                        Self::invalidate_failed(
+                            &mut self.core.lock().expect("core"),
+                            op,
+                            slot,
+                            f,
+                            l,
+                        );
                         let (Some(line), Some(b)) = (line, buf) else {
                             return Err(LiveError(format!("cache write error: {e}")));
                         };
@@ -617,17 +714,39 @@ impl LiveCache {
                     }
                     (IoKind::Write, _) => {
                         // A fill or a write-through copy: the backing device has the data.
-                        self.core
-                            .lock()
-                            .expect("core")
-                            .engine
-                            .invalidate(slot, f, l);
+                        Self::invalidate_failed(
+                            &mut self.core.lock().expect("core"),
+                            op,
+                            slot,
+                            f,
+                            l,
+                        );
                         Ok(())
                     }
                     _ => Err(LiveError(format!(
                         "cache device I/O error on dirty data: {e}"
                     ))),
                 }
+            }
+        }
+    }
+
+    /// Drop sub-blocks `f..=l` of `slot` after a failed cache op, except those a
+    /// later cache write still in flight rewrites (dropping them would lose that write).
+    fn invalidate_failed(c: &mut Core, op: &Op, slot: Slot, f: u32, l: u32) {
+        let later: Vec<(u32, u32)> = c
+            .inflight_writes
+            .get(&slot)
+            .map(|ws| {
+                ws.iter()
+                    .filter(|w| w.0 > op.id)
+                    .map(|w| (w.1, w.2))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for i in f..=l {
+            if !later.iter().any(|&(a, b)| a <= i && i <= b) {
+                c.engine.invalidate(slot, i, i);
             }
         }
     }
@@ -654,6 +773,9 @@ impl LiveCache {
                     c.inflight_writes.remove(&slot);
                 }
             }
+        }
+        if op.purpose == Purpose::ReadMiss && !ok {
+            c.failed_reads.insert(op.id);
         }
         if op.purpose == Purpose::WritebackRead && !ok {
             c.wb_reads.remove(&op.id);
@@ -828,10 +950,17 @@ impl LiveCache {
     /// Clean every dirty line and commit: the backing device then holds all data.
     pub async fn flush_all(self: &Arc<Self>) -> Result<(), LiveError> {
         loop {
+            let errors = self.stats.backing_errors.load(Ordering::Relaxed);
             let n = self.clean_step(256, true).await;
             let dirty = self.core.lock().expect("core").engine.dirty_lines();
             if n == 0 && dirty == 0 {
                 break;
+            }
+            if dirty > 0 && self.stats.backing_errors.load(Ordering::Relaxed) > errors {
+                // Retrying forever would hang flush and detach: report it; the data stays dirty.
+                return Err(LiveError(format!(
+                    "backing device failed writeback: {dirty} lines are still dirty (kept in the cache)"
+                )));
             }
             if n == 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;

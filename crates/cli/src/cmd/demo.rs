@@ -119,6 +119,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
             control: Some(dir.path().join("ctl.sock")),
             emulate_hdd: true,
             direct: false,
+            no_cache: false,
+            fs_classify: "off".into(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));

@@ -154,6 +154,13 @@ pub struct ServeArgs {
     /// Open devices with O_DIRECT where they allow it.
     #[arg(long)]
     pub direct: bool,
+    /// Serve the backing device alone, without the cache (a baseline for benchmarks).
+    #[arg(long, hide = true)]
+    pub no_cache: bool,
+    /// Classify requests by the ext4 or XFS filesystem on the device (metadata,
+    /// journal, data) for metadata-first admission and per-class stats: auto or off.
+    #[arg(long, default_value = "auto")]
+    pub fs_classify: String,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -171,6 +178,9 @@ pub async fn serve_async(
     a: ServeArgs,
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
+    if a.no_cache {
+        return serve_uncached(a, ready).await;
+    }
     let opened = open_cache(&OpenOptions {
         cache: a.cache.clone(),
         backing: a.backing.clone(),
@@ -179,6 +189,11 @@ pub async fn serve_async(
     })?;
     let cache = opened.cache;
     cache.start_background();
+    match a.fs_classify.as_str() {
+        "auto" => cache.enable_classification(),
+        "off" => {}
+        x => bail!("--fs-classify '{x}' is not understood (allowed: auto, off)"),
+    }
     eprintln!(
         "tiercache: opened {} (backing {}{}), recovered in {:.1} ms: {}",
         a.cache.display(),
@@ -193,22 +208,7 @@ pub async fn serve_async(
     });
     let server = tiercache_nbd::Server::new([(a.export.clone(), export)])
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let handle = if let Some(p) = a.listen.strip_prefix("unix:") {
-        server
-            .serve_unix(p)
-            .await
-            .with_context(|| format!("listening on {p}"))?
-    } else if let Some(addr) = a.listen.strip_prefix("tcp:") {
-        server
-            .serve_tcp(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?
-    } else {
-        bail!(
-            "--listen '{}' is not understood (allowed: unix:PATH or tcp:HOST:PORT)",
-            a.listen
-        );
-    };
+    let handle = listen(server, &a.listen).await?;
     let uri = handle.uri();
     eprintln!("tiercache: serving export '{}' at {uri}", a.export);
     let ctl = a
@@ -244,6 +244,79 @@ pub async fn serve_async(
             .map_err(|e| anyhow::anyhow!("{}", e.0))?;
         eprintln!("tiercache: clean shutdown (checkpoint written)");
     }
+    Ok(())
+}
+
+/// Start listening where `--listen` says.
+async fn listen(
+    server: tiercache_nbd::Server,
+    listen: &str,
+) -> Result<tiercache_nbd::ServerHandle> {
+    Ok(if let Some(p) = listen.strip_prefix("unix:") {
+        server
+            .serve_unix(p)
+            .await
+            .with_context(|| format!("listening on {p}"))?
+    } else if let Some(addr) = listen.strip_prefix("tcp:") {
+        server
+            .serve_tcp(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?
+    } else {
+        bail!("--listen '{listen}' is not understood (allowed: unix:PATH or tcp:HOST:PORT)");
+    })
+}
+
+/// `serve --no-cache`: the backing device alone (with the same HDD emulation), the
+/// uncached baseline that benchmarks compare the cache against.
+async fn serve_uncached(
+    a: ServeArgs,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    let backing = match &a.backing {
+        Some(b) => b.clone(),
+        None => {
+            let f = std::fs::File::open(&a.cache)
+                .with_context(|| format!("opening {}", a.cache.display()))?;
+            let (sb, _) = tiercache_store::Superblock::read(&f)
+                .with_context(|| format!("{} is not a tiercache cache", a.cache.display()))?;
+            PathBuf::from(&sb.backing.path)
+        }
+    };
+    let fo = tiercache_io::FileDevOptions {
+        direct: a.direct,
+        ..Default::default()
+    };
+    let mut dev: Arc<dyn tiercache_io::BlockDev> = Arc::new(
+        tiercache_io::FileDev::open(&backing, fo)
+            .with_context(|| format!("opening {}", backing.display()))?,
+    );
+    if a.emulate_hdd {
+        let model = tiercache_model::Profile::default()
+            .hdd_model()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        dev = Arc::new(tiercache_io::EmulatedHdd::new(dev, model));
+    }
+    let export: Arc<dyn tiercache_nbd::Backend> =
+        Arc::new(tiercache_server::backend::PassThrough { dev });
+    let server = tiercache_nbd::Server::new([(a.export.clone(), export)])
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let handle = listen(server, &a.listen).await?;
+    let uri = handle.uri();
+    eprintln!(
+        "tiercache: serving {} WITHOUT cache{} at {uri}",
+        backing.display(),
+        if a.emulate_hdd { " (emulated HDD)" } else { "" }
+    );
+    if let Some(r) = ready {
+        let _ = r.send(uri);
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    handle.shutdown().await;
     Ok(())
 }
 
