@@ -29,4 +29,6 @@ $PY -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 
 echo "setup: building tiercache (release)"
 cargo build --release --quiet --bin tiercache
+echo "setup: building and installing the Python package tiercache (pip install .)"
+$PY -m pip install -q --disable-pip-version-check .
 echo "setup: done. The binary is target/release/tiercache"

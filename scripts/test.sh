@@ -11,4 +11,6 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== python tests"
+${PYTHON:-python3} -m pytest -q python/tests
 echo "== all tests passed"

@@ -1,0 +1,441 @@
+//! Options of `tiercache.simulate`, spelled and defaulted exactly as the
+//! flags of `tiercache sim`, and their translation into [`SimOptions`] the
+//! way the CLI builds them, so that one configuration gives one result
+//! whichever front end runs it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_core::eviction::EvictionKind;
+use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_model::Profile;
+use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
+use tiercache_sim::{Replay, SimOptions};
+use tiercache_trace::{Format, ReadOptions, TraceError};
+
+/// A value as passed from Python.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+/// What kind of value an option takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A string (numbers are converted to their decimal spelling).
+    Text,
+    /// An on/off flag (a bool).
+    Flag,
+    /// An unsigned integer.
+    Int,
+    /// A real number.
+    Float,
+}
+
+/// Every option `simulate` accepts: (name, kind, default as the CLI spells it).
+/// `--json`, `--out` and `--jobs` only shape the CLI's output and are left out.
+pub const OPTIONS: &[(&str, Kind, Option<&str>)] = &[
+    ("mode", Kind::Text, Some("cache")),
+    ("tier_policy", Kind::Text, Some("oodt")),
+    ("fast_tier_size", Kind::Text, None),
+    ("tier_block", Kind::Text, Some("4KiB")),
+    ("tica_policy", Kind::Text, Some("adaptive")),
+    ("dram_size", Kind::Text, None),
+    ("format", Kind::Text, None),
+    ("cache_size", Kind::Text, None),
+    ("line_size", Kind::Text, Some("4KiB")),
+    ("sub_block", Kind::Text, None),
+    ("assoc", Kind::Text, Some("full")),
+    ("eviction", Kind::Text, Some("lru")),
+    ("write_policy", Kind::Text, Some("write-back")),
+    ("no_write_allocate", Kind::Flag, Some("false")),
+    ("admission", Kind::Text, Some("always")),
+    ("seq_cutoff", Kind::Text, Some("4MiB")),
+    ("nhit_threshold", Kind::Int, Some("3")),
+    ("nhit_trigger", Kind::Float, Some("0.8")),
+    ("2lbs_levels", Kind::Text, Some("metadata,frequency")),
+    ("2lbs_window", Kind::Int, Some("0")),
+    ("dirty_target", Kind::Float, Some("0.2")),
+    ("clean_rate", Kind::Int, Some("2")),
+    ("no_timing", Kind::Flag, Some("false")),
+    ("replay", Kind::Text, None),
+    ("queue_depth", Kind::Int, Some("1")),
+    ("profile", Kind::Text, None),
+    ("no_baseline", Kind::Flag, Some("false")),
+    ("skip_bad", Kind::Flag, Some("false")),
+    ("block_size", Kind::Text, Some("512B")),
+    ("volume", Kind::Text, None),
+];
+
+/// Options that `tiercache sim` accepts as comma-separated lists (a sweep).
+const LIST_OPTIONS: &[&str] = &[
+    "cache_size",
+    "line_size",
+    "assoc",
+    "eviction",
+    "write_policy",
+    "admission",
+];
+
+/// The canonical name of an option: `--line-size`, `line-size` and
+/// `line_size` are one option; `twolbs_*` are Python-friendly aliases of `2lbs_*`.
+pub fn canonical_name(name: &str) -> String {
+    let n = name.trim_start_matches('-').replace('-', "_");
+    match n.strip_prefix("twolbs_") {
+        Some(rest) => format!("2lbs_{rest}"),
+        None => n,
+    }
+}
+
+/// Names of all options, for error messages.
+pub fn option_names() -> String {
+    OPTIONS
+        .iter()
+        .map(|(n, _, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An error about one option: names it and says what is allowed.
+fn opt_err(name: &str, msg: impl std::fmt::Display) -> String {
+    format!("option {name}: {msg}")
+}
+
+/// Validated options, still as the CLI would have read them.
+pub struct Parsed {
+    vals: BTreeMap<&'static str, Value>,
+}
+
+impl Parsed {
+    /// Check names and value types and fill in the defaults.
+    pub fn new(given: Vec<(String, Value)>) -> Result<Parsed, String> {
+        let mut vals = BTreeMap::new();
+        for (raw, v) in given {
+            let name = canonical_name(&raw);
+            let Some(&(n, kind, _)) = OPTIONS.iter().find(|(n, _, _)| *n == name) else {
+                return Err(format!(
+                    "unknown option '{raw}' (allowed: {})",
+                    option_names()
+                ));
+            };
+            let v = match (kind, v) {
+                (Kind::Flag, Value::Bool(b)) => Value::Bool(b),
+                (Kind::Flag, v) => {
+                    return Err(opt_err(n, format!("expected True or False, got {v:?}")))
+                }
+                (_, Value::Bool(b)) => {
+                    return Err(opt_err(
+                        n,
+                        format!("expected a value, got {b} (only flags take True/False)"),
+                    ))
+                }
+                (Kind::Text, Value::Int(i)) => Value::Str(i.to_string()),
+                (Kind::Text, Value::Float(f)) => Value::Str(f.to_string()),
+                (_, v) => v,
+            };
+            if vals.insert(n, v).is_some() {
+                return Err(opt_err(n, "given twice (under two spellings)"));
+            }
+        }
+        Ok(Parsed { vals })
+    }
+
+    fn text(&self, name: &str) -> Option<String> {
+        match self.vals.get(name) {
+            Some(Value::Str(s)) => Some(s.clone()),
+            Some(_) => None,
+            None => OPTIONS
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .and_then(|(_, _, d)| d.map(str::to_string)),
+        }
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        matches!(self.vals.get(name), Some(Value::Bool(true)))
+    }
+
+    fn int(&self, name: &str) -> Result<u64, String> {
+        let default = || {
+            OPTIONS
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .and_then(|(_, _, d)| *d)
+                .unwrap_or("0")
+                .to_string()
+        };
+        let s = match self.vals.get(name) {
+            Some(Value::Int(i)) => i.to_string(),
+            Some(Value::Str(s)) => s.clone(),
+            Some(Value::Float(f)) if f.fract() == 0.0 => (*f as i64).to_string(),
+            Some(v) => return Err(opt_err(name, format!("expected an integer, got {v:?}"))),
+            None => default(),
+        };
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| opt_err(name, format!("expected a non-negative integer, got '{s}'")))
+    }
+
+    fn float(&self, name: &str) -> Result<f64, String> {
+        match self.vals.get(name) {
+            Some(Value::Float(f)) => Ok(*f),
+            Some(Value::Int(i)) => Ok(*i as f64),
+            Some(Value::Str(s)) => s
+                .trim()
+                .parse::<f64>()
+                .map_err(|_| opt_err(name, format!("expected a number, got '{s}'"))),
+            Some(v) => Err(opt_err(name, format!("expected a number, got {v:?}"))),
+            None => Ok(OPTIONS
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .and_then(|(_, _, d)| *d)
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0.0)),
+        }
+    }
+
+    /// One value of an option the CLI takes as a list: a list here is an error.
+    fn single(&self, name: &str) -> Result<String, String> {
+        let s = self
+            .text(name)
+            .ok_or_else(|| opt_err(name, "required (for example cache_size=\"10%\")"))?;
+        if LIST_OPTIONS.contains(&name) && s.contains(',') {
+            return Err(opt_err(
+                name,
+                format!("one value per run, got the list '{s}' (use tiercache.sweep for several)"),
+            ));
+        }
+        Ok(s.trim().to_string())
+    }
+}
+
+/// Everything needed to run one simulation.
+pub struct Run {
+    pub trace: PathBuf,
+    pub format: Option<Format>,
+    pub read: ReadOptions,
+    pub sim: SimOptions,
+}
+
+/// Errors of building a run: a bad option, or a trace that cannot be read.
+pub enum BuildError {
+    Option(String),
+    /// A mode of `tiercache sim` that this build does not simulate yet.
+    NotAvailable(String),
+    Missing(String),
+    Trace(TraceError),
+    Other(String),
+}
+
+impl From<TraceError> for BuildError {
+    fn from(e: TraceError) -> Self {
+        BuildError::Trace(e)
+    }
+}
+
+/// Trace format, if given.
+pub fn format_of(p: &Parsed) -> Result<Option<Format>, BuildError> {
+    match p.text("format") {
+        Some(f) => f
+            .parse::<Format>()
+            .map(Some)
+            .map_err(|e| BuildError::Option(opt_err("format", e))),
+        None => Ok(None),
+    }
+}
+
+/// How to read the trace (`format`, `block_size`, `volume`, `skip_bad`).
+pub fn read_options(p: &Parsed) -> Result<ReadOptions, BuildError> {
+    let bs = p.text("block_size").unwrap_or_default();
+    let block_size = parse_bytes(&bs).map_err(|e| BuildError::Option(opt_err("block_size", e)))?;
+    Ok(ReadOptions {
+        skip_bad: p.flag("skip_bad"),
+        block_size: u32::try_from(block_size)
+            .map_err(|_| BuildError::Option(opt_err("block_size", "too large")))?,
+        volume: p.text("volume"),
+    })
+}
+
+/// Build the run of `tiercache sim --trace TRACE` with these options: the
+/// same parsing, defaults, footprint resolution and replay detection as
+/// `crates/cli/src/cmd/sim.rs`.
+pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
+    let o = |name: &'static str| move |e: String| BuildError::Option(opt_err(name, e));
+    let mode = p.text("mode").unwrap_or_default();
+    match mode.as_str() {
+        "cache" => {}
+        "ssd" | "ssc" | "ssc-v" | "tier" | "tica" | "ucache" | "srac" => {
+            return Err(BuildError::NotAvailable(format!(
+                "option mode: mode '{mode}' is not available in this build yet (as in `tiercache sim`); available: cache"
+            )))
+        }
+        m => {
+            return Err(BuildError::Option(opt_err(
+                "mode",
+                format!("unknown mode '{m}' (allowed: cache, ssd, ssc, ssc-v, tier, tica, ucache, srac)"),
+            )))
+        }
+    }
+    let format = format_of(p)?;
+    let read = read_options(p)?;
+    let size = parse_size(&p.single("cache_size").map_err(BuildError::Option)?)
+        .map_err(o("cache_size"))?;
+    let ls = p.single("line_size").map_err(BuildError::Option)?;
+    let line = parse_bytes(&ls).and_then(|b| {
+        u32::try_from(b).map_err(|_| format!("line size {ls} too large (allowed: 512B to 1MiB)"))
+    });
+    let line = line.map_err(o("line_size"))?;
+    let assoc = p
+        .single("assoc")
+        .map_err(BuildError::Option)?
+        .parse::<Assoc>()
+        .map_err(o("assoc"))?;
+    let eviction = p
+        .single("eviction")
+        .map_err(BuildError::Option)?
+        .parse::<EvictionKind>()
+        .map_err(o("eviction"))?;
+    let wp = p
+        .single("write_policy")
+        .map_err(BuildError::Option)?
+        .parse::<WritePolicy>()
+        .map_err(o("write_policy"))?;
+    let adm = p
+        .single("admission")
+        .map_err(BuildError::Option)?
+        .parse::<AdmissionKind>()
+        .map_err(o("admission"))?;
+    let seq_cutoff =
+        parse_bytes(&p.text("seq_cutoff").unwrap_or_default()).map_err(o("seq_cutoff"))?;
+    let (mut lv_meta, mut lv_freq) = (false, false);
+    for l in p.text("2lbs_levels").unwrap_or_default().split(',') {
+        match l.trim() {
+            "metadata" => lv_meta = true,
+            "frequency" => lv_freq = true,
+            "both" => (lv_meta, lv_freq) = (true, true),
+            x => {
+                return Err(BuildError::Option(opt_err(
+                    "2lbs_levels",
+                    format!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
+                )))
+            }
+        }
+    }
+    let sub_block = p
+        .text("sub_block")
+        .map(|s| parse_bytes(&s))
+        .transpose()
+        .map_err(o("sub_block"))?;
+    let nhit_threshold = u32::try_from(p.int("nhit_threshold").map_err(BuildError::Option)?)
+        .map_err(|_| BuildError::Option(opt_err("nhit_threshold", "too large")))?;
+    let nhit_trigger = p.float("nhit_trigger").map_err(BuildError::Option)?;
+    let twolbs_window = p.int("2lbs_window").map_err(BuildError::Option)?;
+    let dirty_target = p.float("dirty_target").map_err(BuildError::Option)?;
+    let clean_rate = p.int("clean_rate").map_err(BuildError::Option)? as usize;
+    let queue_depth = u32::try_from(p.int("queue_depth").map_err(BuildError::Option)?)
+        .map_err(|_| BuildError::Option(opt_err("queue_depth", "too large")))?;
+    let profile = match p.text("profile") {
+        Some(path) => Profile::load(&path).map_err(|e| {
+            BuildError::Option(opt_err("profile", format!("device profile {path}: {e}")))
+        })?,
+        None => Profile::default(),
+    };
+    if !trace.exists() {
+        return Err(BuildError::Missing(format!(
+            "trace {} does not exist",
+            trace.display()
+        )));
+    }
+    let footprint = if matches!(size, SizeSpec::Percent(_)) {
+        let r = tiercache_trace::open(trace, format, &read)?;
+        tiercache_trace::stats::trace_stats(r, line)?.footprint_bytes
+    } else {
+        0
+    };
+    let cfg = CacheConfig {
+        cache_bytes: size.bytes(line as u64, footprint),
+        line_bytes: line,
+        sub_block_bytes: match sub_block {
+            Some(s) => u32::try_from(s).unwrap_or(u32::MAX),
+            None => line.min(4096),
+        },
+        assoc,
+        eviction,
+        write_policy: wp,
+        write_allocate: !p.flag("no_write_allocate"),
+        admission: AdmissionConfig {
+            kind: adm,
+            seq_cutoff_bytes: seq_cutoff,
+            nhit_threshold,
+            nhit_trigger,
+            twolbs_metadata: lv_meta,
+            twolbs_frequency: lv_freq,
+            twolbs_window,
+        },
+        dirty_target,
+    };
+    cfg.geometry().map_err(|e| {
+        BuildError::Option(format!(
+            "configuration cache size {size}, line {line} B, {assoc}: {e}"
+        ))
+    })?;
+    let replay = match p.text("replay").as_deref() {
+        Some("open") => Replay::Open,
+        Some("closed") => Replay::Closed { queue_depth },
+        Some(x) => {
+            return Err(BuildError::Option(opt_err(
+                "replay",
+                format!("unknown replay mode '{x}' (allowed: open, closed)"),
+            )))
+        }
+        None => {
+            // Open loop when the trace carries timestamps (as the CLI decides).
+            let mut r = tiercache_trace::open(trace, format, &read)?;
+            let timed = r
+                .by_ref()
+                .take(1000)
+                .filter_map(|x| x.ok())
+                .any(|x| x.time_ns > 0);
+            if timed {
+                Replay::Open
+            } else {
+                Replay::Closed { queue_depth }
+            }
+        }
+    };
+    let sim = SimOptions {
+        cache: cfg,
+        timing: !p.flag("no_timing"),
+        replay,
+        profile,
+        clean_per_request: clean_rate,
+        baseline: !p.flag("no_baseline"),
+    };
+    Ok(Run {
+        trace: trace.to_path_buf(),
+        format,
+        read,
+        sim,
+    })
+}
+
+/// Parse a line size for `trace_stats` (a power of two in bytes).
+pub fn parse_line(s: &str) -> Result<u32, String> {
+    parse_bytes(s).and_then(|b| u32::try_from(b).map_err(|_| format!("line size {s} too large")))
+}
+
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<tiercache_trace::TraceReader>();
+}
+
+impl From<String> for BuildError {
+    fn from(e: String) -> Self {
+        BuildError::Other(e)
+    }
+}
