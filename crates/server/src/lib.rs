@@ -127,7 +127,7 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
         ..Default::default()
     };
     let cache_dev: Arc<dyn BlockDev> = Arc::new(
-        FileDev::open(&o.cache, fo.clone())
+        FileDev::open(&o.cache, fo)
             .with_context(|| format!("opening {}", o.cache.display()))?,
     );
     let mut backing: Arc<dyn BlockDev> = Arc::new(
