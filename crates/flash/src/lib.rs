@@ -21,6 +21,7 @@ pub mod flash;
 pub mod ftl;
 pub mod gc;
 pub mod manager;
+pub mod reproduce;
 pub mod sim;
 pub mod sparse;
 pub mod workload;
