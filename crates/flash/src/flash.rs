@@ -395,7 +395,11 @@ impl Flash {
 
     /// Logical pages of all valid physical pages.
     pub fn valid_owners(&self) -> Vec<u64> {
-        self.owner.iter().copied().filter(|&o| o < INVALID).collect()
+        self.owner
+            .iter()
+            .copied()
+            .filter(|&o| o < INVALID)
+            .collect()
     }
 
     /// Per-block erase counts.

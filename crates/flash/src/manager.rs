@@ -532,6 +532,9 @@ mod tests {
         assert!(m.read(&mut dev, 5).unwrap());
         assert_eq!(m.host_memory_bytes(), HOST_BYTES_PER_BLOCK);
         // SSC operations are refused by an SSD.
-        assert!(matches!(dev.write_dirty(1), Err(FlashError::Unsupported { .. })));
+        assert!(matches!(
+            dev.write_dirty(1),
+            Err(FlashError::Unsupported { .. })
+        ));
     }
 }

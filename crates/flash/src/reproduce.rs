@@ -54,7 +54,9 @@ impl Workload {
     /// The synthetic zipfian overwrite workload.
     pub fn zipf(p: ZipfParams) -> Result<Self, FlashError> {
         let name = format!("zipf-{}", p.theta);
-        Workload::new(&name, move || Ok(Box::new(zipf_overwrites(&p).map(Ok)) as RecordIter))
+        Workload::new(&name, move || {
+            Ok(Box::new(zipf_overwrites(&p).map(Ok)) as RecordIter)
+        })
     }
 
     /// Flash capacity for caching `share` of the footprint.
@@ -109,7 +111,16 @@ pub fn format_vii(rows: &[(String, FlashReport)]) -> String {
     let _ = writeln!(
         s,
         "{:<14} {:<7} {:<6} {:>10} {:>10} {:>8} {:>9} {:>8} {:>10} {:>10}",
-        "workload", "ftl", "device", "cache MiB", "erases", "wear", "write amp", "miss %", "copies", "silent ev"
+        "workload",
+        "ftl",
+        "device",
+        "cache MiB",
+        "erases",
+        "wear",
+        "write amp",
+        "miss %",
+        "copies",
+        "silent ev"
     );
     for (w, r) in rows {
         let _ = writeln!(
@@ -136,7 +147,16 @@ pub fn format_vi(rows: &[(String, FlashReport)]) -> String {
     let _ = writeln!(
         s,
         "{:<14} {:<6} {:>10} {:>12} {:>9} {:>12} {:>9} {:>10} {:>10} {:>11}",
-        "workload", "device", "cache MiB", "device B", "dev B/blk", "host B", "host B/blk", "sparse B/b", "dense B/b", "recover ms"
+        "workload",
+        "device",
+        "cache MiB",
+        "device B",
+        "dev B/blk",
+        "host B",
+        "host B/blk",
+        "sparse B/b",
+        "dense B/b",
+        "recover ms"
     );
     for (w, r) in rows {
         let _ = writeln!(

@@ -3,7 +3,9 @@
 //! needs far less host memory than the native one.
 
 use std::path::Path;
-use tiercache_flash::reproduce::{format_vi, format_vii, table_vi, table_vii, RecordIter, Workload};
+use tiercache_flash::reproduce::{
+    format_vi, format_vii, table_vi, table_vii, RecordIter, Workload,
+};
 use tiercache_flash::workload::ZipfParams;
 use tiercache_flash::FtlKind;
 
@@ -17,7 +19,8 @@ fn iozone() -> Option<Workload> {
     }
     Some(
         Workload::new("iozone", move || {
-            let r = tiercache_trace::open(&p, None, &Default::default()).map_err(|e| e.to_string())?;
+            let r =
+                tiercache_trace::open(&p, None, &Default::default()).map_err(|e| e.to_string())?;
             Ok(Box::new(r.map(|x| x.map_err(|e| e.to_string()))) as RecordIter)
         })
         .unwrap(),
@@ -47,7 +50,12 @@ fn check_vii(w: &Workload, ftl: FtlKind) {
             r.ftl.write_amplification,
             ssd.ftl.write_amplification
         );
-        assert!(r.ftl.erases < ssd.ftl.erases, "{} {}: erases", w.name, r.mode);
+        assert!(
+            r.ftl.erases < ssd.ftl.erases,
+            "{} {}: erases",
+            w.name,
+            r.mode
+        );
         assert!(r.ftl.silent_evictions > 0);
         eprintln!(
             "{} {} {}: miss rate change vs SSD {:+.2} points",
@@ -83,11 +91,21 @@ fn table_vi_memory_directions_on_zipf() {
     // Host: the FlashTier write-back manager tracks only dirty blocks (at most
     // 20 % of the cache), the native one every cached block.
     for r in [ssc, sscv] {
-        assert!(r.host_memory_bytes * 4 < ssd.host_memory_bytes, "{}", r.mode);
+        assert!(
+            r.host_memory_bytes * 4 < ssd.host_memory_bytes,
+            "{}",
+            r.mode
+        );
         // The sparse map costs bytes per cached block independent of the disk
         // range; a dense map over the disk range costs far more.
-        assert!(r.map_comparison.sparse_bytes_per_block < r.map_comparison.dense_disk_range_bytes_per_block);
-        assert!(r.persistence.as_ref().is_some_and(|p| p.log_records > 0 && p.recovery_ms > 0.0));
+        assert!(
+            r.map_comparison.sparse_bytes_per_block
+                < r.map_comparison.dense_disk_range_bytes_per_block
+        );
+        assert!(r
+            .persistence
+            .as_ref()
+            .is_some_and(|p| p.log_records > 0 && p.recovery_ms > 0.0));
     }
     // Device: SSC-V reserves page-level translations for a 20 % log.
     assert!(sscv.device_memory_bytes > ssc.device_memory_bytes);

@@ -24,7 +24,12 @@ fn measured_wa(u: u64) -> f64 {
         pages_per_block: 64,
         page_bytes: 4096,
     };
-    let mut f = PageFtl::new(Flash::new(geo, Timing::default()).unwrap(), GcPolicy::Greedy, 2, false);
+    let mut f = PageFtl::new(
+        Flash::new(geo, Timing::default()).unwrap(),
+        GcPolicy::Greedy,
+        2,
+        false,
+    );
     for l in 0..u {
         f.write(l, false).unwrap();
     }
@@ -51,8 +56,14 @@ fn greedy_wa_matches_closed_form_within_5_percent() {
         let model = greedy_uniform_wa(u, t);
         let sim = measured_wa(u as u64);
         let err = (sim - model).abs() / model;
-        eprintln!("rho {rho}: simulated WA {sim:.3}, closed form {model:.3}, error {:.1} %", err * 100.0);
-        assert!(err < 0.05, "rho {rho}: simulated {sim:.3} vs model {model:.3}");
+        eprintln!(
+            "rho {rho}: simulated WA {sim:.3}, closed form {model:.3}, error {:.1} %",
+            err * 100.0
+        );
+        assert!(
+            err < 0.05,
+            "rho {rho}: simulated {sim:.3} vs model {model:.3}"
+        );
     }
 }
 
@@ -81,6 +92,16 @@ fn cost_benefit_is_no_better_than_greedy_under_uniform_writes() {
         let st = &f.flash().stats;
         wa.push((st.host_page_writes + st.gc_page_copies) as f64 / st.host_page_writes as f64);
     }
-    assert!(wa[1] >= wa[0] * 0.99, "greedy {} cost-benefit {}", wa[0], wa[1]);
-    assert!(wa[1] <= wa[0] * 1.15, "greedy {} cost-benefit {}", wa[0], wa[1]);
+    assert!(
+        wa[1] >= wa[0] * 0.99,
+        "greedy {} cost-benefit {}",
+        wa[0],
+        wa[1]
+    );
+    assert!(
+        wa[1] <= wa[0] * 1.15,
+        "greedy {} cost-benefit {}",
+        wa[0],
+        wa[1]
+    );
 }
