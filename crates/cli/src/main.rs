@@ -41,6 +41,8 @@ enum Command {
     Reproduce(cmd::reproduce::ReproduceCmd),
     /// Start a cache in front of an emulated HDD, run fio through it, and report the speedup.
     Demo(cmd::demo::DemoArgs),
+    /// Plot sweep results (Parquet/CSV) as a figure, with the Python package's code.
+    Plot(cmd::plot_cmd::PlotArgs),
 }
 
 fn main() {
@@ -64,6 +66,7 @@ fn main() {
         Command::Classify(a) => cmd::classify::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Reproduce(r) => cmd::reproduce::run(r),
+        Command::Plot(a) => cmd::plot_cmd::run(a),
     };
     if let Err(e) = r {
         eprintln!("tiercache: error: {e:#}");

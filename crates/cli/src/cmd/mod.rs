@@ -4,6 +4,7 @@ pub mod classify;
 pub mod demo;
 pub mod live;
 pub mod modes;
+pub mod plot_cmd;
 pub mod reproduce;
 pub mod sim;
 pub mod trace;
