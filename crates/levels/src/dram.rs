@@ -230,7 +230,10 @@ mod tests {
     #[test]
     fn write_partition_never_takes_the_last_read_page() {
         let mut d = Dram::new(3, 2);
-        assert!(!d.try_grow_write(), "W = 2 of 3: growing would leave no read space");
+        assert!(
+            !d.try_grow_write(),
+            "W = 2 of 3: growing would leave no read space"
+        );
         assert_eq!(d.write_cap(), 2);
         assert_eq!(d.read_cap(), 1);
     }
@@ -261,7 +264,13 @@ mod tests {
         d.insert_write(7, 2); // rewritten while its flush was in flight
         assert_eq!(d.flushing(), 0);
         assert!(!d.complete_flush(7, 1));
-        assert_eq!(d.write_slot(7), Some(WriteSlot { gen: 2, flushing: false }));
+        assert_eq!(
+            d.write_slot(7),
+            Some(WriteSlot {
+                gen: 2,
+                flushing: false
+            })
+        );
         assert_eq!(d.oldest_pending(), Some((7, 2)));
     }
 

@@ -202,8 +202,10 @@ where
         )));
     }
     cfg.profile.validate().map_err(SimError::Config)?;
-    let dram_pages = usize::try_from(cfg.dram_pages).map_err(|_| SimError::Config("DRAM too large".into()))?;
-    let ssd_pages = usize::try_from(cfg.ssd_pages).map_err(|_| SimError::Config("SSD too large".into()))?;
+    let dram_pages =
+        usize::try_from(cfg.dram_pages).map_err(|_| SimError::Config("DRAM too large".into()))?;
+    let ssd_pages =
+        usize::try_from(cfg.ssd_pages).map_err(|_| SimError::Config("SSD too large".into()))?;
     let mut arch: Box<dyn Architecture> = match cfg.arch {
         Arch::Tica(p) => Box::new(Tica::new(TicaConfig::new(dram_pages, ssd_pages, p))),
         Arch::UCache => Box::new(UCache::new(dram_pages, ssd_pages)),
@@ -268,12 +270,20 @@ where
         // Foreground stages.
         let mut done = arrival;
         let mut stage_start = arrival;
-        let max_stage = ops.iter().filter(|o| o.fg).map(|o| o.stage).max().unwrap_or(0);
+        let max_stage = ops
+            .iter()
+            .filter(|o| o.fg)
+            .map(|o| o.stage)
+            .max()
+            .unwrap_or(0);
         for s in 0..=max_stage {
             let mut end = stage_start;
             for o in ops.iter().filter(|o| o.fg && o.stage == s) {
                 let t = if o.kind == OpKind::WaitFlush {
-                    flush_at.remove(&o.page).unwrap_or(stage_start).max(stage_start)
+                    flush_at
+                        .remove(&o.page)
+                        .unwrap_or(stage_start)
+                        .max(stage_start)
                 } else {
                     dev.submit(o.dev, stage_start, &model_op(o, pb))
                 };
@@ -391,7 +401,10 @@ fn report(
     };
     let u = |mttf| 1.0 - reliability::reliability(mttf, cfg.mission_hours);
     let (unreliability, alpha) = if mirrored {
-        (reliability::mirror_unreliability(u(p.wo_ssd_spec.mttf_hours)), 1.0)
+        (
+            reliability::mirror_unreliability(u(p.wo_ssd_spec.mttf_hours)),
+            1.0,
+        )
     } else {
         let a = arch.dirty_ro_share();
         (
@@ -406,7 +419,12 @@ fn report(
     };
     let wo_writes = wo.writes + wo2.writes;
     let life = |spec: &crate::DeviceSpec, bytes_written| {
-        models::lifetime_years(spec.endurance_writes_per_gb, ssd_bytes, bytes_written, elapsed_s)
+        models::lifetime_years(
+            spec.endurance_writes_per_gb,
+            ssd_bytes,
+            bytes_written,
+            elapsed_s,
+        )
     };
     resp_us.sort_by(|a, b| a.total_cmp(b));
     let mean = if resp_us.is_empty() {
@@ -447,7 +465,11 @@ fn report(
         unreliability,
         mission_hours: cfg.mission_hours,
         alpha,
-        ro_ssd_lifetime_years: if mirrored { None } else { life(&p.ro_ssd_spec, ro.bytes_written) },
+        ro_ssd_lifetime_years: if mirrored {
+            None
+        } else {
+            life(&p.ro_ssd_spec, ro.bytes_written)
+        },
         wo_ssd_lifetime_years: life(&p.wo_ssd_spec, wo.bytes_written.max(wo2.bytes_written)),
         stats: st,
     }

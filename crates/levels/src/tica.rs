@@ -229,8 +229,9 @@ impl Tica {
         self.identifier.record(p, None);
         self.smbi.record(None);
         self.invalidate(p, out);
-        // DRAM write partition (lines 5-8).
-        if self.dram.write_full() {
+        // DRAM write partition (lines 5-8). After a shrink the partition may
+        // hold more dirty pages than its size: free slots until one is left.
+        while self.dram.write_full() {
             if self.dram.try_grow_write() {
                 while self.dram.read_len() > self.dram.read_cap() {
                     self.evict_dram_read(out);
@@ -243,6 +244,8 @@ impl Tica {
                 out.push(Op::fg(Dev::RoSsd, OpKind::Write, q, 1));
                 self.dram.mark_flushing(q);
                 self.flush_done(q, gen);
+            } else {
+                break;
             }
         }
         // WO-SSD space (lines 9-11).
@@ -287,11 +290,12 @@ impl Tica {
         self.stats.misses += 1;
         out.push(Op::fg(Dev::Hdd, OpKind::Read, p, 0));
         // Lines 28-32: make room in the read partition.
-        if self.dram.read_len() >= self.dram.read_cap() && self.dram.write_cap() > self.dram.write_base()
+        if self.dram.read_len() >= self.dram.read_cap()
+            && self.dram.write_cap() > self.dram.write_base()
         {
             self.dram.shrink_write();
         }
-        while self.dram.read_len() >= self.dram.read_cap() {
+        while self.dram.read_len() > 0 && self.dram.read_len() >= self.dram.read_cap() {
             self.evict_dram_read(out);
         }
         out.push(Op::fg(Dev::Dram, OpKind::Write, p, 1));
@@ -398,7 +402,9 @@ mod tests {
     }
 
     fn count(ops: &[Op], dev: Dev, kind: OpKind) -> usize {
-        ops.iter().filter(|o| o.dev == dev && o.kind == kind).count()
+        ops.iter()
+            .filter(|o| o.dev == dev && o.kind == kind)
+            .count()
     }
 
     #[test]
@@ -408,7 +414,11 @@ mod tests {
         t.access(5, true, &mut out);
         assert_eq!(count(&out, Dev::Dram, OpKind::Write), 1);
         assert_eq!(count(&out, Dev::WoSsd, OpKind::Write), 1);
-        assert_eq!(count(&out, Dev::RoSsd, OpKind::Write), 0, "RO-SSD copy is asynchronous");
+        assert_eq!(
+            count(&out, Dev::RoSsd, OpKind::Write),
+            0,
+            "RO-SSD copy is asynchronous"
+        );
         assert!(out.iter().all(|o| o.fg));
         assert_eq!(t.dirty_copies(), vec![(5, vec![Dev::Dram, Dev::WoSsd])]);
         out.clear();
@@ -562,7 +572,11 @@ mod tests {
         assert_eq!(t.dram().write_cap(), 3);
         t.access(105, false, &mut out); // read partition full: shrink
         assert_eq!(t.dram().write_cap(), 2);
-        assert_eq!(t.dram().read_len(), 6, "the freed slot went to the read page");
+        assert_eq!(
+            t.dram().read_len(),
+            6,
+            "the freed slot went to the read page"
+        );
         t.access(106, false, &mut out); // at baseline: evict instead
         assert_eq!(t.dram().write_cap(), 2);
         assert_eq!(t.dram().read_len(), 6);

@@ -45,7 +45,11 @@ impl Mirror {
         if self.pages.to_back(&p).is_none() {
             return false;
         }
-        let dev = if self.next { Dev::WoSsdMirror } else { Dev::WoSsd };
+        let dev = if self.next {
+            Dev::WoSsdMirror
+        } else {
+            Dev::WoSsd
+        };
         self.next = !self.next;
         out.push(Op::fg(dev, OpKind::Read, p, 0));
         true

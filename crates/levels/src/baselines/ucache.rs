@@ -112,6 +112,9 @@ mod tests {
         let mut out = Vec::new();
         u.access(7, true, &mut out);
         assert_eq!(writes_to_ssd(&out), 2);
-        assert_eq!(u.dirty_copies(), vec![(7, vec![Dev::WoSsd, Dev::WoSsdMirror])]);
+        assert_eq!(
+            u.dirty_copies(),
+            vec![(7, vec![Dev::WoSsd, Dev::WoSsdMirror])]
+        );
     }
 }
