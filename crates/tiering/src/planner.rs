@@ -15,7 +15,6 @@
 
 use crate::mapping::{BlockId, MappingTable, TierError, TierId};
 use crate::policy::Candidate;
-use rustc_hash::FxHashSet;
 
 /// When to plan and how much to move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,18 +69,20 @@ impl Trigger {
 }
 
 /// One block to move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Move {
     pub block: BlockId,
     pub from: TierId,
     pub to: TierId,
     /// Position in the ranking (0 = best; `u32::MAX`: not ranked).
     pub rank: u32,
+    /// The score it was ranked by (negative infinity: not ranked).
+    pub score: f32,
 }
 
 /// `cells[from][to]`: the blocks to move from tier `from` to tier `to`, in
 /// logical-address order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MigrationMatrix {
     tiers: usize,
     cells: Vec<Vec<Move>>,
@@ -113,8 +114,8 @@ impl MigrationMatrix {
             outs[m.from as usize].push(*m);
         }
         for o in &mut outs {
-            // Worst first from the back: pop() yields the worst-ranked.
-            o.sort_unstable_by_key(|m| (m.rank, std::cmp::Reverse(m.block)));
+            // Best first, so the worst-ranked is at the back.
+            o.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.block.cmp(&b.block)));
         }
         let mut free: Vec<u64> = (0..self.tiers)
             .map(|t| table.free_slots(t as TierId))
@@ -156,14 +157,20 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
     candidates.retain(|c| c.score > 0.0 && c.block < table.blocks());
     let tier_of = |b: BlockId| table.tier_of(b).unwrap_or(last);
     // Best first; on ties keep what is already fast, then lower addresses.
-    candidates.sort_unstable_by(|a, b| {
+    let by_score = |a: &Candidate, b: &Candidate| {
         b.score
             .total_cmp(&a.score)
             .then(tier_of(a.block).cmp(&tier_of(b.block)))
             .then(a.block.cmp(&b.block))
-    });
+    };
+    let cap0 = table.slots(0).unwrap_or(0).min(candidates.len() as u64) as usize;
+    if cap0 < candidates.len() {
+        // Only the fastest tier's share needs a full order.
+        candidates.select_nth_unstable_by(cap0, by_score);
+    }
+    candidates[..cap0].sort_unstable_by(by_score);
     let mut cells = vec![Vec::new(); tiers * tiers];
-    let mut push = |block: BlockId, to: TierId, rank: u32| {
+    let mut push = |block: BlockId, to: TierId, rank: u32, score: f32| {
         let from = tier_of(block);
         if from != to {
             cells[from as usize * tiers + to as usize].push(Move {
@@ -171,21 +178,23 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
                 from,
                 to,
                 rank,
+                score,
             });
         }
     };
-    let cap0 = table.slots(0).unwrap_or(0).min(candidates.len() as u64) as usize;
     for (i, c) in candidates[..cap0].iter().enumerate() {
-        push(c.block, 0, i as u32);
+        push(c.block, 0, i as u32, c.score);
     }
     // Once the fastest tier is full, rank the rest without the read term.
     let rest = &mut candidates[cap0..];
-    rest.sort_unstable_by(|a, b| {
-        b.score_without_read
-            .total_cmp(&a.score_without_read)
-            .then(tier_of(a.block).cmp(&tier_of(b.block)))
-            .then(a.block.cmp(&b.block))
-    });
+    if tiers > 2 {
+        rest.sort_unstable_by(|a, b| {
+            b.score_without_read
+                .total_cmp(&a.score_without_read)
+                .then(tier_of(a.block).cmp(&tier_of(b.block)))
+                .then(a.block.cmp(&b.block))
+        });
+    }
     let mut at = 0usize;
     for t in 1..tiers as TierId {
         let cap = if t == last {
@@ -194,16 +203,19 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
             (table.slots(t).unwrap_or(0) as usize).min(rest.len() - at)
         };
         for c in &rest[at..at + cap] {
-            push(c.block, t, (cap0 + at) as u32);
+            push(c.block, t, (cap0 + at) as u32, c.score_without_read);
             at += 1;
         }
     }
     // Fast-tier residents nobody ranked go to the capacity tier.
-    let ranked: FxHashSet<BlockId> = candidates.iter().map(|c| c.block).collect();
+    let mut ranked = vec![0u64; table.blocks().div_ceil(64) as usize];
+    for c in candidates.iter() {
+        ranked[(c.block / 64) as usize] |= 1 << (c.block % 64);
+    }
     for t in 0..last {
         for b in table.residents(t) {
-            if !ranked.contains(&b) {
-                push(b, last, u32::MAX);
+            if ranked[(b / 64) as usize] >> (b % 64) & 1 == 0 {
+                push(b, last, u32::MAX, f32::NEG_INFINITY);
             }
         }
     }
