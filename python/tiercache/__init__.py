@@ -42,8 +42,17 @@ __all__ = [
 _READ_OPTIONS = ("format", "block_size", "volume", "skip_bad")
 
 
+def _plain(v: Any) -> Any:
+    """Paths as strings and numpy scalars as Python numbers."""
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if hasattr(v, "item") and not isinstance(v, (str, bytes, bool, int, float)):
+        return v.item()
+    return v
+
+
 def _clean(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in options.items()}
+    return {k: _plain(v) for k, v in options.items()}
 
 
 def option_defaults() -> dict[str, str | None]:

@@ -22,10 +22,12 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import _native
+from . import _plain
 
 __all__ = ["sweep", "configurations", "run_key", "default_cache_dir", "build_id"]
 
@@ -65,7 +67,7 @@ def _canonical(config: Mapping[str, Any]) -> dict[str, Any]:
     for k, v in config.items():
         if v is None:
             continue
-        out[_native.canonical_option(k)] = os.fspath(v) if isinstance(v, os.PathLike) else v
+        out[_native.canonical_option(k)] = _plain(v)
     return dict(sorted(out.items()))
 
 
@@ -81,7 +83,10 @@ def configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> lis
     as explicit configurations."""
     if isinstance(grid, Mapping):
         keys = list(grid)
-        values = [v if isinstance(v, (list, tuple)) else [v] for v in grid.values()]
+        values = [
+            list(v) if hasattr(v, "__iter__") and not isinstance(v, (str, bytes, os.PathLike, Mapping)) else [v]
+            for v in grid.values()
+        ]
         for k, v in zip(keys, values):
             if len(v) == 0:
                 raise ValueError(f"grid option {k}: empty list of values")
@@ -91,7 +96,7 @@ def configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> lis
 
 def _run_one(trace: str, config: dict[str, Any]) -> str:
     """One run, as the JSON text of ``tiercache sim --json`` (executed in workers)."""
-    return _native.simulate_json(trace, config)
+    return _native.simulate_json(trace, {k: _plain(v) for k, v in config.items()})
 
 
 def _flatten(result: dict[str, Any]) -> dict[str, Any]:
@@ -138,6 +143,14 @@ def _read_cache(path: Path) -> str | None:
         return pq.read_table(path, columns=["result_json"]).column("result_json")[0].as_py()
     except Exception:  # unreadable cache entry: run again
         return None
+
+
+def _start_method() -> str:
+    """``fork`` (no interpreter start-up per worker) when the process has no
+    other thread, which forking could leave in a broken state; else ``spawn``."""
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
 
 
 def _ray_active(ray_address: str | None):
@@ -217,6 +230,7 @@ def sweep(
     todo = [i for i, r in enumerate(results) if r is None]
     n_cached = len(jobs) - len(todo)
 
+    start_method = _start_method()  # before the progress bar starts its monitor thread
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -244,7 +258,7 @@ def sweep(
                         finished(pending.pop(ref), ray.get(ref))
             else:
                 n = workers or os.cpu_count() or 1
-                ctx = multiprocessing.get_context("spawn")
+                ctx = multiprocessing.get_context(start_method)
                 with cf.ProcessPoolExecutor(max_workers=min(n, len(todo)), mp_context=ctx) as ex:
                     futs = {ex.submit(_run_one, *jobs[i]): i for i in todo}
                     try:
