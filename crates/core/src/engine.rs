@@ -460,7 +460,17 @@ impl Engine {
             _ => {}
         }
         let deps = if self.synchronous { [0, 0] } else { deps };
+        let line_shift = self.line_shift;
+        // With the journal on (the live server), a cache op stays within one
+        // slot: the server tracks in-flight writes, records and errors per slot.
+        let one_slot = |r: &Op| {
+            !(dev == Dev::Cache && self.journal)
+                || r.offset >> line_shift == (offset + len - 1) >> line_shift
+        };
         for r in self.runs.iter_mut() {
+            if !one_slot(r) {
+                continue;
+            }
             let contiguous = r.offset + r.len == offset
                 && match src {
                     Source::Request => r.src == Source::Request && r.buf_off + r.len == buf_off,

@@ -63,6 +63,8 @@ pub(crate) struct Core {
     cache_errors: u64,
     /// Backing reads of read misses that failed: the fills they feed must not run.
     failed_reads: rustc_hash::FxHashSet<OpId>,
+    /// The newest writeback write in flight for each line (from any batch).
+    wb_lines: FxHashMap<u64, OpId>,
 }
 
 /// The live cache: one export.
@@ -165,6 +167,7 @@ impl LiveCache {
                 wb_reads: FxHashMap::default(),
                 cache_errors: 0,
                 failed_reads: Default::default(),
+                wb_lines: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -357,6 +360,11 @@ impl LiveCache {
                 let slot = (o.offset / self.line) as Slot;
                 c.wb_reads.insert(o.id, (slot, None));
             }
+            if o.purpose == Purpose::WritebackWrite {
+                for line in o.offset / self.line..=(o.offset + o.len.max(1) - 1) / self.line {
+                    c.wb_lines.insert(line, o.id);
+                }
+            }
         }
         let touched = c.engine.take_touched();
         for s in touched {
@@ -388,7 +396,7 @@ impl LiveCache {
         match (v, &e) {
             (Some(v), e) if e.as_ref().is_none_or(|e| e.0 != v.line) => {
                 // The slot's durable line is gone: unmap it before the slot is reused.
-                let wbs: Vec<OpId> = out
+                let mut wbs: Vec<OpId> = out
                     .iter()
                     .filter(|o| o.purpose == Purpose::WritebackWrite)
                     .filter(|o| match o.src {
@@ -399,6 +407,13 @@ impl LiveCache {
                     })
                     .map(|o| o.id)
                     .collect();
+                // A writeback of this line started earlier (cleaning) may still be in
+                // flight: the log says dirty until it lands, so the unmap waits for it too.
+                if let Some(&w) = c.wb_lines.get(&v.line) {
+                    if !wbs.contains(&w) {
+                        wbs.push(w);
+                    }
+                }
                 if !v.dirty.is_empty() && !wbs.is_empty() {
                     c.pending_unmap.insert(s, wbs);
                 } else {
@@ -771,6 +786,13 @@ impl LiveCache {
                 v.retain(|w| w.0 != op.id);
                 if v.is_empty() {
                     c.inflight_writes.remove(&slot);
+                }
+            }
+        }
+        if op.purpose == Purpose::WritebackWrite {
+            for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line {
+                if c.wb_lines.get(&line) == Some(&op.id) {
+                    c.wb_lines.remove(&line);
                 }
             }
         }
