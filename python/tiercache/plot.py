@@ -217,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         df = _read_results(a.results)
+    except (OSError, ValueError) as e:
+        print(f"tiercache plot: error: cannot read results {a.results}: {e}", file=sys.stderr)
+        return 1
+    try:
         ax = curves(df, x=a.x, y=a.y, hue=a.hue, style=a.style, title=a.title, logx=a.logx)
     except (OSError, KeyError, ValueError) as e:
         print(f"tiercache plot: error: {e}", file=sys.stderr)

@@ -27,7 +27,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         .status()
         .with_context(|| format!("running {py} -m tiercache.plot (is Python installed?)"))?;
     if !status.success() {
-        bail!("{py} -m tiercache.plot failed ({status}); is the tiercache Python package installed (pip install .)?");
+        bail!("{py} -m tiercache.plot failed ({status}); if the module is missing, run `pip install .` in the repository root");
     }
     Ok(())
 }
