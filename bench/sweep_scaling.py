@@ -35,6 +35,21 @@ def wall(f) -> float:
     return time.perf_counter() - t
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the pool's workers)."""
+    import resource
+
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def load() -> str:
+    try:
+        return "%.1f" % os.getloadavg()[0]
+    except OSError:
+        return "?"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", default=str(ROOT.parent / "shared" / "traces" / "arc" / "OLTP.lis.zst"))
@@ -54,8 +69,13 @@ def main() -> int:
 
     # warm the page cache and the trace hash memo
     tiercache.simulate(a.trace, **one)
+    load_before = load()
+    c0 = cpu_seconds()
     t1 = med(lambda: tiercache.sweep(a.trace, grid, workers=1, cache_dir=False, progress=False))
+    c1 = (cpu_seconds() - c0) / a.repeat
+    c0 = cpu_seconds()
     t2 = med(lambda: tiercache.sweep(a.trace, grid, workers=2, cache_dir=False, progress=False))
+    c2 = (cpu_seconds() - c0) / a.repeat
     tray = None
     if a.ray:
         import ray
@@ -77,14 +97,15 @@ def main() -> int:
     print(f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; tiercache {tiercache.__version__}; "
           f"Python {platform.python_version()}; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}).")
     print(f"Command: `python3 bench/sweep_scaling.py --repeat {a.repeat}{' --ray' if a.ray else ''}`; trace `{a.trace}`; "
-          f"medians of {a.repeat} runs.\n")
+          f"medians of {a.repeat} runs; 1-minute load average {load_before} before, {load()} after "
+          f"(the machine is shared: a load above the CPU count means the sweep got less than 2 CPUs).\n")
     print(f"## Sweep wall time ({n_runs} runs: cache sizes 1000-10000 lines of 512 B x LRU/ARC, timing model on, cache off)\n")
-    print("| executor | wall time | speedup |")
-    print("|---|---:|---:|")
-    print(f"| 1 local process | {t1:.2f} s | 1.00x |")
-    print(f"| 2 local processes | {t2:.2f} s | {t1 / t2:.2f}x |")
+    print("| executor | wall time | speedup | CPU time (all processes) | CPU time / wall time |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| 1 local process | {t1:.2f} s | 1.00x | {c1:.2f} s | {c1 / t1:.2f} |")
+    print(f"| 2 local processes | {t2:.2f} s | {t1 / t2:.2f}x | {c2:.2f} s | {c2 / t2:.2f} |")
     if tray is not None:
-        print(f"| Ray, num_cpus=2 | {tray:.2f} s | {t1 / tray:.2f}x |")
+        print(f"| Ray, num_cpus=2 | {tray:.2f} s | {t1 / tray:.2f}x | - | - |")
     print(f"\n## One run (ARC, 2000 lines of 512 B)\n")
     print("| path | wall time | overhead vs simulate |")
     print("|---|---:|---:|")
