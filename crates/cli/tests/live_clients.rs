@@ -678,7 +678,7 @@ fn nbdfuse_loop_ext4_file_workload_and_fsck() {
         }
     }
     run(Command::new("cp").arg("-a").arg(&src).arg(mnt.join("tree")));
-    run(Command::new("sync"));
+    run(&mut Command::new("sync"));
     let sums = |root: &Path| {
         run(Command::new("sh")
             .arg("-c")
