@@ -124,14 +124,14 @@ impl SlotBitmap {
                 // Only slots at or after the cursor in the first word.
                 free &= !0u64 << (self.cursor % 64);
             }
-            while free != 0 {
+            if free != 0 {
                 let s = w * 64 + u64::from(free.trailing_zeros());
-                if s >= self.slots {
-                    break;
+                // Bits past the last slot are never free slots.
+                if s < self.slots {
+                    self.set(s);
+                    self.cursor = (s + 1) % self.slots;
+                    return Some(s);
                 }
-                self.set(s);
-                self.cursor = (s + 1) % self.slots;
-                return Some(s);
             }
         }
         None
@@ -152,7 +152,7 @@ impl MappingTable {
     /// slots on fast tier `i`; every block starts at home on the capacity
     /// tier (tier `fast_slots.len()`).
     pub fn new(block_bytes: u32, blocks: u64, fast_slots: &[u64]) -> Result<Self, TierError> {
-        if !(512..=4 << 20).contains(&block_bytes) || block_bytes % 512 != 0 {
+        if !(512..=4 << 20).contains(&block_bytes) || block_bytes & 511 != 0 {
             return Err(TierError::Config(format!(
                 "block size {block_bytes} B (allowed: a multiple of 512 B from 4 KiB to 4 MiB; 512 B multiples below 4 KiB for tests)"
             )));
