@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arch::Tica(Policy::Adaptive),
     ] {
         let mut cfg = SimConfig::new(arch, dram, ssd);
-        cfg.replay = if st.duration_ns > 0 {
+        cfg.replay = if std::env::var_os("OPEN").is_some() && st.duration_ns > 0 {
             Replay::Open
         } else {
             Replay::Closed

@@ -130,6 +130,7 @@ pub struct LevelsReport {
     pub ro_ssd_writes: u64,
     /// Page writes to the WO-SSD (TICA) or to both WO-SSDs (baselines).
     pub wo_ssd_writes: u64,
+    /// Pages read from / written to the HDD.
     pub hdd_reads: u64,
     pub hdd_writes: u64,
     pub writebacks: u64,
@@ -223,6 +224,7 @@ where
     let pb = u64::from(cfg.page_bytes);
     let mut ops: Vec<Op> = Vec::new();
     let mut flush_ops: Vec<Op> = Vec::new();
+    let mut stage_ops: Vec<Op> = Vec::new();
     // Flush completions: (time, page, generation).
     let mut flushes: BinaryHeap<Reverse<(u64, u64, u64)>> = BinaryHeap::new();
     let mut flush_at: FxHashMap<u64, u64> = FxHashMap::default();
@@ -278,16 +280,33 @@ where
             .unwrap_or(0);
         for s in 0..=max_stage {
             let mut end = stage_start;
+            stage_ops.clear();
             for o in ops.iter().filter(|o| o.fg && o.stage == s) {
-                let t = if o.kind == OpKind::WaitFlush {
-                    flush_at
-                        .remove(&o.page)
-                        .unwrap_or(stage_start)
-                        .max(stage_start)
+                if o.kind == OpKind::WaitFlush {
+                    let t = flush_at.remove(&o.page).unwrap_or(stage_start);
+                    end = end.max(t);
                 } else {
-                    dev.submit(o.dev, stage_start, &model_op(o, pb))
-                };
-                end = end.max(t);
+                    stage_ops.push(*o);
+                }
+            }
+            // Contiguous pages of one request go to a device as one op.
+            stage_ops.sort_by_key(|o| (o.dev, o.kind as u8, o.page));
+            let mut i = 0;
+            while i < stage_ops.len() {
+                let o = stage_ops[i];
+                let mut n = 1;
+                while i + n < stage_ops.len()
+                    && matches!(o.kind, OpKind::Read | OpKind::Write)
+                    && stage_ops[i + n].dev == o.dev
+                    && stage_ops[i + n].kind == o.kind
+                    && stage_ops[i + n].page == o.page + n as u64
+                {
+                    n += 1;
+                }
+                let mut m = model_op(&o, pb);
+                m.len = pb * n as u64;
+                end = end.max(dev.submit(o.dev, stage_start, &m));
+                i += n;
             }
             stage_start = end;
             done = done.max(end);
@@ -364,17 +383,20 @@ fn report(
     let ssd_bytes = cfg.ssd_pages * pb;
     // Energy (eq. 2) over the cache devices present.
     let page_op = |k| ModelOp::new(k, 0, pb);
+    // Page counts (contiguous pages of a request are merged into one op).
+    let pages_r = |s: &tiercache_model::DeviceStats| s.bytes_read / pb;
+    let pages_w = |s: &tiercache_model::DeviceStats| s.bytes_written / pb;
     let ssd_act = |m: &SsdModel, s: tiercache_model::DeviceStats| energy::Activity {
-        reads: s.reads,
-        writes: s.writes,
+        reads: pages_r(&s),
+        writes: pages_w(&s),
         read_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Read)) as f64 / 1e9,
         write_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Write)) as f64 / 1e9,
         idle_s: (elapsed_ns.saturating_sub(s.busy_ns)) as f64 / 1e9,
     };
     let dram_lat = dev.dram.service_ns(&page_op(IoKind::Read)) as f64 / 1e9;
     let dram_act = energy::Activity {
-        reads: dram.reads,
-        writes: dram.writes,
+        reads: pages_r(&dram),
+        writes: pages_w(&dram),
         read_latency_s: dram_lat,
         write_latency_s: dram_lat,
         idle_s: elapsed_ns.saturating_sub(dram.busy_ns) as f64 / 1e9,
@@ -417,7 +439,7 @@ fn report(
             a,
         )
     };
-    let wo_writes = wo.writes + wo2.writes;
+    let wo_writes = pages_w(&wo) + pages_w(&wo2);
     let life = |spec: &crate::DeviceSpec, bytes_written| {
         models::lifetime_years(
             spec.endurance_writes_per_gb,
@@ -449,11 +471,11 @@ fn report(
         dram_hit_ratio: st.dram_hits as f64 / reads,
         ro_ssd_hit_ratio: st.ro_ssd_hits as f64 / reads,
         wo_ssd_hit_ratio: st.wo_ssd_hits as f64 / reads,
-        ssd_writes: ro.writes + wo_writes,
-        ro_ssd_writes: ro.writes,
+        ssd_writes: pages_w(&ro) + wo_writes,
+        ro_ssd_writes: pages_w(&ro),
         wo_ssd_writes: wo_writes,
-        hdd_reads: hdd.reads,
-        hdd_writes: hdd.writes,
+        hdd_reads: pages_r(&hdd),
+        hdd_writes: pages_w(&hdd),
         writebacks: st.writebacks,
         promotions: st.promotions,
         wed_share: st.wed_accesses as f64 / (st.read_pages + st.write_pages).max(1) as f64,
