@@ -1,8 +1,152 @@
-//! `tiercache sim --mode` for this family (being written).
+//! `tiercache sim --mode tica|ucache|srac`: three-level DRAM / RO-SSD /
+//! WO-SSD caches (TICA) and their mirrored-SSD baselines.
 
 use crate::cmd::sim::SimArgs;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use tiercache_levels::sim::{Replay, SimConfig};
+use tiercache_levels::{Arch, LevelsProfile, LevelsReport, Policy};
+use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
+use tiercache_trace::{Format, ReadOptions};
+
+/// Trace access shared by `sim` and `reproduce tica`.
+pub struct TraceInput {
+    pub path: std::path::PathBuf,
+    pub format: Option<Format>,
+    pub ropts: ReadOptions,
+}
+
+impl TraceInput {
+    /// Footprint in bytes at `page` granularity and whether the trace has
+    /// timestamps.
+    pub fn footprint(&self, page: u32) -> Result<(u64, bool)> {
+        let r = tiercache_trace::open(&self.path, self.format, &self.ropts)?;
+        let st = tiercache_trace::stats::trace_stats(r, page)?;
+        Ok((st.footprint_bytes, st.duration_ns > 0))
+    }
+
+    /// Run one architecture.
+    pub fn run(&self, cfg: &SimConfig) -> Result<LevelsReport> {
+        let r = tiercache_trace::open(&self.path, self.format, &self.ropts)?;
+        tiercache_levels::run(r, cfg)
+            .with_context(|| format!("simulating {} on {}", cfg.arch.name(), self.path.display()))
+    }
+}
+
+/// Pages of `spec` at `page` bytes against `footprint` bytes.
+pub fn pages(spec: SizeSpec, page: u32, footprint: u64) -> u64 {
+    spec.bytes(u64::from(page), footprint) / u64::from(page)
+}
 
 pub fn run(a: &SimArgs) -> Result<()> {
-    bail!("mode '{}' is not available in this build yet", a.mode)
+    let arch = match a.mode.as_str() {
+        "tica" => Arch::Tica(
+            a.tica_policy
+                .parse::<Policy>()
+                .map_err(anyhow::Error::msg)?,
+        ),
+        "ucache" => Arch::UCache,
+        "srac" => Arch::Srac,
+        m => bail!("mode '{m}' is not a three-level mode (allowed: tica, ucache, srac)"),
+    };
+    if !a.trace.exists() {
+        bail!("trace {} does not exist", a.trace.display());
+    }
+    let format = match &a.format {
+        Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    let block_size = parse_bytes(&a.block_size).map_err(anyhow::Error::msg)?;
+    let input = TraceInput {
+        path: a.trace.clone(),
+        format,
+        ropts: ReadOptions {
+            skip_bad: a.skip_bad,
+            block_size: u32::try_from(block_size).context("--block-size too large")?,
+            volume: a.volume.clone(),
+        },
+    };
+    let [cache] = a.cache_size.as_slice() else {
+        bail!(
+            "--mode {} takes one --cache-size (the size of each SSD), got {}",
+            a.mode,
+            a.cache_size.len()
+        );
+    };
+    let [line] = a.line_size.as_slice() else {
+        bail!("--mode {} takes one --line-size (the page size)", a.mode);
+    };
+    let page = parse_bytes(line).map_err(anyhow::Error::msg)?;
+    let page = u32::try_from(page)
+        .ok()
+        .filter(|p| p.is_power_of_two() && (512..=1 << 20).contains(p))
+        .with_context(|| {
+            format!("page size {line} not allowed (a power of two from 512B to 1MiB)")
+        })?;
+    let ssd = parse_size(cache).map_err(anyhow::Error::msg)?;
+    let dram = parse_size(a.dram_size.as_deref().unwrap_or("1%")).map_err(anyhow::Error::msg)?;
+    let (footprint, timed) = input.footprint(page)?;
+    let replay = match a.replay.as_deref() {
+        Some("open") => Replay::Open,
+        Some("closed") => Replay::Closed,
+        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
+        None if timed => Replay::Open,
+        None => Replay::Closed,
+    };
+    let mut cfg = SimConfig::new(
+        arch,
+        pages(dram, page, footprint).max(2),
+        pages(ssd, page, footprint).max(1),
+    );
+    cfg.page_bytes = page;
+    cfg.replay = replay;
+    if let Some(p) = &a.profile {
+        cfg.profile = load_profile(p)?;
+    }
+    let r = input.run(&cfg)?;
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["trace"] = serde_json::Value::String(a.trace.display().to_string());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_report(&a.trace, &r);
+    }
+    Ok(())
+}
+
+/// A three-level device profile (TOML; see `tiercache_levels::LevelsProfile`).
+pub fn load_profile(p: &Path) -> Result<LevelsProfile> {
+    let s =
+        std::fs::read_to_string(p).with_context(|| format!("reading profile {}", p.display()))?;
+    LevelsProfile::from_toml_str(&s).map_err(anyhow::Error::msg)
+}
+
+fn print_report(trace: &Path, r: &LevelsReport) {
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    println!("trace {}", trace.display());
+    println!(
+        "{}: DRAM {} B, SSDs {} B each, pages of {} B, {} requests",
+        r.mode, r.dram_bytes, r.ssd_bytes, r.page_bytes, r.requests
+    );
+    println!(
+        "read hit ratio {:.4} (DRAM {:.4}, RO-SSD {:.4}, WO-SSD {:.4}); WED share {:.3}",
+        r.hit_ratio, r.dram_hit_ratio, r.ro_ssd_hit_ratio, r.wo_ssd_hit_ratio, r.wed_share
+    );
+    println!(
+        "SSD page writes {} (RO-SSD {}, WO-SSD {}); HDD reads {} writes {}",
+        r.ssd_writes, r.ro_ssd_writes, r.wo_ssd_writes, r.hdd_reads, r.hdd_writes
+    );
+    println!(
+        "response mean {:.1} us, p99 {:.1} us; elapsed {:.3} s",
+        r.mean_response_us, r.p99_response_us, r.elapsed_s
+    );
+    println!(
+        "energy {:.3} J, cost ${:.4}, unreliability {:.3e} over {} h (alpha {:.2})",
+        r.energy_joules, r.cost_usd, r.unreliability, r.mission_hours, r.alpha
+    );
+    println!(
+        "lifetime (years): RO-SSD {}, WO-SSD {}",
+        opt(r.ro_ssd_lifetime_years),
+        opt(r.wo_ssd_lifetime_years)
+    );
 }

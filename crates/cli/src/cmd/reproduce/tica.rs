@@ -1,15 +1,183 @@
-//! Reproduction of this paper's experiments (being written).
+//! `tiercache reproduce tica`: Figs. 11-14 (and 16) of the TICA paper on the
+//! shared traces: TICA-A, TICA-EF and TICA-WED against uCache and S-RAC,
+//! with DRAM at 1 % and each SSD at 10 % of the working set.
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use tiercache_levels::models::{benefit, Figures};
+use tiercache_levels::sim::{Replay, SimConfig};
+use tiercache_levels::{Arch, LevelsReport, Policy};
+use tiercache_sim::units::{parse_bytes, SizeSpec};
+use tiercache_trace::{Format, ReadOptions};
+
+use crate::cmd::modes::tica::{load_profile, pages, TraceInput};
 
 /// Options.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Folder of the shared traces.
     #[arg(long, default_value = "../shared/traces")]
-    pub traces: std::path::PathBuf,
+    pub traces: PathBuf,
+    /// Page size.
+    #[arg(long, default_value = "4KiB")]
+    pub page_size: String,
+    /// DRAM size, percent of the working set.
+    #[arg(long, default_value_t = 1.0)]
+    pub dram_percent: f64,
+    /// Size of each SSD, percent of the working set.
+    #[arg(long, default_value_t = 10.0)]
+    pub ssd_percent: f64,
+    /// Three-level device profile (TOML) [default: Table I devices].
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Replay at the traces' timestamps (open loop) instead of closed loop
+    /// at queue depth 1. The shared traces oversubscribe the modelled HDD,
+    /// so open replay measures queue growth more than the caches.
+    #[arg(long)]
+    pub open: bool,
+    /// Print every report as JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub fn run(_a: Args) -> Result<()> {
-    bail!("this reproduction is not available in this build yet")
+/// The shared traces with writes: (relative path, format).
+const WORKLOADS: [(&str, Format); 5] = [
+    ("disksim/ssd-postmark-aligned2.trace", Format::Disksim),
+    ("disksim/ssd-iozone-aligned2-100K.trace", Format::Disksim),
+    ("samples/msr-cambridge1-sample.csv", Format::Msr),
+    ("samples/cloud_storage-sample.bz2", Format::Tencent),
+    ("samples/cloudPhysicsIO.vscsi", Format::Vscsi),
+];
+
+const ARCHS: [Arch; 5] = [
+    Arch::UCache,
+    Arch::Srac,
+    Arch::Tica(Policy::Ef),
+    Arch::Tica(Policy::Wed),
+    Arch::Tica(Policy::Adaptive),
+];
+
+pub fn run(a: Args) -> Result<()> {
+    let page = u32::try_from(parse_bytes(&a.page_size).map_err(anyhow::Error::msg)?)
+        .context("--page-size too large")?;
+    let profile = match &a.profile {
+        Some(p) => Some(load_profile(p)?),
+        None => None,
+    };
+    let mut all: Vec<(String, Vec<LevelsReport>)> = Vec::new();
+    for (rel, format) in WORKLOADS {
+        let path = a.traces.join(rel);
+        if !path.exists() {
+            eprintln!("skipping {}: not found", path.display());
+            continue;
+        }
+        let input = TraceInput {
+            path: path.clone(),
+            format: Some(format),
+            ropts: ReadOptions::default(),
+        };
+        let (footprint, timed) = input.footprint(page)?;
+        let dram = pages(SizeSpec::Percent(a.dram_percent), page, footprint).max(2);
+        let ssd = pages(SizeSpec::Percent(a.ssd_percent), page, footprint).max(1);
+        let mut rows = Vec::new();
+        for arch in ARCHS {
+            let mut cfg = SimConfig::new(arch, dram, ssd);
+            cfg.page_bytes = page;
+            cfg.replay = if a.open && timed {
+                Replay::Open
+            } else {
+                Replay::Closed
+            };
+            if let Some(p) = &profile {
+                cfg.profile = p.clone();
+            }
+            eprintln!("{}: {}", rel, arch.name());
+            rows.push(input.run(&cfg)?);
+        }
+        all.push((rel.to_string(), rows));
+    }
+    if a.json {
+        let v: Vec<serde_json::Value> = all
+            .iter()
+            .map(|(t, rows)| serde_json::json!({ "trace": t, "runs": rows }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    type Metric = (&'static str, fn(&LevelsReport) -> f64);
+    let metrics: [Metric; 7] = [
+        ("Fig. 11: response time (normalized to uCache)", |r| {
+            r.mean_response_us
+        }),
+        ("Fig. 12: energy (normalized to uCache)", |r| {
+            r.energy_joules
+        }),
+        ("Fig. 13: SSD writes (normalized to uCache)", |r| {
+            r.ssd_writes as f64
+        }),
+        ("Fig. 14: read hit ratio (normalized to uCache)", |r| {
+            r.hit_ratio
+        }),
+        ("Hardware cost (normalized to uCache)", |r| r.cost_usd),
+        ("Unreliability, 1 year (normalized to uCache)", |r| {
+            r.unreliability
+        }),
+        ("Absolute: mean response time, us", |r| r.mean_response_us),
+    ];
+    for (i, (title, f)) in metrics.iter().enumerate() {
+        println!("\n{title}");
+        header();
+        for (t, rows) in &all {
+            let base = f(&rows[0]);
+            let cells: Vec<f64> = rows
+                .iter()
+                .map(|r| {
+                    if i == metrics.len() - 1 {
+                        f(r)
+                    } else if base > 0.0 {
+                        f(r) / base
+                    } else {
+                        f64::NAN
+                    }
+                })
+                .collect();
+            line(t, &cells);
+        }
+    }
+    println!("\nFig. 16: benefit (performance x endurance x 1/cost x 1/energy, each normalized to the best)");
+    header();
+    for (t, rows) in &all {
+        let figs: Vec<Figures> = rows
+            .iter()
+            .map(|r| Figures {
+                mean_response_us: r.mean_response_us,
+                lifetime_years: [r.ro_ssd_lifetime_years, r.wo_ssd_lifetime_years]
+                    .into_iter()
+                    .flatten()
+                    .fold(f64::INFINITY, f64::min)
+                    .min(1e12),
+                cost_usd: r.cost_usd,
+                energy_joules: r.energy_joules,
+            })
+            .collect();
+        line(t, &benefit(&figs));
+    }
+    Ok(())
+}
+
+fn header() {
+    print!("{:<40}", "trace");
+    for a in ARCHS {
+        print!(" {:>9}", a.name());
+    }
+    println!();
+}
+
+fn line(trace: &str, cells: &[f64]) {
+    let name = trace.rsplit('/').next().unwrap_or(trace);
+    print!("{name:<40}");
+    for c in cells {
+        print!(" {c:>9.3}");
+    }
+    println!();
 }
