@@ -11,7 +11,9 @@ use tiercache_trace::{Format, ReadOptions};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
     if a.len() != 7 {
-        return Err("usage: tier_sweep TRACE FORMAT ID_BLOCK_BYTES PERCENTS EVERY BUDGET_DIV".into());
+        return Err(
+            "usage: tier_sweep TRACE FORMAT ID_BLOCK_BYTES PERCENTS EVERY BUDGET_DIV".into(),
+        );
     }
     let path = std::path::Path::new(&a[1]);
     let format: Format = a[2].parse().map_err(|e| format!("{e}"))?;

@@ -401,7 +401,7 @@ mod tests {
 
         /// Crash now (volatile data lost, the log cut to `log_len` bytes),
         /// recover, and check that every block reads its acknowledged version.
-        fn crash_and_check(&self, log_len: usize, what: &str) {
+        fn crash_and_check(&self, log_len: usize, what: &str) -> Recovery {
             let (table, rec) = recover(&self.checkpoint, &self.log[..log_len]).unwrap();
             let mut durable = self.durable.clone();
             for l in &rec.trim {
@@ -429,6 +429,7 @@ mod tests {
             // Recovery is idempotent.
             let (again, _) = recover(&self.checkpoint, &self.log[..log_len]).unwrap();
             assert_eq!(again, table, "{what}: second recovery differs");
+            rec
         }
     }
 
@@ -436,6 +437,12 @@ mod tests {
     /// byte of every log append; host writes hit unlocked blocks in between.
     fn run_scenario(moves: &[(BlockId, TierId)], checkpoint_after: Option<usize>) {
         let mut w = World::new(8, 2);
+        let (mut completed, mut rolled_back, mut crashes) = (0, 0, 0);
+        let mut tally = |r: Recovery| {
+            crashes += 1;
+            completed += usize::from(!r.completed.is_empty());
+            rolled_back += usize::from(!r.rolled_back.is_empty());
+        };
         let mut id = 0;
         for (i, &(block, to)) in moves.iter().enumerate() {
             id += 1;
@@ -447,12 +454,12 @@ mod tests {
                     let mut torn = w.clone();
                     torn.perform(a);
                     for cut in before..torn.log.len() {
-                        torn.crash_and_check(cut, &format!("move {i} torn {a:?} at {cut}"));
+                        tally(torn.crash_and_check(cut, &format!("move {i} torn {a:?} at {cut}")));
                     }
                 }
                 w.perform(a);
                 m.advance(&mut w.table).unwrap();
-                w.crash_and_check(w.log.len(), &format!("move {i} after {a:?}"));
+                tally(w.crash_and_check(w.log.len(), &format!("move {i} after {a:?}")));
                 if !m.locks_block() {
                     // The block is unlocked: a host write goes to its new home.
                     w.write(block);
@@ -467,6 +474,15 @@ mod tests {
                 w.crash_and_check(0, &format!("checkpoint after move {i}"));
             }
         }
+        // Both recovery paths ran: crashes before and after the commit point.
+        assert!(
+            crashes >= 3 * moves.len() * super::RECORD_BYTES,
+            "{crashes}"
+        );
+        assert!(
+            completed > 0 && rolled_back > 0,
+            "{completed} {rolled_back}"
+        );
     }
 
     #[test]
