@@ -16,7 +16,7 @@ pub const BLOCK: usize = 4096;
 
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
 const IHAVEOPT: u64 = 0x4948_4156_454F_5054;
-const OPT_REPLY_MAGIC: u64 = 0x3e88_9045_565a9;
+const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
 const REQUEST_MAGIC: u32 = 0x2560_9513;
 const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 const OPT_GO: u32 = 7;
@@ -79,7 +79,7 @@ impl NbdClient {
     /// Connect and negotiate the default export with NBD_OPT_GO.
     pub fn connect(sock: &Path) -> io::Result<NbdClient> {
         let mut s = UnixStream::connect(sock)?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        s.set_read_timeout(Some(Duration::from_secs(20)))?;
         if rd_u64(&mut s)? != NBDMAGIC || rd_u64(&mut s)? != IHAVEOPT {
             return Err(bad("bad greeting".into()));
         }
