@@ -334,11 +334,25 @@ where
         clock = done;
         requests += 1;
     }
-    // Drain the flusher.
+    let elapsed_ns = last_done.saturating_sub(first.unwrap_or(0)).max(1);
+    // Drain the flusher: in-flight flushes complete, pending dirty pages are
+    // copied to the RO-SSD (counted as writes, after the measured interval).
     while let Some(Reverse((_, pg, gen))) = flushes.pop() {
         arch.flush_done(pg, gen);
     }
-    let elapsed_ns = last_done.saturating_sub(first.unwrap_or(0)).max(1);
+    loop {
+        flush_ops.clear();
+        let started = arch.start_flushes(usize::MAX, &mut flush_ops);
+        if started.is_empty() {
+            break;
+        }
+        for o in &flush_ops {
+            dev.submit(o.dev, last_done, &model_op(o, pb));
+        }
+        for (pg, gen) in started {
+            arch.flush_done(pg, gen);
+        }
+    }
     Ok(report(cfg, &*arch, &dev, requests, resp_us, elapsed_ns))
 }
 
