@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Class, Dev, Engine, IoKind, Op, OpId, Purpose, Request, Source, WritePolicy};
-use tiercache_io::BlockDev;
+use tiercache_io::{BlockDev, IoOp};
 use tiercache_store::{LineMeta, Record, Store, SubBlocks};
 use tokio::sync::watch;
 
@@ -86,6 +86,8 @@ pub struct LiveCache {
     clean_budget: usize,
     /// Filesystem-aware classes (ext4, XFS) for requests, when on.
     pub(crate) fs: Mutex<crate::classify::FsState>,
+    /// The I/O engine data ops run on (`None`: tokio's blocking pool).
+    io: Mutex<Option<Arc<dyn tiercache_io::Engine>>>,
     classify: AtomicBool,
 }
 
@@ -182,6 +184,7 @@ impl LiveCache {
             write_policy,
             clean_budget: 2,
             fs: Mutex::new(crate::classify::FsState::default()),
+            io: Mutex::new(None),
             classify: AtomicBool::new(false),
         }))
     }
@@ -210,6 +213,11 @@ impl LiveCache {
         let me = Arc::clone(self);
         let rt = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || crate::classify::attach(&me, &me.fs, rt));
+    }
+
+    /// Run data I/O on `engine` (io_uring or a thread pool) instead of tokio's blocking pool.
+    pub fn set_io_engine(&self, engine: Arc<dyn tiercache_io::Engine>) {
+        *self.io.lock().expect("io") = Some(engine);
     }
 
     /// The filesystem being classified, if any.
@@ -575,28 +583,49 @@ impl LiveCache {
                 "writeback data is missing (its read failed)",
             ))
         } else {
-            tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-                match kind {
-                    IoKind::Read => {
-                        let mut v = vec![0u8; len];
-                        dev.read_at(&mut v, off)?;
-                        Ok(v)
-                    }
-                    IoKind::Write => {
-                        let p = payload.expect("payload");
-                        if op.fua {
-                            dev.write_at_fua(&p, off)?;
-                        } else {
-                            dev.write_at(&p, off)?;
-                        }
-                        Ok(Vec::new())
-                    }
-                    IoKind::Trim => dev.trim(off, op.len).map(|_| Vec::new()),
-                    IoKind::Flush => dev.flush().map(|_| Vec::new()),
+            let engine = self.io.lock().expect("io").clone();
+            match engine {
+                // An I/O engine (io_uring or a thread pool) of tiercache-io.
+                Some(engine) => {
+                    let io_op = match kind {
+                        IoKind::Read => IoOp::Read { offset: off, len },
+                        IoKind::Write => IoOp::Write {
+                            offset: off,
+                            data: payload.expect("payload"),
+                            fua: op.fua,
+                        },
+                        IoKind::Trim => IoOp::Trim {
+                            offset: off,
+                            len: op.len,
+                        },
+                        IoKind::Flush => IoOp::Flush,
+                    };
+                    engine.run(&dev, io_op).await
                 }
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+                // Portable default: positional I/O on tokio's blocking pool.
+                None => tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                    match kind {
+                        IoKind::Read => {
+                            let mut v = vec![0u8; len];
+                            dev.read_at(&mut v, off)?;
+                            Ok(v)
+                        }
+                        IoKind::Write => {
+                            let p = payload.expect("payload");
+                            if op.fua {
+                                dev.write_at_fua(&p, off)?;
+                            } else {
+                                dev.write_at(&p, off)?;
+                            }
+                            Ok(Vec::new())
+                        }
+                        IoKind::Trim => dev.trim(off, op.len).map(|_| Vec::new()),
+                        IoKind::Flush => dev.flush().map(|_| Vec::new()),
+                    }
+                })
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+            }
         };
         self.stats.record_op(op.dev, started.elapsed());
         let result = match res {
@@ -654,14 +683,21 @@ impl LiveCache {
                 self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
                 let slot = (op.offset / self.line) as Slot;
                 let (f, l) = self.subs_of(op.offset, op.len);
-                let (line, dirty, errors) = {
+                // The client offset of this op's data: from the request, not from the
+                // slot (which may hold another line by now).
+                let client_off = buf.map(|b| b.offset + op.buf_off);
+                let line = client_off.map(|o| o / self.line);
+                let (dirty, errors) = {
                     let mut c = self.core.lock().expect("core");
                     c.cache_errors += 1;
-                    let st = c.engine.slot_state(slot);
-                    let dirty = st
-                        .as_ref()
-                        .is_some_and(|s| (f..=l).any(|i| s.2[i as usize]));
-                    (st.map(|s| s.0), dirty, c.cache_errors)
+                    // Only the log's view knows whether the backing device already has the
+                    // data (a Clean record follows the writeback); the core marks lines
+                    // clean when their writeback starts.
+                    let dirty = match c.view[slot as usize] {
+                        Some(v) if Some(v.line) == line => (f..=l).any(|i| v.dirty.get(i)),
+                        _ => false,
+                    };
+                    (dirty, c.cache_errors)
                 };
                 tracing::warn!("cache device error ({:?} at {}): {e}", op.kind, op.offset);
                 if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
@@ -671,10 +707,9 @@ impl LiveCache {
                 match (op.kind, op.purpose) {
                     (IoKind::Read, Purpose::ReadHit) if !dirty => {
                         // Serve the read from the backing device instead.
-                        let Some(line) = line else {
+                        let Some(boff) = client_off else {
                             return Err(LiveError(format!("cache read error: {e}")));
                         };
-                        let boff = line * self.line + op.offset % self.line;
                         let dev = Arc::clone(&self.backing);
                         let len = op.len as usize;
                         let r = tokio::task::spawn_blocking(move || {
@@ -713,10 +748,9 @@ impl LiveCache {
                             f,
                             l,
                         );
-                        let (Some(line), Some(b)) = (line, buf) else {
+                        let (Some(boff), Some(b)) = (client_off, buf) else {
                             return Err(LiveError(format!("cache write error: {e}")));
                         };
-                        let boff = line * self.line + op.offset % self.line;
                         let data = {
                             let d = b.data.lock().expect("buf");
                             d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec()
@@ -866,17 +900,17 @@ impl LiveCache {
 
     fn journal_writeback(&self, c: &mut Core, op: &Op) {
         // A dirty victim's writeback: unmap its slot once all of them are done.
-        let mut unmapped = None;
+        // A merged writeback can carry several victims: finish every slot waiting for it.
+        let mut unmapped = Vec::new();
         for (s, w) in c.pending_unmap.iter_mut() {
             if let Some(i) = w.iter().position(|&x| x == op.id) {
                 w.swap_remove(i);
                 if w.is_empty() {
-                    unmapped = Some(*s);
+                    unmapped.push(*s);
                 }
-                break;
             }
         }
-        if let Some(s) = unmapped {
+        for &s in &unmapped {
             c.pending_unmap.remove(&s);
             if c.view[s as usize].is_some() {
                 Self::append(c, Record::Unmap { slot: s });
@@ -884,33 +918,40 @@ impl LiveCache {
             c.needs_backing_flush = true;
             let g = c.appended_gen;
             c.slot_gen.insert(s, g);
-            return;
         }
-        // Cleaning: the written sub-blocks are clean unless rewritten since.
-        let line = op.offset / self.line;
-        let Some(slot) = c.engine.mapping().lookup(line) else {
-            return;
-        };
-        let Some((_, _, dirty, _)) = c.engine.slot_state(slot) else {
-            return;
-        };
-        let Some(v) = c.view[slot as usize] else {
-            return;
-        };
-        if v.line != line {
-            return;
-        }
-        let (f, l) = self.subs_of(op.offset, op.len);
-        let clean = range_bits(f, l).minus(bitmap(&dirty)).intersect(v.dirty);
-        if !clean.is_empty() {
-            Self::append(
-                c,
-                Record::Clean {
-                    slot,
-                    bitmap: clean,
-                },
-            );
-            c.needs_backing_flush = true;
+        // Cleaning: the written sub-blocks are clean unless rewritten since
+        // (a merged writeback covers several lines).
+        let end = op.offset + op.len.max(1);
+        for line in op.offset / self.line..=(end - 1) / self.line {
+            let Some(slot) = c.engine.mapping().lookup(line) else {
+                continue;
+            };
+            if unmapped.contains(&slot) {
+                continue;
+            }
+            let Some((_, _, dirty, _)) = c.engine.slot_state(slot) else {
+                continue;
+            };
+            let Some(v) = c.view[slot as usize] else {
+                continue;
+            };
+            if v.line != line {
+                continue;
+            }
+            let start = op.offset.max(line * self.line);
+            let stop = end.min((line + 1) * self.line);
+            let (f, l) = self.subs_of(start, stop - start);
+            let clean = range_bits(f, l).minus(bitmap(&dirty)).intersect(v.dirty);
+            if !clean.is_empty() {
+                Self::append(
+                    c,
+                    Record::Clean {
+                        slot,
+                        bitmap: clean,
+                    },
+                );
+                c.needs_backing_flush = true;
+            }
         }
     }
 

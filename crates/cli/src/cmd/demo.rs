@@ -121,6 +121,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             direct: false,
             no_cache: false,
             fs_classify: "off".into(),
+            io_engine: "auto".into(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));

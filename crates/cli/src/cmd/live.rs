@@ -158,9 +158,15 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     pub no_cache: bool,
     /// Classify requests by the ext4 or XFS filesystem on the device (metadata,
-    /// journal, data) for metadata-first admission and per-class stats: auto or off.
-    #[arg(long, default_value = "auto")]
+    /// journal, data) for metadata-first admission and per-class stats: auto
+    /// (detect and classify) or off. Experimental, hence off by default.
+    #[arg(long, default_value = "off")]
     pub fs_classify: String,
+    /// I/O engine for data: uring (io_uring, with O_DIRECT where the device allows
+    /// it under --direct), pool (pread/pwrite thread pool), blocking (tokio's
+    /// blocking pool), or auto (io_uring if the kernel allows, else pool).
+    #[arg(long, default_value = "auto")]
+    pub io_engine: String,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -189,6 +195,18 @@ pub async fn serve_async(
     })?;
     let cache = opened.cache;
     cache.start_background();
+    let engine: Option<Arc<dyn tiercache_io::Engine>> = match a.io_engine.as_str() {
+        "auto" => Some(tiercache_io::auto_engine(256, 4)?),
+        "uring" => Some(Arc::new(
+            tiercache_io::UringEngine::new(256, 4).context("io_uring engine")?,
+        )),
+        "pool" => Some(Arc::new(tiercache_io::PoolEngine::new(8, 256)?)),
+        "blocking" => None,
+        x => bail!("--io-engine '{x}' is not understood (allowed: auto, uring, pool, blocking)"),
+    };
+    if let Some(e) = engine {
+        cache.set_io_engine(e);
+    }
     match a.fs_classify.as_str() {
         "auto" => cache.enable_classification(),
         "off" => {}

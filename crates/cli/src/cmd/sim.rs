@@ -49,8 +49,9 @@ pub struct SimArgs {
     /// Trace format: msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native [default: detected].
     #[arg(long)]
     pub format: Option<String>,
-    /// Cache size (list): SIZE, number of lines, or percentage of the footprint.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Cache size (list): SIZE, number of lines, or percentage of the footprint
+    /// (required for --mode cache and the flash and three-level modes).
+    #[arg(long, value_delimiter = ',')]
     pub cache_size: Vec<String>,
     /// Cache line size (list): a power of two from 512B to 1MiB.
     #[arg(long, value_delimiter = ',', default_value = "4KiB")]
@@ -149,6 +150,9 @@ struct Point {
 pub fn run(a: SimArgs) -> Result<()> {
     if a.mode != "cache" {
         return crate::cmd::modes::run(&a);
+    }
+    if a.cache_size.is_empty() {
+        bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%)");
     }
     let format = match &a.format {
         Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
