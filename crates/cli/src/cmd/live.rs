@@ -55,7 +55,8 @@ impl PolicyArgs {
             None => line.min(4096),
         };
         let cfg = CacheConfig {
-            cache_bytes: line as u64,
+            // A placeholder large enough for any associativity: format derives the real size from the device.
+            cache_bytes: (line as u64) << 20,
             line_bytes: line,
             sub_block_bytes: sub,
             assoc: self.assoc.parse::<Assoc>().map_err(anyhow::Error::msg)?,
