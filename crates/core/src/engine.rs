@@ -1003,7 +1003,11 @@ impl Engine {
                     }
                 }
             }
-            WritePolicy::WriteThrough | WritePolicy::WriteHddUpd => {
+            WritePolicy::WriteThrough
+            | WritePolicy::WriteHddUpd
+            | WritePolicy::WriteHddInv
+            | WritePolicy::ReadOnly => {
+                // The backing device gets the write; the requester waits for it.
                 self.emit_backing(
                     line,
                     IoKind::Write,
@@ -1016,7 +1020,9 @@ impl Engine {
                     Purpose::WriteBacking,
                     fua,
                 );
-                if let Some(sl) = slot {
+                let Some(sl) = slot else { return };
+                if matches!(policy, WritePolicy::WriteThrough | WritePolicy::WriteHddUpd) {
+                    // Update the cached copy (in the background): whole sub-blocks, or partial ones already valid.
                     for i in first..=last {
                         let (s, len, whole) = self.sub_piece(i, in_line, n);
                         if whole || self.map.bits.valid(sl, i) {
@@ -1037,28 +1043,13 @@ impl Engine {
                             );
                         }
                     }
-                    self.drop_if_empty(sl, line);
-                }
-            }
-            WritePolicy::WriteHddInv | WritePolicy::ReadOnly => {
-                self.emit_backing(
-                    line,
-                    IoKind::Write,
-                    in_line,
-                    n,
-                    req.id,
-                    buf0,
-                    Source::Request,
-                    true,
-                    Purpose::WriteBacking,
-                    fua,
-                );
-                if let Some(sl) = slot {
+                } else {
+                    // Invalidate the cached copy.
                     self.map.bits.set_valid(sl, first, last, false);
                     self.map.bits.set_dirty(sl, first, last, false);
                     self.stats.invalidations += 1;
-                    self.drop_if_empty(sl, line);
                 }
+                self.drop_if_empty(sl, line);
             }
         }
     }
