@@ -716,3 +716,49 @@ fn nbdfuse_loop_ext4_file_workload_and_fsck() {
         String::from_utf8_lossy(&fsck.stdout)
     );
 }
+
+/// `serve` without `--backing` finds the device recorded by `format`, also
+/// when `format` was given relative paths and `serve` runs elsewhere.
+#[test]
+fn serve_defaults_to_recorded_backing_from_any_directory() {
+    require_tools!("nbdinfo");
+    let dir = tempfile::tempdir().unwrap();
+    sparse_file(&dir.path().join("b.img"), 16 * MIB);
+    run(Command::new(bin())
+        .args([
+            "format",
+            "--cache",
+            "c.img",
+            "--backing",
+            "b.img",
+            "--size",
+            "8MiB",
+        ])
+        .current_dir(dir.path()));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let sock = elsewhere.path().join("s.sock");
+    let mut c = Command::new(bin());
+    c.arg("serve")
+        .arg("--cache")
+        .arg(dir.path().join("c.img"))
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .current_dir(elsewhere.path());
+    let child = c.stdin(std::process::Stdio::null()).spawn().unwrap();
+    let mut srv = Server {
+        child: Some(child),
+        socket: sock.clone(),
+        log: elsewhere.path().join("log"),
+    };
+    let t0 = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if let Some(st) = srv.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!("serve from another directory exited: {st}");
+        }
+        assert!(t0.elapsed().as_secs() < 120, "server never listened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let v = json(&run(Command::new("nbdinfo").args(["--json", &srv.uri()])));
+    assert_eq!(v["exports"][0]["export-size"], 16 * MIB);
+    srv.stop();
+}

@@ -40,6 +40,9 @@ pub fn format_cache(
     if !backing.exists() {
         bail!("backing device {} does not exist", backing.display());
     }
+    // Record an absolute path: `serve` defaults to it from any working directory.
+    let backing = &std::fs::canonicalize(backing)
+        .with_context(|| format!("resolving backing device {}", backing.display()))?;
     if !cache.exists() {
         let Some(size) = create_size else {
             bail!(
@@ -127,8 +130,7 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
         ..Default::default()
     };
     let cache_dev: Arc<dyn BlockDev> = Arc::new(
-        FileDev::open(&o.cache, fo)
-            .with_context(|| format!("opening {}", o.cache.display()))?,
+        FileDev::open(&o.cache, fo).with_context(|| format!("opening {}", o.cache.display()))?,
     );
     let mut backing: Arc<dyn BlockDev> = Arc::new(
         FileDev::open(&backing_path, fo)
