@@ -54,9 +54,9 @@ pub(crate) struct Core {
     /// Cache writes in flight per slot: (op, first sub-block, last sub-block).
     inflight_writes: FxHashMap<Slot, Vec<(OpId, u32, u32)>>,
     /// Commit generation that must be durable before cache writes on a slot.
-    slot_gen: FxHashMap<Slot, u64>,
+    slot_gen: FxHashMap<Slot, Vec<(u64, OpId)>>,
     /// Slots whose old dirty line is being written back before its unmap: the writeback writes left.
-    pending_unmap: FxHashMap<Slot, Vec<OpId>>,
+    pending_unmap: FxHashMap<Slot, (Vec<OpId>, OpId)>,
     /// Writeback reads: their slot and data, for the writes that use it.
     wb_reads: FxHashMap<OpId, (Slot, Option<Vec<u8>>)>,
     /// Consecutive cache device errors.
@@ -309,7 +309,10 @@ impl LiveCache {
         let need_commit = {
             let c = self.core.lock().expect("core");
             let done = self.committed_gen();
-            c.slot_gen.values().any(|&g| g > done) || !c.pending_unmap.is_empty()
+            c.slot_gen
+                .values()
+                .any(|v| v.iter().any(|&(g, _)| g > done))
+                || !c.pending_unmap.is_empty()
         };
         if need_commit {
             self.spawn_commit(false);
@@ -399,6 +402,9 @@ impl LiveCache {
     }
 
     fn journal_submit(&self, c: &mut Core, s: Slot, out: &[Op]) {
+        // Barriers bind the cache writes of this batch and later ones only: an
+        // older write on the slot may be what this batch's writeback waits for.
+        let from = out.iter().map(|o| o.id).min().unwrap_or(OpId::MAX);
         let e = c.engine.slot_state(s);
         let v = c.view[s as usize];
         match (v, &e) {
@@ -423,11 +429,11 @@ impl LiveCache {
                     }
                 }
                 if !v.dirty.is_empty() && !wbs.is_empty() {
-                    c.pending_unmap.insert(s, wbs);
+                    c.pending_unmap.insert(s, (wbs, from));
                 } else {
                     Self::append(c, Record::Unmap { slot: s });
                     let g = c.appended_gen;
-                    c.slot_gen.insert(s, g);
+                    c.slot_gen.entry(s).or_default().push((g, from));
                 }
             }
             (Some(v), Some(e)) => {
@@ -455,7 +461,7 @@ impl LiveCache {
                     );
                     if !overwritten.is_empty() {
                         let g = c.appended_gen;
-                        c.slot_gen.insert(s, g);
+                        c.slot_gen.entry(s).or_default().push((g, from));
                     }
                 }
             }
@@ -487,14 +493,20 @@ impl LiveCache {
         let _ = rx.wait_for(|c| *c >= gen).await;
     }
 
-    /// Cache writes on a slot wait until the slot's previous line is durably gone.
-    async fn wait_slot_ready(self: &Arc<Self>, slot: Slot) {
+    /// Cache writes on a slot wait until the slot's previous line is durably gone,
+    /// for the barriers set by this op's batch or earlier ones.
+    async fn wait_slot_ready(self: &Arc<Self>, slot: Slot, op_id: OpId) {
         loop {
             let (wbs, gen) = {
                 let c = self.core.lock().expect("core");
                 (
-                    c.pending_unmap.get(&slot).cloned(),
-                    c.slot_gen.get(&slot).copied(),
+                    c.pending_unmap
+                        .get(&slot)
+                        .filter(|(_, f)| *f <= op_id)
+                        .map(|(w, _)| w.clone()),
+                    c.slot_gen
+                        .get(&slot)
+                        .and_then(|v| v.iter().filter(|(_, f)| *f <= op_id).map(|(g, _)| *g).max()),
                 )
             };
             if let Some(wbs) = wbs {
@@ -506,9 +518,13 @@ impl LiveCache {
             }
             if let Some(g) = gen {
                 self.wait_committed(g).await;
+                let done = self.committed_gen();
                 let mut c = self.core.lock().expect("core");
-                if c.slot_gen.get(&slot) == Some(&g) {
-                    c.slot_gen.remove(&slot);
+                if let Some(v) = c.slot_gen.get_mut(&slot) {
+                    v.retain(|&(g, _)| g > done);
+                    if v.is_empty() {
+                        c.slot_gen.remove(&slot);
+                    }
                 }
             }
             return;
@@ -535,7 +551,7 @@ impl LiveCache {
             }
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
-            self.wait_slot_ready(slot).await;
+            self.wait_slot_ready(slot, op.id).await;
         }
         // The bytes a write carries.
         let payload: Option<Vec<u8>> = match (op.kind, op.src) {
@@ -674,7 +690,7 @@ impl LiveCache {
                             c.engine.redirty(s, f, l);
                         }
                     }
-                    c.pending_unmap.retain(|_, w| !w.contains(&op.id));
+                    c.pending_unmap.retain(|_, w| !w.0.contains(&op.id));
                 }
                 tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
                 Err(LiveError(format!("backing device I/O error: {e}")))
@@ -902,22 +918,22 @@ impl LiveCache {
         // A dirty victim's writeback: unmap its slot once all of them are done.
         // A merged writeback can carry several victims: finish every slot waiting for it.
         let mut unmapped = Vec::new();
-        for (s, w) in c.pending_unmap.iter_mut() {
+        for (s, (w, from)) in c.pending_unmap.iter_mut() {
             if let Some(i) = w.iter().position(|&x| x == op.id) {
                 w.swap_remove(i);
                 if w.is_empty() {
-                    unmapped.push(*s);
+                    unmapped.push((*s, *from));
                 }
             }
         }
-        for &s in &unmapped {
+        for &(s, from) in &unmapped {
             c.pending_unmap.remove(&s);
             if c.view[s as usize].is_some() {
                 Self::append(c, Record::Unmap { slot: s });
             }
             c.needs_backing_flush = true;
             let g = c.appended_gen;
-            c.slot_gen.insert(s, g);
+            c.slot_gen.entry(s).or_default().push((g, from));
         }
         // Cleaning: the written sub-blocks are clean unless rewritten since
         // (a merged writeback covers several lines).
@@ -926,7 +942,7 @@ impl LiveCache {
             let Some(slot) = c.engine.mapping().lookup(line) else {
                 continue;
             };
-            if unmapped.contains(&slot) {
+            if unmapped.iter().any(|&(s, _)| s == slot) {
                 continue;
             }
             let Some((_, _, dirty, _)) = c.engine.slot_state(slot) else {
