@@ -240,8 +240,7 @@ impl Server {
 
     /// Wait for the server to exit on its own (after `detach`).
     pub fn wait(&mut self) -> ExitStatus {
-        let st = self.child.take().unwrap().wait().unwrap();
-        st
+        self.child.take().unwrap().wait().unwrap()
     }
 
     /// SIGTERM by PID, then wait: a clean shutdown must exit successfully.
