@@ -71,9 +71,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let cache = dir.path().join("cache.img");
     std::fs::File::create(&backing)?.set_len(data)?;
     println!(
-        "tiercache demo: a {} emulated HDD ({}), a cache of about 12 % of it",
-        tiercache_sim::units::format_bytes(data),
-        "7200 rpm model, one actuator"
+        "tiercache demo: a {} emulated HDD (7200 rpm model, one actuator), a cache of about 12 % of it",
+        tiercache_sim::units::format_bytes(data)
     );
     let policy = crate::cmd::live::PolicyArgs {
         line_size: "4KiB".into(),
