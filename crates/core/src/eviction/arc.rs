@@ -227,64 +227,29 @@ impl Eviction for Arc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustc_hash::FxHashMap;
 
-    /// A one-set cache driving the policy through the engine's protocol.
-    struct Cache {
-        arc: Arc,
-        slot_of: FxHashMap<u64, Slot>,
-        key_of: Vec<u64>,
+    type Cache = crate::eviction::testkit::OneSet<Arc>;
+
+    fn cache(ways: u32) -> Cache {
+        Cache::new(Arc::new(1, ways), ways)
     }
 
     impl Cache {
-        fn new(ways: u32) -> Self {
-            Cache {
-                arc: Arc::new(1, ways),
-                slot_of: FxHashMap::default(),
-                key_of: Vec::new(),
-            }
-        }
-
-        /// Access `key`; returns the evicted key, if any.
-        fn access(&mut self, key: u64) -> Option<u64> {
-            if let Some(&s) = self.slot_of.get(&key) {
-                self.arc.on_hit(0, s);
-                return None;
-            }
-            self.arc.on_miss(0, key);
-            let (slot, evicted) = if self.key_of.len() < self.arc.ways as usize {
-                self.key_of.push(key);
-                ((self.key_of.len() - 1) as Slot, None)
-            } else {
-                let peek = self.arc.peek_victim(0, key);
-                let keys = self.key_of.clone();
-                let v = self.arc.evict(0, &|s| keys[s as usize]);
-                assert_eq!(peek, v, "peek_victim disagrees with evict");
-                let old = self.key_of[v as usize];
-                self.slot_of.remove(&old);
-                self.key_of[v as usize] = key;
-                (v, Some(old))
-            };
-            self.slot_of.insert(key, slot);
-            self.arc.on_insert(0, slot, key);
-            evicted
-        }
-
         fn ghost(&self, key: u64) -> Option<&'static str> {
-            self.arc
+            self.p
                 .ghosts
                 .list_of(key)
                 .map(|l| if l == 0 { "B1" } else { "B2" })
         }
 
         fn in_t2(&self, key: u64) -> bool {
-            self.arc.in_t2[self.slot_of[&key] as usize] == 1
+            self.p.in_t2[self.slot_of[&key] as usize] == 1
         }
     }
 
     #[test]
     fn adapts_p_on_ghost_hits_and_replaces_as_in_the_paper() {
-        let mut c = Cache::new(4);
+        let mut c = cache(4);
         for k in 1..=4 {
             assert_eq!(c.access(k), None);
         }
@@ -295,7 +260,7 @@ mod tests {
         assert_eq!(c.ghost(2), Some("B1"));
         // Case II: hit in B1, p += max(|B2|/|B1|, 1) = 1, line goes to T2.
         assert_eq!(c.access(2), Some(3));
-        assert_eq!(c.arc.target_t1(0), 1.0);
+        assert_eq!(c.p.target_t1(0), 1.0);
         assert_eq!(c.ghost(2), None);
         assert!(c.in_t2(2));
         assert_eq!(c.access(6), Some(4)); // B1 = [4,3]
@@ -305,11 +270,11 @@ mod tests {
         assert_eq!(c.ghost(5), Some("B1"));
         // B1 hit: p = 2 = |T1|, so REPLACE now takes T2's LRU into B2.
         assert_eq!(c.access(4), Some(1));
-        assert_eq!(c.arc.target_t1(0), 2.0);
+        assert_eq!(c.p.target_t1(0), 2.0);
         assert_eq!(c.ghost(1), Some("B2"));
         // Case III: hit in B2, p -= max(|B1|/|B2|, 1) = 1; |T1| = 2 > 1.
         assert_eq!(c.access(1), Some(6));
-        assert_eq!(c.arc.target_t1(0), 1.0);
+        assert_eq!(c.p.target_t1(0), 1.0);
         assert!(c.in_t2(1));
         assert_eq!(c.ghost(6), Some("B1"));
     }
@@ -318,11 +283,11 @@ mod tests {
     fn scan_larger_than_cache_leaves_no_ghosts() {
         // Case IV-A with B1 empty: T1 alone fills the cache, its LRU line is
         // discarded without a ghost entry (libCacheSim and the paper).
-        let mut c = Cache::new(3);
+        let mut c = cache(3);
         for k in 0..10 {
             c.access(k);
         }
-        assert_eq!(c.arc.ghosts.len(0) + c.arc.ghosts.len(1), 0);
+        assert_eq!(c.p.ghosts.len(0) + c.p.ghosts.len(1), 0);
         assert_eq!(c.access(0), Some(7));
     }
 }

@@ -31,6 +31,8 @@ pub mod fifo;
 mod links;
 pub mod lru;
 pub mod s3fifo;
+#[cfg(test)]
+mod testkit;
 
 /// Index of a line slot in the cache's line table.
 pub type Slot = u32;

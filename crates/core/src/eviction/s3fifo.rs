@@ -239,49 +239,14 @@ impl Eviction for S3Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustc_hash::FxHashMap;
 
-    struct Cache {
-        p: S3Fifo,
-        ways: usize,
-        slot_of: FxHashMap<u64, Slot>,
-        key_of: Vec<u64>,
+    type Cache = crate::eviction::testkit::OneSet<S3Fifo>;
+
+    fn cache(ways: u32) -> Cache {
+        Cache::new(S3Fifo::new(1, ways), ways)
     }
 
     impl Cache {
-        fn new(ways: u32) -> Self {
-            Cache {
-                p: S3Fifo::new(1, ways),
-                ways: ways as usize,
-                slot_of: FxHashMap::default(),
-                key_of: Vec::new(),
-            }
-        }
-
-        fn access(&mut self, key: u64) -> Option<u64> {
-            if let Some(&s) = self.slot_of.get(&key) {
-                self.p.on_hit(0, s);
-                return None;
-            }
-            self.p.on_miss(0, key);
-            let (slot, evicted) = if self.key_of.len() < self.ways {
-                self.key_of.push(key);
-                ((self.key_of.len() - 1) as Slot, None)
-            } else {
-                let peek = self.p.peek_victim(0, key);
-                let keys = self.key_of.clone();
-                let v = self.p.evict(0, &|s| keys[s as usize]);
-                assert_eq!(peek, v, "peek_victim disagrees with evict");
-                let old = self.key_of[v as usize];
-                self.slot_of.remove(&old);
-                self.key_of[v as usize] = key;
-                (v, Some(old))
-            };
-            self.slot_of.insert(key, slot);
-            self.p.on_insert(0, slot, key);
-            evicted
-        }
-
         fn in_main(&self, key: u64) -> bool {
             self.p.in_main(self.slot_of[&key])
         }
@@ -297,7 +262,7 @@ mod tests {
 
     #[test]
     fn promotes_from_small_and_reinserts_ghost_hits_into_main() {
-        let mut c = Cache::new(20); // small 2, main 18, ghost 18
+        let mut c = cache(20); // small 2, main 18, ghost 18
         c.access(1);
         c.access(2);
         // Before the first eviction, lines overflow into main once small is full.
@@ -330,7 +295,7 @@ mod tests {
 
     #[test]
     fn ghost_is_a_bounded_fifo() {
-        let mut c = Cache::new(20); // ghost holds 18 line numbers
+        let mut c = cache(20); // ghost holds 18 line numbers
         for k in 0..200 {
             c.access(k);
         }
