@@ -327,7 +327,7 @@ impl Engine {
                     }
                 }
             }
-            Dev::Backing if op.purpose == Purpose::WritebackWrite => {
+            Dev::Backing if op.kind == IoKind::Write => {
                 let first = op.offset >> self.line_shift;
                 let last = (op.offset + op.len.max(1) - 1) >> self.line_shift;
                 for l in first..=last {
@@ -594,7 +594,7 @@ impl Engine {
         };
         let off = (line << self.line_shift) + in_line;
         let data = if let Source::Op(d) = src { d } else { 0 };
-        self.emit(
+        let id = self.emit(
             Dev::Backing,
             kind,
             off,
@@ -606,7 +606,14 @@ impl Engine {
             foreground,
             purpose,
             fua,
-        )
+        );
+        // Every backing write in flight orders later backing ops of its line: a
+        // read miss then sees it, so the fill it feeds cannot cache older data
+        // (a client may read a range while its write to the backing device runs).
+        if kind == IoKind::Write && !self.synchronous {
+            self.backing_pending.insert(line, id);
+        }
+        id
     }
 
     /// Sub-block index range `first..=last` touched by bytes `in_line..in_line+n`.

@@ -3,9 +3,13 @@
 //! Random requests drive the engine; its ops run on two simulated devices
 //! that store, per 512-byte sector, the id of the write that produced it.
 //! Ops run in a random order that respects their dependencies, and
-//! background ops (fills, writebacks) may linger across requests. The shadow
-//! model is simply the latest write id of each sector. Checked:
-//! - every read returns the latest write of every sector (never stale);
+//! background ops (fills, writebacks) may linger across requests. Like a
+//! real client with a queue depth, several requests may be in flight at once
+//! (reads beside writes; overlapping writes are serialized, as their final
+//! content would be undefined). The shadow model is the latest acknowledged
+//! write id of each sector. Checked:
+//! - every read returns, per sector, the write acknowledged last before the
+//!   read was sent or one still in flight at that time or sent since (never stale);
 //! - after forced cleaning, the backing device alone equals the shadow
 //!   (no dirty data dropped without writeback);
 //! - the engine's invariants and counters hold throughout.
@@ -27,7 +31,8 @@ struct Cmd {
     sector: u64,
     sectors: u64,
     meta: bool,
-    /// How many pending ops to complete (in random order) before the next request.
+    /// Low bits: how many pending ops to complete (in random order) before the
+    /// next request; bit 4: send the next request without waiting for this one.
     drain: u8,
 }
 
@@ -102,6 +107,8 @@ struct World {
     done: HashSet<u64>,
     /// Foreground ops still pending per request.
     fg_left: HashMap<u64, usize>,
+    /// Requests whose last foreground op just completed (acknowledged to the client).
+    acked: Vec<u64>,
 }
 
 impl World {
@@ -179,7 +186,11 @@ impl World {
         }
         self.done.insert(op.id);
         if op.foreground {
-            *self.fg_left.get_mut(&op.req).unwrap() -= 1;
+            let left = self.fg_left.get_mut(&op.req).unwrap();
+            *left -= 1;
+            if *left == 0 {
+                self.acked.push(op.req);
+            }
         }
         let mut out = Vec::new();
         eng.complete(&op, &mut out);
@@ -187,11 +198,26 @@ impl World {
     }
 }
 
+/// A request the client sent and has not seen acknowledged yet.
+struct InFlight {
+    cmd: Cmd,
+    /// For reads: per sector, the write acknowledged last when the read was sent.
+    floor: Vec<u64>,
+}
+
+fn overlaps(a: &Cmd, b: &Cmd) -> bool {
+    a.sector < b.sector + b.sectors && b.sector < a.sector + a.sectors
+}
+
 fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseError> {
     let mut eng = Engine::new(cfg.clone()).expect("valid config");
     let mut w = World::default();
-    // Latest write id per sector; u64::MAX = trimmed (unchecked).
+    // Latest acknowledged write id per sector; u64::MAX = trimmed (unchecked).
     let mut shadow: FxHashMap<u64, u64> = FxHashMap::default();
+    // Newest write sent per sector and newest trim sent per sector (acknowledged or not).
+    let mut sent: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut trims: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut inflight: HashMap<u64, InFlight> = HashMap::new();
     let mut rng = seed;
     let mut next = || {
         rng ^= rng << 13;
@@ -199,8 +225,71 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
         rng ^= rng << 17;
         rng
     };
+    // Acknowledge finished requests: check reads, make writes the shadow.
+    let settle = |w: &mut World,
+                  inflight: &mut HashMap<u64, InFlight>,
+                  shadow: &mut FxHashMap<u64, u64>,
+                  sent: &FxHashMap<u64, u64>,
+                  trims: &FxHashMap<u64, u64>|
+     -> Result<(), TestCaseError> {
+        for id in std::mem::take(&mut w.acked) {
+            let f = inflight.remove(&id).expect("acked request was in flight");
+            let c = &f.cmd;
+            match c.kind {
+                IoKind::Read => {
+                    let buf = &w.req_bufs[&id];
+                    for s in 0..c.sectors {
+                        let sector = c.sector + s;
+                        let (floor, got) = (f.floor[s as usize], buf[s as usize]);
+                        let newest = sent.get(&sector).copied().unwrap_or(0);
+                        // A trim sent since makes the content undefined.
+                        let trimmed = trims.get(&sector).is_some_and(|&t| t > floor);
+                        let ok = floor == u64::MAX
+                            || trimmed
+                            || (got != u64::MAX && got >= floor && got <= newest.max(floor));
+                        prop_assert!(
+                            ok,
+                            "stale read of sector {} (request {}): got write {}, acknowledged before the read {}, newest sent {} ({:?})",
+                            sector,
+                            id,
+                            got,
+                            floor,
+                            newest,
+                            cfg
+                        );
+                    }
+                }
+                IoKind::Write => {
+                    for s in 0..c.sectors {
+                        shadow.insert(c.sector + s, id);
+                    }
+                }
+                IoKind::Trim => {
+                    for s in 0..c.sectors {
+                        shadow.insert(c.sector + s, u64::MAX);
+                    }
+                }
+                IoKind::Flush => {}
+            }
+        }
+        Ok(())
+    };
     for (k, c) in cmds.iter().enumerate() {
         let id = k as u64 + 1;
+        let writes = matches!(c.kind, IoKind::Write | IoKind::Trim);
+        // Overlapping writes are serialized; at most 4 requests are in flight.
+        while inflight.len() >= 4
+            || (writes
+                && inflight
+                    .values()
+                    .any(|f| f.cmd.kind != IoKind::Read && overlaps(&f.cmd, c)))
+        {
+            let r = w.ready();
+            prop_assert!(!r.is_empty(), "deadlock: pending {:?}", w.pending);
+            let pick = r[(next() as usize) % r.len()];
+            w.run(pick, &mut eng);
+            settle(&mut w, &mut inflight, &mut shadow, &sent, &trims)?;
+        }
         let req = Request {
             id,
             kind: c.kind,
@@ -214,51 +303,46 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
             _ => vec![0; c.sectors as usize],
         };
         w.req_bufs.insert(id, buf);
+        let floor = (0..c.sectors)
+            .map(|s| shadow.get(&(c.sector + s)).copied().unwrap_or(0))
+            .collect();
+        if writes {
+            for s in 0..c.sectors {
+                if c.kind == IoKind::Trim {
+                    trims.insert(c.sector + s, id);
+                } else {
+                    sent.insert(c.sector + s, id);
+                }
+            }
+        }
+        inflight.insert(
+            id,
+            InFlight {
+                cmd: c.clone(),
+                floor,
+            },
+        );
         let mut out = Vec::new();
         eng.submit(&req, &mut out);
         eng.clean(2, false, &mut out);
-        w.fg_left.insert(
-            id,
-            out.iter().filter(|o| o.foreground && o.req == id).count(),
-        );
+        let fg = out.iter().filter(|o| o.foreground && o.req == id).count();
+        w.fg_left.insert(id, fg);
+        if fg == 0 {
+            w.acked.push(id);
+        }
         w.pending.extend(out);
-        // The client waits for its request; background ops may stay pending.
-        while w.fg_left[&id] > 0 {
-            let r = w.ready();
-            prop_assert!(!r.is_empty(), "deadlock: pending {:?}", w.pending);
-            let pick = r[(next() as usize) % r.len()];
-            w.run(pick, &mut eng);
+        settle(&mut w, &mut inflight, &mut shadow, &sent, &trims)?;
+        // Usually the client waits for its request; sometimes it sends the next one first.
+        if c.drain & 0x10 == 0 {
+            while inflight.contains_key(&id) {
+                let r = w.ready();
+                prop_assert!(!r.is_empty(), "deadlock: pending {:?}", w.pending);
+                let pick = r[(next() as usize) % r.len()];
+                w.run(pick, &mut eng);
+                settle(&mut w, &mut inflight, &mut shadow, &sent, &trims)?;
+            }
         }
-        match c.kind {
-            IoKind::Read => {
-                let buf = &w.req_bufs[&id];
-                for s in 0..c.sectors {
-                    let want = shadow.get(&(c.sector + s)).copied().unwrap_or(0);
-                    if want != u64::MAX {
-                        prop_assert_eq!(
-                            buf[s as usize],
-                            want,
-                            "stale read of sector {} (request {}, {:?})",
-                            c.sector + s,
-                            id,
-                            cfg
-                        );
-                    }
-                }
-            }
-            IoKind::Write => {
-                for s in 0..c.sectors {
-                    shadow.insert(c.sector + s, id);
-                }
-            }
-            IoKind::Trim => {
-                for s in 0..c.sectors {
-                    shadow.insert(c.sector + s, u64::MAX);
-                }
-            }
-            IoKind::Flush => {}
-        }
-        // Let some background ops run.
+        // Let some ops run.
         for _ in 0..(c.drain % 4) {
             let r = w.ready();
             if r.is_empty() {
@@ -266,8 +350,17 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
             }
             let pick = r[(next() as usize) % r.len()];
             w.run(pick, &mut eng);
+            settle(&mut w, &mut inflight, &mut shadow, &sent, &trims)?;
         }
         eng.check_invariants();
+    }
+    // The client waits for everything it sent.
+    while !inflight.is_empty() {
+        let r = w.ready();
+        prop_assert!(!r.is_empty(), "deadlock: pending {:?}", w.pending);
+        let pick = r[(next() as usize) % r.len()];
+        w.run(pick, &mut eng);
+        settle(&mut w, &mut inflight, &mut shadow, &sent, &trims)?;
     }
     // Detach: clean everything, run every op, then the backing device alone must be current.
     let mut out = Vec::new();

@@ -93,6 +93,7 @@ async fn handle(
     let req: Value = serde_json::from_str(line.trim()).unwrap_or(json!({}));
     let answer = match req["cmd"].as_str() {
         Some("stats") => stats_json(&cache),
+        Some("debug") => cache.debug_state(),
         Some("flush") => match cache.flush_all().await {
             Ok(()) => json!({"ok": true}),
             Err(e) => json!({"ok": false, "error": e.0}),
@@ -108,7 +109,9 @@ async fn handle(
             }
             Err(e) => json!({"ok": false, "error": e.0}),
         },
-        _ => json!({"ok": false, "error": "unknown command (allowed: stats, flush, detach)"}),
+        _ => {
+            json!({"ok": false, "error": "unknown command (allowed: stats, flush, detach, debug)"})
+        }
     };
     w.write_all(format!("{answer}\n").as_bytes()).await?;
     Ok(())

@@ -89,6 +89,9 @@ pub struct LiveCache {
     /// The I/O engine data ops run on (`None`: tokio's blocking pool).
     io: Mutex<Option<Arc<dyn tiercache_io::Engine>>>,
     classify: AtomicBool,
+    /// What each op in flight is doing now (dependencies, slot barrier, I/O): the
+    /// `debug` control command shows it, to diagnose a stuck request.
+    phases: Mutex<FxHashMap<OpId, (Op, &'static str)>>,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -186,6 +189,7 @@ impl LiveCache {
             fs: Mutex::new(crate::classify::FsState::default()),
             io: Mutex::new(None),
             classify: AtomicBool::new(false),
+            phases: Mutex::new(FxHashMap::default()),
         }))
     }
 
@@ -306,6 +310,7 @@ impl LiveCache {
             fua,
         };
         let ops = self.submit(&req);
+        tracing::trace!(target: "tiercache::ops", "req {req:?} -> {ops:?}");
         let need_commit = {
             let c = self.core.lock().expect("core");
             let done = self.committed_gen();
@@ -410,14 +415,16 @@ impl LiveCache {
         match (v, &e) {
             (Some(v), e) if e.as_ref().is_none_or(|e| e.0 != v.line) => {
                 // The slot's durable line is gone: unmap it before the slot is reused.
+                // The writebacks of the old line are those whose backing range covers
+                // it. (Not "those reading this slot": a cleaning writeback of the
+                // slot's new line reads it after the new line's write, and waiting
+                // for it would make that write wait for itself.)
+                let line = self.line;
                 let mut wbs: Vec<OpId> = out
                     .iter()
                     .filter(|o| o.purpose == Purpose::WritebackWrite)
-                    .filter(|o| match o.src {
-                        Source::Op(rd) => c.wb_reads.get(&rd).is_some_and(|w| w.0 == s),
-                        Source::Ops(first, n) => (first..first + n as u64)
-                            .any(|rd| c.wb_reads.get(&rd).is_some_and(|w| w.0 == s)),
-                        _ => false,
+                    .filter(|o| {
+                        o.offset / line <= v.line && v.line <= (o.offset + o.len.max(1) - 1) / line
                     })
                     .map(|o| o.id)
                     .collect();
@@ -532,7 +539,43 @@ impl LiveCache {
     }
 
     /// Run one op: wait for its dependencies, do the I/O, report it.
+    fn phase(&self, op: &Op, what: &'static str) {
+        self.phases
+            .lock()
+            .expect("phases")
+            .insert(op.id, (*op, what));
+    }
+
+    /// Ops in flight and the barriers they may wait on, for the `debug` control command.
+    pub fn debug_state(&self) -> serde_json::Value {
+        let ph: Vec<String> = {
+            let p = self.phases.lock().expect("phases");
+            let mut v: Vec<_> = p.values().collect();
+            v.sort_by_key(|(o, _)| o.id);
+            v.iter()
+                .map(|(o, w)| {
+                    format!(
+                        "{w}: {o:?} waits_for={:?}",
+                        o.waits_for().collect::<Vec<_>>()
+                    )
+                })
+                .collect()
+        };
+        let c = self.core.lock().expect("core");
+        serde_json::json!({
+            "committed_gen": self.committed_gen(),
+            "appended_gen": c.appended_gen,
+            "pending_records": c.pending.len(),
+            "signals": c.signals.len(),
+            "slot_gen": format!("{:?}", c.slot_gen),
+            "pending_unmap": format!("{:?}", c.pending_unmap),
+            "wb_lines": format!("{:?}", c.wb_lines),
+            "ops": ph,
+        })
+    }
+
     async fn exec(self: Arc<Self>, op: Op, buf: Option<Arc<ReqBuf>>) -> Result<(), LiveError> {
+        self.phase(&op, "deps");
         for d in op.waits_for() {
             self.wait_op(d).await;
         }
@@ -551,8 +594,10 @@ impl LiveCache {
             }
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
+            self.phase(&op, "slot");
             self.wait_slot_ready(slot, op.id).await;
         }
+        self.phase(&op, "io");
         // The bytes a write carries.
         let payload: Option<Vec<u8>> = match (op.kind, op.src) {
             (IoKind::Write, Source::Request) => {
@@ -818,6 +863,8 @@ impl LiveCache {
 
     /// Report a finished op to the core and append the records its completion allows.
     fn finish(&self, op: &Op, req_offset: Option<u64>, ok: bool) {
+        tracing::trace!(target: "tiercache::ops", "done {} ok={ok}", op.id);
+        self.phases.lock().expect("phases").remove(&op.id);
         let mut c = self.core.lock().expect("core");
         let mut more = Vec::new();
         c.engine.complete(op, &mut more);
@@ -1007,6 +1054,7 @@ impl LiveCache {
             let mut out = Vec::new();
             let n = c.engine.clean(max_lines, force, &mut out);
             self.register(&mut c, &out);
+            tracing::trace!(target: "tiercache::ops", "clean -> {out:?}");
             (out, n)
         };
         if n == 0 {

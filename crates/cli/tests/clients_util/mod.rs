@@ -53,11 +53,45 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Run a command and return its output, whatever its exit status.
+/// Longest any one client command may run: a hang fails the test instead of the whole run.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Run a command and return its output, whatever its exit status. A command still
+/// running after [`COMMAND_TIMEOUT`] is killed and the test fails as hung.
 pub fn output(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"))
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} hung: still running after {COMMAND_TIMEOUT:?}, killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
 }
 
 /// Deterministic pseudo-random bytes (xorshift64*), the reference data written by clients.
@@ -238,9 +272,22 @@ impl Server {
         self.child.as_ref().unwrap().id()
     }
 
-    /// Wait for the server to exit on its own (after `detach`).
+    /// Wait for the server to exit on its own (after `detach`); a server still
+    /// running after [`COMMAND_TIMEOUT`] is killed and the test fails.
     pub fn wait(&mut self) -> ExitStatus {
-        self.child.take().unwrap().wait().unwrap()
+        let mut c = self.child.take().unwrap();
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!("tiercache serve did not exit: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// SIGTERM by PID, then wait: a clean shutdown must exit successfully.

@@ -654,10 +654,19 @@ pub fn bin() -> PathBuf {
 
 /// Run `tiercache` with `args`; panic with its output unless it succeeds.
 pub fn tiercache(args: &[&str]) -> String {
-    let out = Command::new(bin())
+    // A hung command (a flush or detach that never answers) fails the test in
+    // bounded time instead of stalling the whole run.
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", "600"])
+        .arg(bin())
         .args(args)
         .output()
         .expect("run tiercache");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "tiercache {args:?} hung: no answer within 600 s"
+    );
     assert!(
         out.status.success(),
         "tiercache {args:?} failed: {}\n{}",
