@@ -186,7 +186,6 @@ fn kill9_write_back_16k_lines_4k_sub_blocks() {
 }
 
 #[test]
-#[ignore = "known bug: a direct-mapped write-back live cache stops answering under load (see live_faults::direct_mapped_write_back_answers_every_request_under_load); its crash rounds pass, the final uninterrupted load hangs"]
 fn kill9_write_back_direct_mapped_fifo() {
     crash_rounds(
         "4k-direct-fifo",

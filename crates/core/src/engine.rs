@@ -204,6 +204,27 @@ impl Engine {
         self.drop_if_empty(slot, line);
     }
 
+    /// A write-back cache write of request data (`op`, for backing `line`)
+    /// failed: emit the write of the same bytes to the backing device, ordered
+    /// after any backing write of the line still in flight, so that the client's
+    /// data lands last. The caller invalidates the sub-blocks it left behind.
+    pub fn reroute_failed_write(&mut self, op: &Op, line: u64, out: &mut Vec<Op>) {
+        let in_line = op.offset & ((1u64 << self.line_shift) - 1);
+        self.emit_backing(
+            line,
+            IoKind::Write,
+            in_line,
+            op.len,
+            op.req,
+            op.buf_off,
+            Source::Request,
+            true,
+            Purpose::WriteBacking,
+            op.fua,
+        );
+        self.flush_runs(out);
+    }
+
     /// Mark valid sub-blocks `first..=last` of a slot dirty again (their writeback failed).
     pub fn redirty(&mut self, slot: Slot, first: u32, last: u32) {
         let Some(line) = self.map.line_of(slot) else {

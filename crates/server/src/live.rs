@@ -65,6 +65,21 @@ pub(crate) struct Core {
     failed_reads: rustc_hash::FxHashSet<OpId>,
     /// The newest writeback write in flight for each line (from any batch).
     wb_lines: FxHashMap<u64, OpId>,
+    /// Sub-blocks whose cache write failed, until a later write of the slot
+    /// succeeds: reads queued behind the failed write must not read the slot.
+    poisoned: FxHashMap<(Slot, u32), Vec<Poison>>,
+}
+
+/// A failed cache write of `line`'s data: the bytes it should have left in
+/// the slot, which reads queued behind it get from here.
+#[derive(Clone, Debug)]
+struct Poison {
+    /// The failed write.
+    id: OpId,
+    line: u64,
+    /// Cache-device offset of `data[0]` (relative to the data region).
+    start: u64,
+    data: Arc<Vec<u8>>,
 }
 
 /// The live cache: one export.
@@ -173,6 +188,7 @@ impl LiveCache {
                 cache_errors: 0,
                 failed_reads: Default::default(),
                 wb_lines: FxHashMap::default(),
+                poisoned: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -689,6 +705,17 @@ impl LiveCache {
             }
         };
         self.stats.record_op(op.dev, started.elapsed());
+        let res = match res {
+            Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
+                self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
+                Ok(bytes)
+            }
+            r => r,
+        };
+        let mut then = Vec::new();
+        // Whether the I/O itself succeeded: only then may the log record what it wrote
+        // (a failed cache write may still succeed for the client, rerouted).
+        let io_ok = res.is_ok();
         let result = match res {
             Ok(bytes) => {
                 if op.kind == IoKind::Read {
@@ -707,10 +734,56 @@ impl LiveCache {
                 }
                 Ok(())
             }
-            Err(e) => self.on_error(&op, buf.as_ref(), e).await,
+            Err(e) => self.on_error(&op, buf.as_ref(), e, &mut then).await,
         };
-        self.finish(&op, buf.as_ref().map(|b| b.offset), result.is_ok());
+        self.finish(&op, buf.as_ref().map(|b| b.offset), io_ok);
+        // Ops that replace this one (a failed cache write rerouted to the backing device).
+        let mut result = result;
+        for o in then {
+            let r = Arc::clone(&self)
+                .spawn_exec(o, buf.clone())
+                .await
+                .unwrap_or_else(|e| Err(LiveError(format!("op task failed: {e}"))));
+            result = result.and(r);
+        }
         result
+    }
+
+    /// A cache read queued behind a failed cache write of the same line: the
+    /// bytes that write should have left in the slot come from its payload.
+    fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
+        let Some(b) = buf else { return };
+        let line = (b.offset + op.buf_off) / self.line;
+        let slot = (op.offset / self.line) as Slot;
+        let (f, l) = self.subs_of(op.offset, op.len);
+        let c = self.core.lock().expect("core");
+        if c.poisoned.is_empty() {
+            return;
+        }
+        let mut hits: Vec<&Poison> = (f..=l)
+            .filter_map(|i| c.poisoned.get(&(slot, i)))
+            .flatten()
+            .filter(|p| p.id < op.id && p.line == line)
+            .collect();
+        hits.sort_by_key(|p| p.id);
+        for p in hits {
+            let s = p.start.max(op.offset);
+            let e = (p.start + p.data.len() as u64).min(op.offset + op.len);
+            if s < e {
+                bytes[(s - op.offset) as usize..(e - op.offset) as usize]
+                    .copy_from_slice(&p.data[(s - p.start) as usize..(e - p.start) as usize]);
+            }
+        }
+    }
+
+    /// Run `op` as its own task (a plain fn, so that `exec` may start ops without
+    /// its future type depending on itself).
+    fn spawn_exec(
+        self: Arc<Self>,
+        op: Op,
+        buf: Option<Arc<ReqBuf>>,
+    ) -> tokio::task::JoinHandle<Result<(), LiveError>> {
+        tokio::spawn(self.exec(op, buf))
     }
 
     /// Device error handling: data safe on the backing device is never lost.
@@ -719,6 +792,7 @@ impl LiveCache {
         op: &Op,
         buf: Option<&Arc<ReqBuf>>,
         e: std::io::Error,
+        then: &mut Vec<Op>,
     ) -> Result<(), LiveError> {
         match op.dev {
             Dev::Backing => {
@@ -760,6 +834,26 @@ impl LiveCache {
                     };
                     (dirty, c.cache_errors)
                 };
+                if let (IoKind::Write, Some(line), Some(b)) = (op.kind, line, buf) {
+                    let data = {
+                        let d = b.data.lock().expect("buf");
+                        Arc::new(d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec())
+                    };
+                    let mut c = self.core.lock().expect("core");
+                    for i in f..=l {
+                        // The piece of the write within sub-block `i`.
+                        let sb = (op.offset / self.line) * self.line + i as u64 * self.sub;
+                        let (ps, pe) = (sb.max(op.offset), (sb + self.sub).min(op.offset + op.len));
+                        let piece =
+                            data[(ps - op.offset) as usize..(pe - op.offset) as usize].to_vec();
+                        c.poisoned.entry((slot, i)).or_default().push(Poison {
+                            id: op.id,
+                            line,
+                            start: ps,
+                            data: Arc::new(piece),
+                        });
+                    }
+                }
                 tracing::warn!("cache device error ({:?} at {}): {e}", op.kind, op.offset);
                 if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
                     tracing::error!("cache device failing ({errors} errors in a row): no longer caching new data; dirty data is kept and cleaned");
@@ -801,26 +895,34 @@ impl LiveCache {
                     (IoKind::Write, Purpose::WriteCache)
                         if self.write_policy == WritePolicy::WriteBack =>
                     {
-                        // The only copy would have been the cache: write it to the backing device instead.
-                        Self::invalidate_failed(
-                            &mut self.core.lock().expect("core"),
-                            op,
-                            slot,
-                            f,
-                            l,
-                        );
-                        let (Some(boff), Some(b)) = (client_off, buf) else {
+                        // The only copy would have been the cache: write it to the backing
+                        // device instead, through the core so that it lands after any
+                        // writeback of the line in flight. Invalidate and reroute under one
+                        // lock: a read miss in between would read the backing device
+                        // before the reroute is ordered ahead of it.
+                        let (Some(line), Some(b)) = (line, buf) else {
+                            Self::invalidate_failed(
+                                &mut self.core.lock().expect("core"),
+                                op,
+                                slot,
+                                f,
+                                l,
+                            );
                             return Err(LiveError(format!("cache write error: {e}")));
                         };
-                        let data = {
-                            let d = b.data.lock().expect("buf");
-                            d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec()
+                        let rerouted = {
+                            let mut c = self.core.lock().expect("core");
+                            Self::invalidate_failed(&mut c, op, slot, f, l);
+                            let mut out = Vec::new();
+                            c.engine.reroute_failed_write(op, line, &mut out);
+                            self.register(&mut c, &out);
+                            out
                         };
-                        let dev = Arc::clone(&self.backing);
-                        tokio::task::spawn_blocking(move || dev.write_at(&data, boff))
-                            .await
-                            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
-                            .map_err(|e| LiveError(format!("backing device I/O error: {e}")))
+                        // Run it once this op is finished: a writeback of the line
+                        // queued behind this op may be what it waits for.
+                        let _ = b;
+                        then.extend(rerouted);
+                        Ok(())
                     }
                     (IoKind::Write, _) => {
                         // A fill or a write-through copy: the backing device has the data.
@@ -879,6 +981,41 @@ impl LiveCache {
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
             let slot = (op.offset / self.line) as Slot;
+            if ok && !c.poisoned.is_empty() {
+                let (f, l) = self.subs_of(op.offset, op.len);
+                // Older failed bytes this write rewrote are in the slot now: keep
+                // only the parts of older poisons outside its range.
+                let (s, e) = (op.offset, op.offset + op.len);
+                for i in f..=l {
+                    if let Some(v) = c.poisoned.get_mut(&(slot, i)) {
+                        let mut kept = Vec::with_capacity(v.len());
+                        for p in v.drain(..) {
+                            let pe = p.start + p.data.len() as u64;
+                            if p.id >= op.id || pe <= s || e <= p.start {
+                                kept.push(p);
+                                continue;
+                            }
+                            for (a, z) in [(p.start, s), (e, pe)] {
+                                if a < z {
+                                    kept.push(Poison {
+                                        id: p.id,
+                                        line: p.line,
+                                        start: a,
+                                        data: Arc::new(
+                                            p.data[(a - p.start) as usize..(z - p.start) as usize]
+                                                .to_vec(),
+                                        ),
+                                    });
+                                }
+                            }
+                        }
+                        *v = kept;
+                        if v.is_empty() {
+                            c.poisoned.remove(&(slot, i));
+                        }
+                    }
+                }
+            }
             if let Some(v) = c.inflight_writes.get_mut(&slot) {
                 v.retain(|w| w.0 != op.id);
                 if v.is_empty() {
