@@ -112,7 +112,13 @@ fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed:
             let until = Instant::now() + Duration::from_millis(500);
             match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
                 Ok(LoadEnd::Done) => {}
-                Ok(LoadEnd::Broken(e)) => fail(format!("final load: connection broke: {e}"), &log),
+                Ok(LoadEnd::Broken(e)) => fail(
+                    format!(
+                        "final load: connection broke: {e}; server state: {}",
+                        srv.debug()
+                    ),
+                    &log,
+                ),
                 Err(e) => fail(format!("final load: {e}"), &log),
             }
             c.disconnect();

@@ -554,6 +554,64 @@ impl LiveCache {
         }
     }
 
+    /// Last check before a cache write of `line`'s data into `slot`: the durable
+    /// log must not claim the bytes it overwrites for anything else. Barriers
+    /// set at submission cover the usual case; this covers a log that changed
+    /// since (an older write of another line completed and was recorded after
+    /// this write was submitted). The log then first unmaps the slot (after the
+    /// old line's writeback, if it is dirty) or drops the clean sub-blocks about
+    /// to be overwritten, and that is committed before the write starts.
+    async fn guard_overwrite(self: &Arc<Self>, op: &Op, slot: Slot, line: u64) {
+        loop {
+            let (wait_wb, gen) = {
+                let mut c = self.core.lock().expect("core");
+                match c.view[slot as usize] {
+                    Some(v) if v.line != line => {
+                        if !v.dirty.is_empty() {
+                            if let Some(&w) = c.wb_lines.get(&v.line) {
+                                (Some(w), None)
+                            } else {
+                                // Its writeback completed: flush the backing device before the unmap.
+                                c.needs_backing_flush = true;
+                                Self::append(&mut c, Record::Unmap { slot });
+                                (None, Some(c.appended_gen))
+                            }
+                        } else {
+                            Self::append(&mut c, Record::Unmap { slot });
+                            (None, Some(c.appended_gen))
+                        }
+                    }
+                    Some(v) => {
+                        let (f, l) = self.subs_of(op.offset, op.len);
+                        let over = range_bits(f, l).intersect(v.valid).minus(v.dirty);
+                        if over.is_empty() {
+                            (None, None)
+                        } else {
+                            Self::append(
+                                &mut c,
+                                Record::Valid {
+                                    slot,
+                                    bitmap: v.valid.minus(over),
+                                },
+                            );
+                            (None, Some(c.appended_gen))
+                        }
+                    }
+                    None => (None, None),
+                }
+            };
+            if let Some(w) = wait_wb {
+                self.wait_op(w).await;
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if let Some(g) = gen {
+                self.wait_committed(g).await;
+            }
+            return;
+        }
+    }
+
     /// Run one op: wait for its dependencies, do the I/O, report it.
     fn phase(&self, op: &Op, what: &'static str) {
         self.phases
@@ -612,6 +670,11 @@ impl LiveCache {
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
             self.phase(&op, "slot");
             self.wait_slot_ready(slot, op.id).await;
+            if let Some(b) = &buf {
+                self.phase(&op, "log");
+                self.guard_overwrite(&op, slot, (b.offset + op.buf_off) / self.line)
+                    .await;
+            }
         }
         self.phase(&op, "io");
         // The bytes a write carries.

@@ -739,6 +739,22 @@ impl ServeProc {
         serde_json::from_slice(&out.stdout).ok()
     }
 
+    /// The server's `debug` control answer (ops in flight and what they wait
+    /// for), for the message of a test that found it stuck.
+    pub fn debug(&self) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let mut ctl = self.cache.as_os_str().to_owned();
+        ctl.push(".ctl");
+        let Ok(mut s) = UnixStream::connect(&ctl) else {
+            return "(control socket unreachable)".into();
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = s.write_all(b"{\"cmd\":\"debug\"}\n");
+        let mut line = String::new();
+        let _ = BufReader::new(s).read_line(&mut line);
+        line
+    }
+
     /// `tiercache stats --json`.
     pub fn stats(&self) -> serde_json::Value {
         self.try_stats().expect("tiercache stats --json")
