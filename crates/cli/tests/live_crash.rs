@@ -35,11 +35,19 @@ fn kill9(pid: u32) {
 fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
     let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
     let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let backing = dir.path().join("backing.img");
-    let cache = dir.path().join("cache.img");
-    let sock = dir.path().join("nbd.sock");
-    let log = dir.path().join("serve.log");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().to_path_buf();
+    // TIERCACHE_CRASH_KEEP=1 keeps the files (cache, backing, server log) for a post-mortem.
+    let _cleanup = if std::env::var_os("TIERCACHE_CRASH_KEEP").is_some() {
+        eprintln!("[{label}] files kept in {}", tmp.keep().display());
+        None
+    } else {
+        Some(tmp)
+    };
+    let backing = root.join("backing.img");
+    let cache = root.join("cache.img");
+    let sock = root.join("nbd.sock");
+    let log = root.join("serve.log");
     init_backing(&backing, BLOCKS);
     let mut args = vec![
         "format",

@@ -68,6 +68,10 @@ pub(crate) struct Core {
     /// Sub-blocks whose cache write failed, until a later write of the slot
     /// succeeds: reads queued behind the failed write must not read the slot.
     poisoned: FxHashMap<(Slot, u32), Vec<Poison>>,
+    /// Per slot, the newest record that withdrew a claim on its bytes (an
+    /// unmap, or valid sub-blocks dropped): it must be durable before the
+    /// slot's bytes are overwritten.
+    withdrawn: FxHashMap<Slot, u64>,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -189,6 +193,7 @@ impl LiveCache {
                 failed_reads: Default::default(),
                 wb_lines: FxHashMap::default(),
                 poisoned: FxHashMap::default(),
+                withdrawn: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -215,9 +220,20 @@ impl LiveCache {
     }
 
     fn append(core: &mut Core, rec: Record) {
+        let withdraws = match rec {
+            Record::Unmap { .. } => true,
+            Record::Valid { slot, bitmap } => {
+                core.view[slot as usize].is_some_and(|v| !v.valid.minus(bitmap).is_empty())
+            }
+            _ => false,
+        };
         rec.apply(&mut core.view);
         core.pending.push(rec);
         core.appended_gen += 1;
+        if withdraws {
+            core.withdrawn.insert(rec.slot(), core.appended_gen);
+        }
+        tracing::trace!(target: "tiercache::log", "append {} {rec:?}", core.appended_gen);
     }
 
     // ---- requests ----
@@ -451,7 +467,16 @@ impl LiveCache {
                         wbs.push(w);
                     }
                 }
-                if !v.dirty.is_empty() && !wbs.is_empty() {
+                if let Some((w, f)) = c.pending_unmap.get_mut(&s) {
+                    // Already waiting for the old line's writeback (an earlier batch):
+                    // keep its barrier, which binds that batch's writes too.
+                    for x in wbs {
+                        if !w.contains(&x) {
+                            w.push(x);
+                        }
+                    }
+                    *f = (*f).min(from);
+                } else if !v.dirty.is_empty() && !wbs.is_empty() {
                     c.pending_unmap.insert(s, (wbs, from));
                 } else {
                     Self::append(c, Record::Unmap { slot: s });
@@ -605,7 +630,21 @@ impl LiveCache {
                 tokio::task::yield_now().await;
                 continue;
             }
-            if let Some(g) = gen {
+            // Whoever withdrew the slot's old claims (this write's barrier, or another
+            // batch's), that record must be durable before the bytes change.
+            let withdrawn = {
+                let mut c = self.core.lock().expect("core");
+                let done = self.committed_gen();
+                match c.withdrawn.get(&slot) {
+                    Some(&g) if g > done => Some(g),
+                    Some(_) => {
+                        c.withdrawn.remove(&slot);
+                        None
+                    }
+                    None => None,
+                }
+            };
+            if let Some(g) = gen.max(withdrawn) {
                 self.wait_committed(g).await;
             }
             return;
@@ -677,6 +716,7 @@ impl LiveCache {
             }
         }
         self.phase(&op, "io");
+        tracing::trace!(target: "tiercache::ops", "start {}", op.id);
         // The bytes a write carries.
         let payload: Option<Vec<u8>> = match (op.kind, op.src) {
             (IoKind::Write, Source::Request) => {
@@ -1370,6 +1410,7 @@ impl LiveCache {
         .await
         .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;
         self.stats.record_commit(n, started.elapsed());
+        tracing::trace!(target: "tiercache::log", "committed {gen}");
         self.committed.send_modify(|c| *c = (*c).max(gen));
         Ok(())
     }
