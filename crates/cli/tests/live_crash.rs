@@ -182,7 +182,6 @@ fn kill9_write_back_4k_lines_full_lru() {
 }
 
 #[test]
-#[ignore = "known bug (issue 3): intermittent loss of flushed data after kill -9 with S3-FIFO (seed 1592590341 round 3, and soak seed 777)"]
 fn kill9_write_back_4k_lines_full_s3fifo() {
     crash_rounds("4k-full-s3fifo", &["--eviction", "s3fifo"], 4, 0x5eed_0005);
 }

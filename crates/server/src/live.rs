@@ -479,6 +479,10 @@ impl LiveCache {
                 } else if !v.dirty.is_empty() && !wbs.is_empty() {
                     c.pending_unmap.insert(s, (wbs, from));
                 } else {
+                    if !v.dirty.is_empty() {
+                        // Its writeback completed: the backing device is flushed before the unmap.
+                        c.needs_backing_flush = true;
+                    }
                     Self::append(c, Record::Unmap { slot: s });
                     let g = c.appended_gen;
                     c.slot_gen.entry(s).or_default().push((g, from));
@@ -1178,7 +1182,15 @@ impl LiveCache {
                 },
             );
         }
-        let dirty_x = x.intersect(bitmap(&dirty));
+        // A write-back write of client data is dirty in the log even when the core
+        // already counts it clean (a cleaning writeback was issued behind it): only
+        // that writeback's completion may record it clean.
+        let dirty_x =
+            if self.write_policy == WritePolicy::WriteBack && op.purpose == Purpose::WriteCache {
+                x
+            } else {
+                x.intersect(bitmap(&dirty))
+            };
         if !dirty_x.is_empty() {
             Self::append(
                 c,
