@@ -4,7 +4,10 @@
 //! - `{"cmd":"stats"}` → counters of the core and of the live cache;
 //! - `{"cmd":"flush"}` → writes back every dirty line and commits, then `{"ok":true}`;
 //! - `{"cmd":"detach"}` → flush, checkpoint, then the server exits, leaving a
-//!   backing device that is complete without tiercache.
+//!   backing device that is complete without tiercache;
+//! - `{"cmd":"debug"}` → the ops in flight, what each waits for (its
+//!   dependencies, a slot barrier, the log, I/O) and the log's barriers, to
+//!   diagnose a request that does not complete.
 
 use crate::live::LiveCache;
 use anyhow::{Context, Result};

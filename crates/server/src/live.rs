@@ -16,7 +16,15 @@
 //!   flushed);
 //! - a clean valid sub-block about to be overwritten in place is first
 //!   invalidated and the invalidation committed;
-//! - `Clean` records follow a flush of the backing device;
+//! - `Clean` records follow a flush of the backing device; a write-back write
+//!   of client data is logged dirty even if cleaning already started behind it;
+//! - right before any cache write starts, the log is checked once more: every
+//!   record withdrawing a claim on the bytes it overwrites (an unmap, dropped
+//!   valid sub-blocks) must be durable (`guard_overwrite`), since records of
+//!   older ops may have been appended after this write was submitted;
+//! - a failed cache write is never logged; in write-back its bytes are
+//!   rerouted to the backing device through the core, and reads queued behind
+//!   it are served from its payload;
 //! - FLUSH and FUA flush the backing device and commit the log.
 
 use crate::stats::LiveStats;
