@@ -6,7 +6,7 @@
 #
 # Usage: scripts/crash_soak.sh [ROUNDS_PER_CONFIG] [SEED]
 #   ROUNDS_PER_CONFIG  kill -9 rounds per cache configuration (default 100;
-#                      there are 4 configurations)
+#                      there are 5 configurations)
 #   SEED               first seed (default: from the clock); printed, and a
 #                      failure names it, so a failing run can be replayed with
 #                      TIERCACHE_CRASH_SEED=SEED TIERCACHE_CRASH_ROUNDS=N cargo test ...
