@@ -76,6 +76,7 @@ impl Fixture {
         )
         .expect("open cache");
         let live = opened.cache;
+        live.set_op_tracking(true);
         let handle = rt.block_on(async {
             live.start_background();
             let export: Arc<dyn tiercache_nbd::Backend> =

@@ -119,6 +119,11 @@ pub struct LiveCache {
     /// What each op in flight is doing now (dependencies, slot barrier, I/O): the
     /// `debug` control command shows it, to diagnose a stuck request.
     phases: Mutex<FxHashMap<OpId, (Op, &'static str)>>,
+    /// Whether `phases` is kept (`TIERCACHE_DEBUG_OPS=1`; off by default: one more
+    /// lock per op step costs all-hit read throughput).
+    track_phases: AtomicBool,
+    /// Set once a cache write ever failed: until then reads skip the poison check (and its lock).
+    any_poison: AtomicBool,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -219,6 +224,10 @@ impl LiveCache {
             io: Mutex::new(None),
             classify: AtomicBool::new(false),
             phases: Mutex::new(FxHashMap::default()),
+            any_poison: AtomicBool::new(false),
+            track_phases: AtomicBool::new(
+                std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
+            ),
         }))
     }
 
@@ -665,10 +674,23 @@ impl LiveCache {
 
     /// Run one op: wait for its dependencies, do the I/O, report it.
     fn phase(&self, op: &Op, what: &'static str) {
+        if !self.track_phases.load(Ordering::Relaxed) {
+            return;
+        }
         self.phases
             .lock()
             .expect("phases")
             .insert(op.id, (*op, what));
+    }
+
+    /// Keep track of what each op in flight waits for (the `debug` command's
+    /// `ops`); also on with `TIERCACHE_DEBUG_OPS=1`.
+    pub fn set_op_tracking(&self, on: bool) {
+        self.track_phases.store(on, Ordering::Relaxed);
+        if !on {
+            // Entries of ops that finish untracked would never be removed.
+            self.phases.lock().expect("phases").clear();
+        }
     }
 
     /// Ops in flight and the barriers they may wait on, for the `debug` control command.
@@ -688,6 +710,7 @@ impl LiveCache {
         };
         let c = self.core.lock().expect("core");
         serde_json::json!({
+            "ops_tracked": self.track_phases.load(Ordering::Relaxed),
             "committed_gen": self.committed_gen(),
             "appended_gen": c.appended_gen,
             "pending_records": c.pending.len(),
@@ -868,6 +891,9 @@ impl LiveCache {
     /// bytes that write should have left in the slot come from its payload.
     fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
         let Some(b) = buf else { return };
+        if !self.any_poison.load(Ordering::Acquire) {
+            return;
+        }
         let line = (b.offset + op.buf_off) / self.line;
         let slot = (op.offset / self.line) as Slot;
         let (f, l) = self.subs_of(op.offset, op.len);
@@ -955,6 +981,7 @@ impl LiveCache {
                         Arc::new(d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec())
                     };
                     let mut c = self.core.lock().expect("core");
+                    self.any_poison.store(true, Ordering::Release);
                     for i in f..=l {
                         // The piece of the write within sub-block `i`.
                         let sb = (op.offset / self.line) * self.line + i as u64 * self.sub;
@@ -1081,7 +1108,9 @@ impl LiveCache {
     /// Report a finished op to the core and append the records its completion allows.
     fn finish(&self, op: &Op, req_offset: Option<u64>, ok: bool) {
         tracing::trace!(target: "tiercache::ops", "done {} ok={ok}", op.id);
-        self.phases.lock().expect("phases").remove(&op.id);
+        if self.track_phases.load(Ordering::Relaxed) {
+            self.phases.lock().expect("phases").remove(&op.id);
+        }
         let mut c = self.core.lock().expect("core");
         let mut more = Vec::new();
         c.engine.complete(op, &mut more);

@@ -214,6 +214,7 @@ impl Server {
         let log = socket.with_extension("log");
         let _ = fs::remove_file(socket);
         let child = Command::new(bin())
+            .env("TIERCACHE_DEBUG_OPS", "1")
             .arg("serve")
             .arg("--cache")
             .arg(cache)

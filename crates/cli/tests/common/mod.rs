@@ -693,6 +693,7 @@ impl ServeProc {
             .open(log)
             .expect("log file");
         let child = Command::new(bin())
+            .env("TIERCACHE_DEBUG_OPS", "1")
             .args(["serve", "--cache"])
             .arg(cache)
             .arg("--listen")
