@@ -121,6 +121,39 @@ impl Tica {
         self.ssd.get(&p).is_some_and(|e| e.on_ro)
     }
 
+    /// Re-enter a page found on the SSDs by a live cache's recovery: on the
+    /// WO-SSD, also on the RO-SSD when `on_ro`, dirty or clean. Most recently
+    /// used last. Returns `false` (and changes nothing) when the SSDs are full.
+    pub fn restore_ssd_page(&mut self, p: Page, on_ro: bool, dirty: bool) -> bool {
+        if self.ssd.len() >= self.cfg.ssd_pages && !self.ssd.contains_key(&p) {
+            return false;
+        }
+        if let Some(old) = self.ssd.insert(p, SsdEntry { on_ro, dirty }) {
+            if old.dirty {
+                self.dirty -= 1;
+            }
+        }
+        if dirty {
+            self.dirty += 1;
+        }
+        true
+    }
+
+    /// A live cache wrote `p` back to the HDD outside the policy (a flush or
+    /// detach): its SSD copies are clean now, and its DRAM copy (if any) no
+    /// longer needs a flush to the RO-SSD.
+    pub fn mark_clean(&mut self, p: Page) {
+        if let Some(e) = self.ssd.get_mut(&p) {
+            if e.dirty {
+                e.dirty = false;
+                self.dirty -= 1;
+            }
+        }
+        if self.dram.write_slot(p).is_some() {
+            self.dram.remove(p);
+        }
+    }
+
     /// What happens to pages evicted from DRAM right now.
     pub fn mode(&self) -> Mode {
         match self.cfg.policy {

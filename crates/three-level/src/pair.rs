@@ -1,0 +1,244 @@
+//! The pair of cache SSDs as their superblocks describe it: each SSD's
+//! superblock carries a JSON [`PairInfo`] (in the store's policy blob) naming
+//! its role, both SSD paths, a pair id shared by both, and the DRAM size and
+//! TICA policy the cache runs with. `format` writes both; `serve` finds the
+//! pair from either SSD.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_levels::Policy;
+use tiercache_store::{BackingIdentity, FormatParams, MetaDevice, Superblock};
+
+/// Page size of the three-level cache: the unit of the TICA policy, of an
+/// SSD slot and of the DRAM level.
+pub const PAGE: u64 = 4096;
+
+/// Which SSD of the pair a device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Read-optimized SSD: asynchronous copies of dirty pages (the flusher).
+    RoSsd,
+    /// Write-optimized SSD: every write, before it is acknowledged.
+    WoSsd,
+}
+
+impl Role {
+    /// The user-facing name ("RO-SSD", "WO-SSD").
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::RoSsd => "RO-SSD",
+            Role::WoSsd => "WO-SSD",
+        }
+    }
+    /// The other SSD of the pair.
+    pub fn peer(self) -> Role {
+        match self {
+            Role::RoSsd => Role::WoSsd,
+            Role::WoSsd => Role::RoSsd,
+        }
+    }
+}
+
+/// The description each SSD's superblock carries (its store policy blob).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PairInfo {
+    /// Always "tica": how `serve` tells a three-level cache from an SSD cache.
+    pub mode: String,
+    /// This device's role.
+    pub role: Role,
+    /// Random id shared by the two SSDs formatted together.
+    pub pair: String,
+    /// Absolute paths of the two SSDs at format time.
+    pub ro_ssd: String,
+    pub wo_ssd: String,
+    /// DRAM level size in bytes.
+    pub dram_bytes: u64,
+    /// TICA policy: adaptive, ef or wed.
+    pub tica_policy: String,
+    /// Set on the surviving SSD when its peer failed: the cache wrote every
+    /// dirty page back and ran degraded; the pair must be formatted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_peer: Option<String>,
+}
+
+impl PairInfo {
+    /// Path of the SSD with `role`.
+    pub fn path_of(&self, role: Role) -> PathBuf {
+        PathBuf::from(match role {
+            Role::RoSsd => &self.ro_ssd,
+            Role::WoSsd => &self.wo_ssd,
+        })
+    }
+    /// The TICA policy, parsed.
+    pub fn policy(&self) -> Result<Policy> {
+        self.tica_policy
+            .parse::<Policy>()
+            .map_err(anyhow::Error::msg)
+    }
+}
+
+/// A [`BlockDev`] as the metadata store's device (same bytes, same faults).
+pub struct MetaDev(pub Arc<dyn BlockDev>);
+
+impl MetaDevice for MetaDev {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.0.len())
+    }
+}
+
+/// The pair description of a device, or `None` when it holds no tiercache
+/// superblock or one of another kind of cache.
+pub fn read_info(dev: &impl MetaDevice) -> Option<(Superblock, PairInfo)> {
+    let (sb, _) = Superblock::read(dev).ok()?;
+    let info: PairInfo = serde_json::from_str(&sb.policy).ok()?;
+    (info.mode == "tica").then_some((sb, info))
+}
+
+/// Whether `path` is an SSD of a three-level cache (its pair description).
+pub fn detect(path: &Path) -> Option<PairInfo> {
+    let f = std::fs::File::open(path).ok()?;
+    read_info(&f).map(|(_, i)| i)
+}
+
+/// The metadata log size for an SSD of `size` bytes: 1/16 of it, 256 KiB to 64 MiB.
+pub fn log_bytes(size: u64) -> u64 {
+    (size / 16).clamp(256 << 10, 64 << 20) / 4096 * 4096
+}
+
+/// What `tiercache format --mode tica` needs.
+#[derive(Clone, Debug)]
+pub struct FormatOptions {
+    pub ro_ssd: PathBuf,
+    pub wo_ssd: PathBuf,
+    pub backing: PathBuf,
+    /// DRAM level size in bytes (at least two pages).
+    pub dram_bytes: u64,
+    pub policy: Policy,
+    /// Create (or extend) SSD files of this size.
+    pub create_size: Option<u64>,
+    /// Overwrite existing caches and filesystems.
+    pub force: bool,
+}
+
+/// What `format` wrote.
+#[derive(Clone, Debug)]
+pub struct FormatReport {
+    /// Data slots (pages) on the RO-SSD and on the WO-SSD.
+    pub ro_slots: u32,
+    pub wo_slots: u32,
+    pub pair: String,
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))
+}
+
+/// Writes a new three-level cache on two SSDs (files or block devices) for
+/// `backing`. Refuses a backing size that is not a multiple of 4 KiB, too
+/// small a DRAM level, the same device twice, and (unless `force`) devices
+/// holding a cache or a filesystem.
+pub fn format(o: &FormatOptions) -> Result<FormatReport> {
+    if o.dram_bytes < 2 * PAGE {
+        bail!(
+            "--dram-size {} bytes is too small: the DRAM level needs at least two 4 KiB pages",
+            o.dram_bytes
+        );
+    }
+    let ro = absolute(&o.ro_ssd)?;
+    let wo = absolute(&o.wo_ssd)?;
+    let backing = absolute(&o.backing)?;
+    if ro == wo || ro == backing || wo == backing {
+        bail!("the RO-SSD, the WO-SSD and the backing device must be three different devices");
+    }
+    let backing_id = BackingIdentity::probe(&backing)?;
+    if backing_id.size == 0 || backing_id.size % PAGE != 0 {
+        bail!(
+            "backing device {} has {} bytes: a three-level cache needs a non-empty multiple of 4 KiB",
+            backing.display(),
+            backing_id.size
+        );
+    }
+    let pair = uuid::Uuid::new_v4().to_string();
+    let mut slots = [0u32; 2];
+    for (i, (role, path)) in [(Role::RoSsd, &ro), (Role::WoSsd, &wo)].into_iter().enumerate() {
+        if let Some(size) = o.create_size {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            if f.metadata()?.is_file() && f.metadata()?.len() < size {
+                f.set_len(size)
+                    .with_context(|| format!("sizing {}", path.display()))?;
+            }
+        }
+        let dev: Arc<dyn BlockDev> = Arc::new(
+            FileDev::open(path, FileDevOptions::default())
+                .with_context(|| format!("opening the {} {}", role.label(), path.display()))?,
+        );
+        let info = PairInfo {
+            mode: "tica".into(),
+            role,
+            pair: pair.clone(),
+            ro_ssd: ro.display().to_string(),
+            wo_ssd: wo.display().to_string(),
+            dram_bytes: o.dram_bytes,
+            tica_policy: o.policy.to_string(),
+            failed_peer: None,
+        };
+        let params = FormatParams {
+            line_size: PAGE as u32,
+            sub_block_size: PAGE as u32,
+            log_bytes: Some(log_bytes(dev.len())),
+            policy: serde_json::to_string(&info)?,
+            backing: backing_id.clone(),
+        };
+        let sb = tiercache_store::format(&MetaDev(dev), &params, o.force)
+            .with_context(|| format!("formatting the {} {}", role.label(), path.display()))?;
+        slots[i] = sb.layout.slots;
+    }
+    Ok(FormatReport {
+        ro_slots: slots[0],
+        wo_slots: slots[1],
+        pair,
+    })
+}
+
+/// Rewrites the surviving SSD after its peer failed: an empty store whose
+/// pair description says why (`failed_peer`), so that no later `serve`
+/// trusts the failed device's stale metadata. Called after every dirty page
+/// reached the backing device and it was flushed.
+pub fn mark_peer_failed(
+    dev: &Arc<dyn BlockDev>,
+    sb: &Superblock,
+    mut info: PairInfo,
+    why: &str,
+) -> Result<()> {
+    // The superblock holds at most 2 KiB of description: keep the reason short.
+    info.failed_peer = Some(why.chars().take(400).collect());
+    let params = FormatParams {
+        line_size: PAGE as u32,
+        sub_block_size: PAGE as u32,
+        log_bytes: Some(sb.layout.log_blocks * 4096),
+        policy: serde_json::to_string(&info)?,
+        backing: sb.backing.clone(),
+    };
+    tiercache_store::format(&MetaDev(Arc::clone(dev)), &params, true)?;
+    Ok(())
+}
