@@ -1,0 +1,25 @@
+//! The live tiered volume of OODT tiering (issue 5, item 7).
+//!
+//! The exported address space is split into fixed blocks; each block lives
+//! on the fast tier (an SSD, a file) or at its home on the slow tier, whose
+//! size is the volume's. The policy core of `tiercache-tiering` decides
+//! everything: the mapping table, the migration state machine and its
+//! recovery, request splitting, workload characterization, the planner and
+//! the placement policies. This crate adds the real I/O and persistence:
+//! - [`superblock`]: the on-disk layout (superblock, checkpoints and log on
+//!   the fast tier);
+//! - [`journal`]: mapping checkpoints and the durable migration log, recovery;
+//! - [`volume`]: format, open, the request path and the migration worker;
+//! - [`export`]: the NBD [`tiercache_nbd::Backend`];
+//! - [`control`]: the control socket behind `tiercache stats`.
+
+pub mod control;
+pub mod export;
+pub mod journal;
+pub mod superblock;
+pub mod volume;
+
+pub use export::TierExport;
+pub use journal::RecoveryReport;
+pub use superblock::{is_tiered_volume, Superblock};
+pub use volume::{format_volume, initialize, open_volume, OpenOptions, TieredVolume, VolumeConfig};

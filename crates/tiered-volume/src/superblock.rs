@@ -1,0 +1,431 @@
+//! The tiered volume's superblock and on-disk layout.
+//!
+//! Everything the volume persists besides block data lives at the start of
+//! the **fastest tier** (tier 0), in this order:
+//!
+//! | offset | size | what |
+//! |---|---|---|
+//! | 0 | 4 KiB | superblock (copy 0) |
+//! | 4 KiB | 4 KiB | superblock (copy 1, identical) |
+//! | 8 KiB | `checkpoint_bytes` | mapping checkpoint region A |
+//! | 8 KiB + C | `checkpoint_bytes` | mapping checkpoint region B |
+//! | 8 KiB + 2C | `log_bytes` | migration log (64-byte records) |
+//! | `data_offset` | `fast_slots` x block size | fast-tier data slots |
+//!
+//! `data_offset` is rounded up to the block size. The slow (capacity) tier
+//! holds data only: block `b`'s home is at byte `b x block size` of it, so the
+//! slow tier read alone is the volume wherever no block was promoted.
+//!
+//! The superblock is written once, at format time (both copies, each with a
+//! CRC32C over its first 4092 bytes); nothing in it changes while serving.
+
+use std::path::Path;
+
+use tiercache_store::BackingIdentity;
+
+/// First 8 bytes of a tiered-volume superblock.
+pub const MAGIC: &[u8; 8] = b"TIERVOL1";
+/// On-disk format version written and read by this build.
+pub const VERSION: u32 = 1;
+/// Bytes of one superblock copy.
+pub const SB_BYTES: u64 = 4096;
+/// Bytes of the migration log region.
+pub const LOG_BYTES: u64 = 256 << 10;
+/// Largest path or policy string the superblock stores.
+const MAX_STRING: usize = 1024;
+
+/// What is wrong with a superblock or a requested geometry.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("not a tiered volume (no {MAGIC:?} superblock)")]
+    NotTiered,
+    #[error("damaged tiered-volume superblock: {0}")]
+    Damaged(String),
+    #[error("unsupported tiered-volume format version {0} (this build reads {VERSION})")]
+    Version(u32),
+    #[error("{0}")]
+    Geometry(String),
+}
+
+/// One tier as recorded at format time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierRecord {
+    /// Identity of the device or file (path, size, inode or serial).
+    pub identity: BackingIdentity,
+}
+
+/// Where each region lives on the fast tier (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub checkpoint_offsets: [u64; 2],
+    pub checkpoint_bytes: u64,
+    pub log_offset: u64,
+    pub log_bytes: u64,
+    pub data_offset: u64,
+    /// Data slots of the fast tier.
+    pub fast_slots: u64,
+}
+
+/// Bytes of a mapping checkpoint of `blocks` blocks with one fast tier: the
+/// region header plus [`tiercache_tiering::MappingTable::checkpoint`]'s size.
+pub fn checkpoint_bytes(blocks: u64) -> u64 {
+    let payload = 8 + 4 + 1 + 8 + 8 + 4 * blocks + 4;
+    (crate::journal::CHECKPOINT_HEADER as u64 + payload).div_ceil(4096) * 4096
+}
+
+impl Layout {
+    /// The layout of a fast tier of `fast_bytes` for a volume of `blocks`
+    /// blocks of `block_bytes`.
+    pub fn compute(fast_bytes: u64, blocks: u64, block_bytes: u32) -> Result<Layout, FormatError> {
+        let c = checkpoint_bytes(blocks);
+        let a = 2 * SB_BYTES;
+        let log_offset = a + 2 * c;
+        let bs = u64::from(block_bytes);
+        let data_offset = (log_offset + LOG_BYTES).div_ceil(bs) * bs;
+        let fast_slots = fast_bytes.saturating_sub(data_offset) / bs;
+        if fast_slots == 0 {
+            return Err(FormatError::Geometry(format!(
+                "the fast tier of {fast_bytes} bytes has no room for data: its metadata takes {data_offset} bytes and one block is {block_bytes} bytes (make it larger)"
+            )));
+        }
+        Ok(Layout {
+            checkpoint_offsets: [a, a + c],
+            checkpoint_bytes: c,
+            log_offset,
+            log_bytes: LOG_BYTES,
+            data_offset,
+            fast_slots: fast_slots.min(tiercache_tiering::mapping::MAX_FAST_SLOTS),
+        })
+    }
+}
+
+/// The superblock: what the volume is and where its parts are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub uuid: [u8; 16],
+    /// Tiering block size in bytes.
+    pub block_bytes: u32,
+    /// Exported size: the slow tier's size.
+    pub volume_bytes: u64,
+    /// The placement policy and planner settings, as JSON ([`crate::VolumeConfig`]).
+    pub config: String,
+    /// Tiers, fastest first.
+    pub tiers: Vec<TierRecord>,
+    pub layout: Layout,
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+        if self.0.len() < n {
+            return Err(FormatError::Damaged("truncated".into()));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, FormatError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, FormatError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, FormatError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn str(&mut self) -> Result<String, FormatError> {
+        let n = self.u32()? as usize;
+        if n > MAX_STRING {
+            return Err(FormatError::Damaged(format!("string of {n} bytes")));
+        }
+        String::from_utf8(self.take(n)?.to_vec())
+            .map_err(|_| FormatError::Damaged("string is not UTF-8".into()))
+    }
+}
+
+impl Superblock {
+    /// One 4 KiB copy: fields, zero padding, CRC32C of the first 4092 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, FormatError> {
+        let mut w = Writer(Vec::with_capacity(SB_BYTES as usize));
+        w.0.extend_from_slice(MAGIC);
+        w.u32(VERSION);
+        w.0.extend_from_slice(&self.uuid);
+        w.u32(self.block_bytes);
+        w.u64(self.volume_bytes);
+        let l = &self.layout;
+        for v in [
+            l.checkpoint_offsets[0],
+            l.checkpoint_offsets[1],
+            l.checkpoint_bytes,
+            l.log_offset,
+            l.log_bytes,
+            l.data_offset,
+            l.fast_slots,
+        ] {
+            w.u64(v);
+        }
+        if self.config.len() > MAX_STRING {
+            return Err(FormatError::Geometry("policy settings too long".into()));
+        }
+        w.str(&self.config);
+        w.u8(self.tiers.len() as u8);
+        for t in &self.tiers {
+            let id = &t.identity;
+            if id.path.len() > MAX_STRING {
+                return Err(FormatError::Geometry(format!(
+                    "tier path longer than {MAX_STRING} bytes: {}",
+                    id.path
+                )));
+            }
+            w.str(&id.path);
+            w.u64(id.size);
+            w.u32(id.fingerprint);
+            match id.file_id {
+                Some((d, i)) => {
+                    w.u8(1);
+                    w.u64(d);
+                    w.u64(i);
+                }
+                None => w.u8(0),
+            }
+            w.str(id.serial.as_deref().unwrap_or(""));
+        }
+        if w.0.len() > SB_BYTES as usize - 4 {
+            return Err(FormatError::Geometry(
+                "tier paths do not fit in the superblock".into(),
+            ));
+        }
+        w.0.resize(SB_BYTES as usize - 4, 0);
+        let crc = crc32c::crc32c(&w.0);
+        w.u32(crc);
+        Ok(w.0)
+    }
+
+    /// Decode one copy, checking magic, version and checksum.
+    pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
+        if b.len() < SB_BYTES as usize || &b[..8] != MAGIC {
+            return Err(FormatError::NotTiered);
+        }
+        let b = &b[..SB_BYTES as usize];
+        let crc = u32::from_le_bytes(b[4092..].try_into().expect("4"));
+        if crc32c::crc32c(&b[..4092]) != crc {
+            return Err(FormatError::Damaged("checksum mismatch".into()));
+        }
+        let mut r = Reader(&b[8..4092]);
+        let version = r.u32()?;
+        if version != VERSION {
+            return Err(FormatError::Version(version));
+        }
+        let uuid: [u8; 16] = r.take(16)?.try_into().expect("16");
+        let block_bytes = r.u32()?;
+        let volume_bytes = r.u64()?;
+        let mut v = [0u64; 7];
+        for x in &mut v {
+            *x = r.u64()?;
+        }
+        let layout = Layout {
+            checkpoint_offsets: [v[0], v[1]],
+            checkpoint_bytes: v[2],
+            log_offset: v[3],
+            log_bytes: v[4],
+            data_offset: v[5],
+            fast_slots: v[6],
+        };
+        let config = r.str()?;
+        let n = r.u8()?;
+        if n != 2 {
+            return Err(FormatError::Damaged(format!(
+                "{n} tiers (this build serves 2)"
+            )));
+        }
+        let mut tiers = Vec::new();
+        for _ in 0..n {
+            let path = r.str()?;
+            let size = r.u64()?;
+            let fingerprint = r.u32()?;
+            let file_id = match r.u8()? {
+                0 => None,
+                1 => Some((r.u64()?, r.u64()?)),
+                x => return Err(FormatError::Damaged(format!("file id tag {x}"))),
+            };
+            let serial = Some(r.str()?).filter(|s| !s.is_empty());
+            tiers.push(TierRecord {
+                identity: BackingIdentity {
+                    path,
+                    size,
+                    fingerprint,
+                    file_id,
+                    serial,
+                },
+            });
+        }
+        if block_bytes == 0 || volume_bytes == 0 || layout.fast_slots == 0 {
+            return Err(FormatError::Damaged("zero geometry".into()));
+        }
+        Ok(Superblock {
+            uuid,
+            block_bytes,
+            volume_bytes,
+            config,
+            tiers,
+            layout,
+        })
+    }
+
+    /// Read the superblock of the fast tier at `path` (copy 0, else copy 1).
+    pub fn read(path: &Path) -> Result<Superblock, anyhow::Error> {
+        let f = std::fs::File::open(path)?;
+        let mut b = vec![0u8; 2 * SB_BYTES as usize];
+        let n = read_up_to(&f, &mut b)?;
+        match Superblock::decode(&b[..n.min(SB_BYTES as usize)]) {
+            Ok(sb) => Ok(sb),
+            Err(e) => Superblock::decode(&b[(SB_BYTES as usize).min(n)..n]).map_err(|_| e.into()),
+        }
+    }
+
+    /// Blocks of the volume (the last one may be partial).
+    pub fn blocks(&self) -> u64 {
+        self.volume_bytes.div_ceil(u64::from(self.block_bytes))
+    }
+
+    /// The uuid as text.
+    pub fn uuid_string(&self) -> String {
+        uuid::Uuid::from_bytes(self.uuid).to_string()
+    }
+}
+
+fn read_up_to(f: &std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut at = 0;
+    while at < buf.len() {
+        match f.read_at(&mut buf[at..], at as u64)? {
+            0 => break,
+            n => at += n,
+        }
+    }
+    Ok(at)
+}
+
+/// Whether `path` starts with a tiered-volume superblock magic (either copy).
+pub fn is_tiered_volume(path: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut b = vec![0u8; 2 * SB_BYTES as usize];
+    let n = read_up_to(&f, &mut b).unwrap_or(0);
+    (n >= 8 && &b[..8] == MAGIC) || (n >= SB_BYTES as usize + 8 && &b[4096..4104] == MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        let layout = Layout::compute(8 << 20, 256, 65536).unwrap();
+        Superblock {
+            uuid: [7; 16],
+            block_bytes: 65536,
+            volume_bytes: 16 << 20,
+            config: r#"{"policy":"oodt"}"#.into(),
+            tiers: vec![
+                TierRecord {
+                    identity: BackingIdentity {
+                        path: "/dev/fast".into(),
+                        size: 8 << 20,
+                        fingerprint: 1,
+                        file_id: None,
+                        serial: Some("SN1".into()),
+                    },
+                },
+                TierRecord {
+                    identity: BackingIdentity {
+                        path: "/srv/slow.img".into(),
+                        size: 16 << 20,
+                        fingerprint: 2,
+                        file_id: Some((3, 4)),
+                        serial: None,
+                    },
+                },
+            ],
+            layout,
+        }
+    }
+
+    #[test]
+    fn layout_puts_metadata_first_and_aligns_data_to_blocks() {
+        let l = Layout::compute(8 << 20, 256, 65536).unwrap();
+        assert_eq!(l.checkpoint_offsets[0], 8192);
+        assert_eq!(l.checkpoint_bytes, 4096);
+        assert_eq!(l.checkpoint_offsets[1], 8192 + 4096);
+        assert_eq!(l.log_offset, 8192 + 8192);
+        assert_eq!(l.data_offset % 65536, 0);
+        assert!(l.data_offset >= l.log_offset + l.log_bytes);
+        assert_eq!(l.fast_slots, ((8 << 20) - l.data_offset) / 65536);
+        let e = Layout::compute(300 << 10, 256, 65536).unwrap_err();
+        assert!(e.to_string().contains("no room"), "{e}");
+    }
+
+    #[test]
+    fn superblock_round_trips_and_detects_damage() {
+        let sb = sample();
+        let b = sb.encode().unwrap();
+        assert_eq!(b.len(), 4096);
+        assert_eq!(Superblock::decode(&b).unwrap(), sb);
+        for at in [9, 30, 100, 4093] {
+            let mut bad = b.clone();
+            bad[at] ^= 0x40;
+            assert!(
+                matches!(Superblock::decode(&bad), Err(FormatError::Damaged(_))),
+                "flip at {at}"
+            );
+        }
+        let mut other = b.clone();
+        other[0] = b'X';
+        assert!(matches!(
+            Superblock::decode(&other),
+            Err(FormatError::NotTiered)
+        ));
+        assert!(matches!(
+            Superblock::decode(&b[..100]),
+            Err(FormatError::NotTiered)
+        ));
+    }
+
+    #[test]
+    fn the_second_copy_is_used_when_the_first_is_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fast");
+        let sb = sample();
+        let b = sb.encode().unwrap();
+        let mut file = b.clone();
+        file.extend_from_slice(&b);
+        file[200] ^= 1;
+        std::fs::write(&p, &file).unwrap();
+        assert!(is_tiered_volume(&p));
+        assert_eq!(Superblock::read(&p).unwrap(), sb);
+        file[4096 + 200] ^= 1;
+        std::fs::write(&p, &file).unwrap();
+        assert!(Superblock::read(&p).is_err());
+        std::fs::write(&p, b"plain data").unwrap();
+        assert!(!is_tiered_volume(&p));
+    }
+}
