@@ -89,11 +89,11 @@ impl PolicyArgs {
 #[derive(Args, Debug)]
 pub struct FormatArgs {
     /// Cache device (file or block device; a file is created with --size).
-    #[arg(long)]
-    pub cache: PathBuf,
+    #[arg(long, required_unless_present = "tiers")]
+    pub cache: Option<PathBuf>,
     /// Backing device the cache will front (file or block device).
-    #[arg(long)]
-    pub backing: PathBuf,
+    #[arg(long, required_unless_present = "tiers")]
+    pub backing: Option<PathBuf>,
     /// Size of a cache file to create (e.g. 1GiB).
     #[arg(long)]
     pub size: Option<String>,
@@ -102,9 +102,17 @@ pub struct FormatArgs {
     pub force: bool,
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub tier: super::tier_live::TierFormatArgs,
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
+    if let Some(r) = super::tier_live::format(&a.tier, a.size.as_deref(), a.force) {
+        return r;
+    }
+    let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
+        bail!("format needs --cache and --backing (or --mode tier --tiers FAST,SLOW)");
+    };
     let cfg = a.policy.config()?;
     let size = a
         .size
@@ -112,10 +120,10 @@ pub fn format(a: FormatArgs) -> Result<()> {
         .map(parse_bytes)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let layout = tiercache_server::format_cache(&a.cache, &a.backing, &cfg, size, a.force)?;
+    let layout = tiercache_server::format_cache(cache, backing, &cfg, size, a.force)?;
     println!(
         "formatted {}: {} lines of {} ({} of cache), {} {} {} admission {}, for backing {}",
-        a.cache.display(),
+        cache.display(),
         layout.slots,
         format_bytes(cfg.line_bytes as u64),
         format_bytes(layout.slots as u64 * cfg.line_bytes as u64),
@@ -123,7 +131,7 @@ pub fn format(a: FormatArgs) -> Result<()> {
         cfg.eviction,
         cfg.write_policy,
         cfg.admission.kind,
-        a.backing.display()
+        backing.display()
     );
     Ok(())
 }
@@ -187,6 +195,9 @@ pub async fn serve_async(
 ) -> Result<()> {
     if a.no_cache {
         return serve_uncached(a, ready).await;
+    }
+    if super::tier_live::is_tiered(&a) {
+        return super::tier_live::serve(a, ready).await;
     }
     let opened = open_cache(&OpenOptions {
         cache: a.cache.clone(),
@@ -267,7 +278,7 @@ pub async fn serve_async(
 }
 
 /// Start listening where `--listen` says.
-async fn listen(
+pub(crate) async fn listen(
     server: tiercache_nbd::Server,
     listen: &str,
 ) -> Result<tiercache_nbd::ServerHandle> {
@@ -363,6 +374,10 @@ impl CtlArgs {
 
 pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
     let v = runtime()?.block_on(control::request(&a.socket(), cmd))?;
+    if v["mode"] == "tier" && cmd == "stats" && !a.json {
+        super::tier_live::print_stats(&v);
+        return Ok(());
+    }
     if a.json || cmd != "stats" {
         println!("{}", serde_json::to_string_pretty(&v)?);
         if v.get("ok") == Some(&serde_json::Value::Bool(false)) {

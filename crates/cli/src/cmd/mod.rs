@@ -7,4 +7,5 @@ pub mod modes;
 pub mod plot_cmd;
 pub mod reproduce;
 pub mod sim;
+pub mod tier_live;
 pub mod trace;
