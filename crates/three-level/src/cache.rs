@@ -188,7 +188,10 @@ impl State {
     pub(crate) fn backing_flush(&mut self) -> Result<(), CacheError> {
         if self.backing_unflushed {
             self.backing.flush().map_err(|e| {
-                CacheError(format!("backing device {}: flush: {e}", self.backing.name()))
+                CacheError(format!(
+                    "backing device {}: flush: {e}",
+                    self.backing.name()
+                ))
             })?;
             self.backing_unflushed = false;
         }
@@ -338,9 +341,9 @@ impl State {
             match self.exec(&ops, None) {
                 Ok(mut bufs) => {
                     self.gc_dram();
-                    return bufs.remove(&p).ok_or_else(|| {
-                        CacheError(format!("internal: no op read page {p}"))
-                    });
+                    return bufs
+                        .remove(&p)
+                        .ok_or_else(|| CacheError(format!("internal: no op read page {p}")));
                 }
                 Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
                 Err(Fault::Other(e)) => {
@@ -555,7 +558,10 @@ impl State {
                 None if on_survivor => match self.ssd(survivor).read(p) {
                     Ok(d) => Some(d),
                     Err(e) => {
-                        eprintln!("tiercache: page {p} LOST: its surviving copy failed too: {}", e.0);
+                        eprintln!(
+                            "tiercache: page {p} LOST: its surviving copy failed too: {}",
+                            e.0
+                        );
                         None
                     }
                 },
@@ -584,7 +590,7 @@ impl State {
         self.ssd(failed).abandon();
         let surv_dev = Arc::clone(&self.ssd(survivor).dev);
         if let Some(sb) = self.ssd(survivor).abandon() {
-            if let Some(info) = serde_json::from_str::<PairInfo>(&sb.policy).ok() {
+            if let Ok(info) = serde_json::from_str::<PairInfo>(&sb.policy) {
                 let note = format!("{} failed: {why}", failed.label());
                 if let Err(e) = crate::pair::mark_peer_failed(&surv_dev, &sb, info, &note) {
                     eprintln!(
@@ -789,7 +795,11 @@ impl ThreeLevel {
     /// Stop the background flusher thread (shutdown does it too).
     pub fn stop_background(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        let h = self.flusher.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let h = self
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(h) = h {
             let _ = h.join();
         }
@@ -835,6 +845,29 @@ impl ThreeLevel {
     /// Whether a device failed (and which, why).
     pub fn degraded(&self) -> Option<Degraded> {
         self.lock().degraded.clone()
+    }
+
+    /// Dirty pages (newer than the backing device) held by fewer than two
+    /// devices, each with the devices that hold it: empty unless a device
+    /// failed and the cache is degraded (then nothing is dirty either).
+    pub fn single_copy_dirty_pages(&self) -> Vec<(Page, Vec<&'static str>)> {
+        let s = self.lock();
+        s.dirty_pages()
+            .into_iter()
+            .filter_map(|p| {
+                let mut on = Vec::new();
+                if s.dram.get(&p).is_some_and(|d| d.dirty) {
+                    on.push("dram");
+                }
+                if s.ro.get(p).is_some() {
+                    on.push("ro_ssd");
+                }
+                if s.wo.get(p).is_some() {
+                    on.push("wo_ssd");
+                }
+                (on.len() < 2).then_some((p, on))
+            })
+            .collect()
     }
 
     /// Counters and state as JSON (`tiercache stats --json`).
@@ -908,4 +941,3 @@ impl Drop for ThreeLevel {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
-

@@ -48,7 +48,10 @@ fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> 
 pub fn open(o: &OpenOptions) -> Result<Arc<ThreeLevel>> {
     let f = std::fs::File::open(&o.ssd).with_context(|| format!("opening {}", o.ssd.display()))?;
     let Some((sb, info)) = read_info(&f) else {
-        bail!("{} is not an SSD of a three-level (TICA) cache", o.ssd.display());
+        bail!(
+            "{} is not an SSD of a three-level (TICA) cache",
+            o.ssd.display()
+        );
     };
     let backing = o
         .backing
@@ -163,12 +166,11 @@ pub fn open_with_devices(
 fn recover(s: &mut State, clean: bool) -> Result<RecoveryInfo> {
     let e = |e: crate::ssd::SsdError| anyhow::anyhow!("recovery: {}", e.0);
     // RO-SSD pages must be WO-SSD pages (the policy's invariant).
-    let stray: Vec<_> = s
-        .ro
-        .entries()
-        .filter(|(p, _)| s.wo.get(*p).is_none())
-        .map(|(p, _)| p)
-        .collect();
+    let stray: Vec<_> =
+        s.ro.entries()
+            .filter(|(p, _)| s.wo.get(*p).is_none())
+            .map(|(p, _)| p)
+            .collect();
     for p in stray {
         s.ro.unmap(p).map_err(e)?;
     }
@@ -189,7 +191,8 @@ fn recover(s: &mut State, clean: bool) -> Result<RecoveryInfo> {
             None => s.wo.read(p),
         }
         .map_err(e)?;
-        s.backing_write(p, &data).map_err(|e| anyhow::anyhow!(e.0))?;
+        s.backing_write(p, &data)
+            .map_err(|e| anyhow::anyhow!(e.0))?;
     }
     s.backing_flush().map_err(|e| anyhow::anyhow!(e.0))?;
     for &p in &write_back {

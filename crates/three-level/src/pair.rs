@@ -174,7 +174,10 @@ pub fn format(o: &FormatOptions) -> Result<FormatReport> {
     }
     let pair = uuid::Uuid::new_v4().to_string();
     let mut slots = [0u32; 2];
-    for (i, (role, path)) in [(Role::RoSsd, &ro), (Role::WoSsd, &wo)].into_iter().enumerate() {
+    for (i, (role, path)) in [(Role::RoSsd, &ro), (Role::WoSsd, &wo)]
+        .into_iter()
+        .enumerate()
+    {
         if let Some(size) = o.create_size {
             let f = std::fs::OpenOptions::new()
                 .create(true)

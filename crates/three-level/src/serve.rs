@@ -104,7 +104,10 @@ pub async fn serve_cache(
 }
 
 /// Open the cache `o.ssd` belongs to and serve it (see [`serve_cache`]).
-pub async fn serve(o: ServeOptions, ready: Option<tokio::sync::oneshot::Sender<String>>) -> Result<()> {
+pub async fn serve(
+    o: ServeOptions,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
     let oo = OpenOptions {
         ssd: o.ssd.clone(),
         backing: o.backing.clone(),

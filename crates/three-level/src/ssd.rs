@@ -162,9 +162,12 @@ impl Ssd {
 
     /// Read page `p` (which must be held).
     pub fn read(&mut self, p: Page) -> Result<Vec<u8>, SsdError> {
-        let e = self
-            .get(p)
-            .ok_or_else(|| SsdError(format!("internal: page {p} is not on the {}", self.role.label())))?;
+        let e = self.get(p).ok_or_else(|| {
+            SsdError(format!(
+                "internal: page {p} is not on the {}",
+                self.role.label()
+            ))
+        })?;
         let off = self.offset(e.slot)?;
         let mut buf = vec![0u8; PAGE as usize];
         self.dev
@@ -181,10 +184,12 @@ impl Ssd {
         if self.map.contains_key(&p) {
             self.unmap(p)?;
         }
-        let slot = self
-            .free
-            .pop()
-            .ok_or_else(|| SsdError(format!("internal: no free slot on the {}", self.role.label())))?;
+        let slot = self.free.pop().ok_or_else(|| {
+            SsdError(format!(
+                "internal: no free slot on the {}",
+                self.role.label()
+            ))
+        })?;
         let off = self.offset(slot)?;
         if let Err(e) = self.dev.write_at(data, off) {
             self.free.push(slot);
