@@ -255,12 +255,32 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
     TieredVolume::open(sb, devs)
 }
 
+/// One request's claim on a byte range of a block.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    /// Arrival order of the request.
+    ticket: u64,
+    start: u32,
+    end: u32,
+    /// A write or trim: excludes every overlapping claim.
+    write: bool,
+}
+
+impl Claim {
+    fn conflicts(&self, o: &Claim) -> bool {
+        (self.write || o.write) && self.start < o.end && o.start < self.end
+    }
+}
+
 /// Per-block state of requests and migrations.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Busy {
-    /// Requests with I/O on the block in flight.
-    users: u32,
-    /// A migration holds the block (from reservation to switch).
+    /// Requests registered on the block, waiting or with I/O in flight.
+    /// Overlapping claims run in arrival order when one of them writes, so
+    /// a read never sees a write half done and writes land in order.
+    claims: Vec<Claim>,
+    /// A migration holds the block (from reservation to switch): new
+    /// requests wait; the migration waits until `claims` is empty.
     migrating: bool,
 }
 
@@ -275,6 +295,7 @@ struct Core {
     trigger: Trigger,
     plan_due: bool,
     last_request: Instant,
+    next_ticket: u64,
     next_migration: u64,
     /// Why migrations stopped (a metadata write failed).
     failed: Option<String>,
@@ -308,7 +329,6 @@ enum Kind {
 /// One part of a request, inside one block.
 #[derive(Clone, Copy, Debug)]
 struct Part {
-    block: BlockId,
     /// Offset of the part in the request.
     at: usize,
     len: usize,
@@ -344,15 +364,19 @@ fn tier_err(e: TierError) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-/// The blocks a request holds; released when dropped (after its I/O).
+/// A request's claims on its blocks, from registration until dropped
+/// (after its I/O, or when the request is abandoned while waiting).
 struct Held {
     vol: Arc<TieredVolume>,
+    ticket: u64,
+    blocks: Vec<BlockId>,
+    /// Filled once the request may run.
     parts: Vec<Part>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.vol.release(&self.parts);
+        self.vol.release(self.ticket, &self.blocks);
     }
 }
 
@@ -413,6 +437,7 @@ impl TieredVolume {
                 trigger: Trigger::default(),
                 plan_due: false,
                 last_request: Instant::now(),
+                next_ticket: 1,
                 next_migration: 1,
                 failed: None,
             }),
@@ -482,8 +507,9 @@ impl TieredVolume {
         self.wake.1.notify_all();
     }
 
-    /// Hold the blocks of `[offset, offset + len)`, waiting while any is under
-    /// migration, and route each part.
+    /// Claim the blocks of `[offset, offset + len)` (waiting while any is
+    /// under migration), wait until no earlier overlapping claim conflicts,
+    /// and route each part.
     async fn acquire(self: &Arc<Self>, offset: u64, len: u64, kind: Kind) -> io::Result<Held> {
         if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.size()) {
             return Err(io::Error::new(
@@ -494,21 +520,28 @@ impl TieredVolume {
                 ),
             ));
         }
+        let mut held = loop {
+            let notified = self.unlocked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(h) = self.register(offset, len, kind)? {
+                break h;
+            }
+            notified.await;
+        };
         loop {
             let notified = self.unlocked.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(parts) = self.try_acquire(offset, len, kind)? {
-                return Ok(Held {
-                    vol: Arc::clone(self),
-                    parts,
-                });
+            if self.try_route(&mut held, offset, len, kind) {
+                return Ok(held);
             }
             notified.await;
         }
     }
 
-    fn try_acquire(&self, offset: u64, len: u64, kind: Kind) -> io::Result<Option<Vec<Part>>> {
+    /// Register the request's claims unless a block is under migration.
+    fn register(self: &Arc<Self>, offset: u64, len: u64, kind: Kind) -> io::Result<Option<Held>> {
         let bs = self.sb.block_bytes;
         let mut c = lock(&self.core);
         for (block, _, _) in split(offset, len, bs) {
@@ -521,14 +554,51 @@ impl TieredVolume {
                 return Ok(None);
             }
         }
+        let ticket = c.next_ticket;
+        c.next_ticket += 1;
+        let mut blocks = Vec::new();
+        for (block, at, plen) in split(offset, len, bs) {
+            let start = (at % u64::from(bs)) as u32;
+            c.busy.entry(block).or_default().claims.push(Claim {
+                ticket,
+                start,
+                end: start + plen,
+                write: kind != Kind::Read,
+            });
+            blocks.push(block);
+        }
+        Ok(Some(Held {
+            vol: Arc::clone(self),
+            ticket,
+            blocks,
+            parts: Vec::new(),
+        }))
+    }
+
+    /// If no earlier claim conflicts with the request's, route its parts
+    /// (and let the policy observe them).
+    fn try_route(&self, held: &mut Held, offset: u64, len: u64, kind: Kind) -> bool {
+        let bs = self.sb.block_bytes;
+        let mut c = lock(&self.core);
+        for &block in &held.blocks {
+            let b = &c.busy[&block];
+            let mine = b
+                .claims
+                .iter()
+                .find(|x| x.ticket == held.ticket)
+                .expect("registered");
+            if b.claims
+                .iter()
+                .any(|x| x.ticket < held.ticket && x.conflicts(mine))
+            {
+                return false;
+            }
+        }
         let c = &mut *c;
-        let mut parts = Vec::new();
         for (i, (block, at, plen)) in split(offset, len, bs).enumerate() {
             let loc = c.table.lookup(block).expect("range checked");
-            c.busy.entry(block).or_default().users += 1;
             let (_, base) = self.locate(loc);
-            parts.push(Part {
-                block,
+            held.parts.push(Part {
                 at: (at - offset) as usize,
                 len: plen as usize,
                 tier: loc.tier,
@@ -554,27 +624,31 @@ impl TieredVolume {
                 self.wake_worker();
             }
         }
-        Ok(Some(parts))
+        true
     }
 
-    fn release(&self, parts: &[Part]) {
+    /// Drop request `ticket`'s claims; wake a migration waiting for the
+    /// block to drain and requests waiting behind the claims.
+    fn release(&self, ticket: u64, blocks: &[BlockId]) {
         let mut c = lock(&self.core);
-        let mut wake = false;
-        for p in parts {
-            if let Some(b) = c.busy.get_mut(&p.block) {
-                b.users -= 1;
-                if b.users == 0 {
+        let mut drained = false;
+        for block in blocks {
+            if let Some(b) = c.busy.get_mut(block) {
+                b.claims.retain(|x| x.ticket != ticket);
+                if b.claims.is_empty() {
                     if b.migrating {
-                        wake = true;
+                        drained = true;
                     } else {
-                        c.busy.remove(&p.block);
+                        c.busy.remove(block);
                     }
                 }
             }
         }
-        if wake {
+        drop(c);
+        if drained {
             self.drained.notify_all();
         }
+        self.unlocked.notify_waiters();
     }
 
     fn count(&self, kind: Kind, parts: &[Part]) {
@@ -739,7 +813,7 @@ impl TieredVolume {
     fn unlock(&self, c: &mut Core, block: BlockId) {
         if let Some(b) = c.busy.get_mut(&block) {
             b.migrating = false;
-            if b.users == 0 {
+            if b.claims.is_empty() {
                 c.busy.remove(&block);
             }
         }
@@ -765,7 +839,7 @@ impl TieredVolume {
             };
             c.next_migration += 1;
             c.busy.entry(mv.block).or_default().migrating = true;
-            while c.busy.get(&mv.block).is_some_and(|b| b.users > 0) {
+            while c.busy.get(&mv.block).is_some_and(|b| !b.claims.is_empty()) {
                 c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
             }
             m
