@@ -63,16 +63,28 @@ pub(crate) struct Core {
     inflight_writes: FxHashMap<Slot, Vec<(OpId, u32, u32)>>,
     /// Commit generation that must be durable before cache writes on a slot.
     slot_gen: FxHashMap<Slot, Vec<(u64, OpId)>>,
-    /// Slots whose old dirty line is being written back before its unmap: the writeback writes left.
-    pending_unmap: FxHashMap<Slot, (Vec<OpId>, OpId)>,
+    /// Slots whose old dirty line is being written back before its unmap: one
+    /// barrier per batch that reused the slot meanwhile, oldest first, each the
+    /// writeback writes it still waits for and the first op id it binds. A
+    /// barrier binds only its own batch and later ones (never an older write,
+    /// which a later batch's writeback may read after), and they are released
+    /// in order.
+    pending_unmap: FxHashMap<Slot, Vec<(Vec<OpId>, OpId)>>,
     /// Writeback reads: their slot and data, for the writes that use it.
     wb_reads: FxHashMap<OpId, (Slot, Option<Vec<u8>>)>,
     /// Consecutive cache device errors.
     cache_errors: u64,
     /// Backing reads of read misses that failed: the fills they feed must not run.
     failed_reads: rustc_hash::FxHashSet<OpId>,
-    /// The newest writeback write in flight for each line (from any batch).
-    wb_lines: FxHashMap<u64, OpId>,
+    /// Writebacks in flight per slot they read: (the read, the backing write).
+    /// An unmap of the slot's old line waits for those whose read precedes the
+    /// new line's first write there; keyed by slot, not by line, because the
+    /// old line may be cached again in another slot by now, and waiting for
+    /// *that* slot's writeback (which may read this slot after the new write)
+    /// would close a cycle.
+    wb_slots: FxHashMap<Slot, Vec<(OpId, OpId)>>,
+    /// The slots each writeback write in flight reads.
+    wb_write_slots: FxHashMap<OpId, Vec<Slot>>,
     /// Sub-blocks whose cache write failed, until a later write of the slot
     /// succeeds: reads queued behind the failed write must not read the slot.
     poisoned: FxHashMap<(Slot, u32), Vec<Poison>>,
@@ -204,7 +216,8 @@ impl LiveCache {
                 wb_reads: FxHashMap::default(),
                 cache_errors: 0,
                 failed_reads: Default::default(),
-                wb_lines: FxHashMap::default(),
+                wb_slots: FxHashMap::default(),
+                wb_write_slots: FxHashMap::default(),
                 poisoned: FxHashMap::default(),
                 withdrawn: FxHashMap::default(),
             }),
@@ -426,9 +439,19 @@ impl LiveCache {
                 c.wb_reads.insert(o.id, (slot, None));
             }
             if o.purpose == Purpose::WritebackWrite {
-                for line in o.offset / self.line..=(o.offset + o.len.max(1) - 1) / self.line {
-                    c.wb_lines.insert(line, o.id);
+                let reads = match o.src {
+                    Source::Op(r) => r..r + 1,
+                    Source::Ops(first, n) => first..first + n as u64,
+                    _ => 0..0,
+                };
+                let mut slots = Vec::new();
+                for r in reads {
+                    if let Some(&(slot, _)) = c.wb_reads.get(&r) {
+                        c.wb_slots.entry(slot).or_default().push((r, o.id));
+                        slots.push(slot);
+                    }
                 }
+                c.wb_write_slots.insert(o.id, slots);
             }
         }
         let touched = c.engine.take_touched();
@@ -464,37 +487,32 @@ impl LiveCache {
         match (v, &e) {
             (Some(v), e) if e.as_ref().is_none_or(|e| e.0 != v.line) => {
                 // The slot's durable line is gone: unmap it before the slot is reused.
-                // The writebacks of the old line are those whose backing range covers
-                // it. (Not "those reading this slot": a cleaning writeback of the
-                // slot's new line reads it after the new line's write, and waiting
-                // for it would make that write wait for itself.)
-                let line = self.line;
-                let mut wbs: Vec<OpId> = out
+                // The writebacks of the old line are those that read this slot before
+                // the new line's first write on it (this batch's eviction writeback, or
+                // a cleaning writeback started earlier: the log says dirty until it
+                // lands). Not "those covering the old line": that line may be cached in
+                // another slot again, and its writeback there may read this slot after
+                // the new line's write, which would make that write wait for itself.
+                let first_write = out
                     .iter()
-                    .filter(|o| o.purpose == Purpose::WritebackWrite)
                     .filter(|o| {
-                        o.offset / line <= v.line && v.line <= (o.offset + o.len.max(1) - 1) / line
+                        o.dev == Dev::Cache
+                            && o.kind == IoKind::Write
+                            && o.offset / self.line == s as u64
                     })
                     .map(|o| o.id)
-                    .collect();
-                // A writeback of this line started earlier (cleaning) may still be in
-                // flight: the log says dirty until it lands, so the unmap waits for it too.
-                if let Some(&w) = c.wb_lines.get(&v.line) {
-                    if !wbs.contains(&w) {
-                        wbs.push(w);
-                    }
-                }
-                if let Some((w, f)) = c.pending_unmap.get_mut(&s) {
-                    // Already waiting for the old line's writeback (an earlier batch):
-                    // keep its barrier, which binds that batch's writes too.
-                    for x in wbs {
-                        if !w.contains(&x) {
-                            w.push(x);
-                        }
-                    }
-                    *f = (*f).min(from);
-                } else if !v.dirty.is_empty() && !wbs.is_empty() {
-                    c.pending_unmap.insert(s, (wbs, from));
+                    .min()
+                    .unwrap_or(OpId::MAX);
+                let wbs = Self::writebacks_reading(c, s, first_write);
+                let waiting = c.pending_unmap.contains_key(&s);
+                if !wbs.is_empty() && (waiting || !v.dirty.is_empty()) {
+                    // Already waiting for the old line's writeback (an earlier batch),
+                    // or waiting now: this batch's writes wait for its own barrier
+                    // and every older one.
+                    c.pending_unmap.entry(s).or_default().push((wbs, from));
+                } else if waiting {
+                    // Nothing of this batch to wait for: the older barriers bind its
+                    // writes too, and their release unmaps the slot.
                 } else {
                     if !v.dirty.is_empty() {
                         // Its writeback completed: the backing device is flushed before the unmap.
@@ -538,6 +556,23 @@ impl LiveCache {
         }
     }
 
+    /// Writeback writes in flight whose read of `slot` was issued before op
+    /// `before`: they carry the slot's older bytes to the backing device.
+    fn writebacks_reading(c: &Core, slot: Slot, before: OpId) -> Vec<OpId> {
+        let mut w: Vec<OpId> = c
+            .wb_slots
+            .get(&slot)
+            .map(|v| {
+                v.iter()
+                    .filter(|&&(r, _)| r < before)
+                    .map(|&(_, w)| w)
+                    .collect()
+            })
+            .unwrap_or_default();
+        w.dedup();
+        w
+    }
+
     // ---- op execution ----
 
     async fn wait_op(&self, id: OpId) {
@@ -569,10 +604,14 @@ impl LiveCache {
             let (wbs, gen) = {
                 let c = self.core.lock().expect("core");
                 (
-                    c.pending_unmap
-                        .get(&slot)
-                        .filter(|(_, f)| *f <= op_id)
-                        .map(|(w, _)| w.clone()),
+                    c.pending_unmap.get(&slot).and_then(|bs| {
+                        let w: Vec<OpId> = bs
+                            .iter()
+                            .filter(|(_, f)| *f <= op_id)
+                            .flat_map(|(w, _)| w.iter().copied())
+                            .collect();
+                        (!w.is_empty()).then_some(w)
+                    }),
                     c.slot_gen
                         .get(&slot)
                         .and_then(|v| v.iter().filter(|(_, f)| *f <= op_id).map(|(g, _)| *g).max()),
@@ -614,7 +653,7 @@ impl LiveCache {
                 match c.view[slot as usize] {
                     Some(v) if v.line != line => {
                         if !v.dirty.is_empty() {
-                            if let Some(&w) = c.wb_lines.get(&v.line) {
+                            if let Some(&w) = Self::writebacks_reading(&c, slot, op.id).first() {
                                 (Some(w), None)
                             } else {
                                 // Its writeback completed: flush the backing device before the unmap.
@@ -717,7 +756,7 @@ impl LiveCache {
             "signals": c.signals.len(),
             "slot_gen": format!("{:?}", c.slot_gen),
             "pending_unmap": format!("{:?}", c.pending_unmap),
-            "wb_lines": format!("{:?}", c.wb_lines),
+            "wb_slots": format!("{:?}", c.wb_slots),
             "ops": ph,
         })
     }
@@ -950,7 +989,10 @@ impl LiveCache {
                             c.engine.redirty(s, f, l);
                         }
                     }
-                    c.pending_unmap.retain(|_, w| !w.0.contains(&op.id));
+                    for bs in c.pending_unmap.values_mut() {
+                        bs.retain(|w| !w.0.contains(&op.id));
+                    }
+                    c.pending_unmap.retain(|_, bs| !bs.is_empty());
                 }
                 tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
                 Err(LiveError(format!("backing device I/O error: {e}")))
@@ -1168,9 +1210,12 @@ impl LiveCache {
             }
         }
         if op.purpose == Purpose::WritebackWrite {
-            for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line {
-                if c.wb_lines.get(&line) == Some(&op.id) {
-                    c.wb_lines.remove(&line);
+            for slot in c.wb_write_slots.remove(&op.id).unwrap_or_default() {
+                if let Some(v) = c.wb_slots.get_mut(&slot) {
+                    v.retain(|&(_, w)| w != op.id);
+                    if v.is_empty() {
+                        c.wb_slots.remove(&slot);
+                    }
                 }
             }
         }
@@ -1253,17 +1298,19 @@ impl LiveCache {
     fn journal_writeback(&self, c: &mut Core, op: &Op) {
         // A dirty victim's writeback: unmap its slot once all of them are done.
         // A merged writeback can carry several victims: finish every slot waiting for it.
+        // Barriers are released oldest first, each once its writebacks are done.
         let mut unmapped = Vec::new();
-        for (s, (w, from)) in c.pending_unmap.iter_mut() {
-            if let Some(i) = w.iter().position(|&x| x == op.id) {
-                w.swap_remove(i);
-                if w.is_empty() {
-                    unmapped.push((*s, *from));
-                }
+        for (s, bs) in c.pending_unmap.iter_mut() {
+            for (w, _) in bs.iter_mut() {
+                w.retain(|&x| x != op.id);
+            }
+            while bs.first().is_some_and(|(w, _)| w.is_empty()) {
+                let (_, from) = bs.remove(0);
+                unmapped.push((*s, from));
             }
         }
+        c.pending_unmap.retain(|_, bs| !bs.is_empty());
         for &(s, from) in &unmapped {
-            c.pending_unmap.remove(&s);
             if c.view[s as usize].is_some() {
                 Self::append(c, Record::Unmap { slot: s });
             }
