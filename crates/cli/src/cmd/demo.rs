@@ -84,6 +84,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         admission: "always".into(),
         seq_cutoff: "4MiB".into(),
         nhit_threshold: 3,
+        twolbs_levels: vec!["metadata".into(), "frequency".into()],
         dirty_target: 0.2,
     };
     let cfg = policy.config()?;

@@ -40,6 +40,13 @@ pub struct PolicyArgs {
     /// n-hit threshold.
     #[arg(long, default_value_t = 3)]
     pub nhit_threshold: u32,
+    /// 2LBS levels: metadata, frequency, or both (comma-separated).
+    #[arg(
+        long = "2lbs-levels",
+        value_delimiter = ',',
+        default_value = "metadata,frequency"
+    )]
+    pub twolbs_levels: Vec<String>,
     /// Write-back: share of lines that may be dirty before cleaning speeds up (0.0-1.0).
     #[arg(long, default_value_t = 0.2)]
     pub dirty_target: f64,
@@ -47,6 +54,15 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     pub fn config(&self) -> Result<CacheConfig> {
+        let (mut lv_meta, mut lv_freq) = (false, false);
+        for l in &self.twolbs_levels {
+            match l.trim() {
+                "metadata" => lv_meta = true,
+                "frequency" => lv_freq = true,
+                "both" => (lv_meta, lv_freq) = (true, true),
+                x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
+            }
+        }
         let line = parse_bytes(&self.line_size).map_err(anyhow::Error::msg)?;
         let line = u32::try_from(line).context("line size too large")?;
         let sub = match &self.sub_block {
@@ -76,6 +92,8 @@ impl PolicyArgs {
                     .map_err(anyhow::Error::msg)?,
                 seq_cutoff_bytes: parse_bytes(&self.seq_cutoff).map_err(anyhow::Error::msg)?,
                 nhit_threshold: self.nhit_threshold,
+                twolbs_metadata: lv_meta,
+                twolbs_frequency: lv_freq,
                 ..AdmissionConfig::default()
             },
             dirty_target: self.dirty_target,
