@@ -25,6 +25,9 @@ pub struct CheckReport {
     pub dirty_slots: u64,
     /// Dirty sub-blocks in total.
     pub dirty_sub_blocks: u64,
+    /// After an unclean shutdown (superblock open): slots with valid clean
+    /// sub-blocks, which a write-back cache's recovery makes dirty (rule 3b).
+    pub unclean_dirtied_slots: Option<u64>,
     /// Errors.
     pub problems: Vec<String>,
     /// Repairable crash leftovers.
@@ -99,6 +102,7 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
         mapped_slots: 0,
         dirty_slots: 0,
         dirty_sub_blocks: 0,
+        unclean_dirtied_slots: None,
         problems,
         warnings,
     };
@@ -138,6 +142,10 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
                         "slot {slot}: bitmaps outside the line's {n} sub-blocks or dirty but not valid"
                     ));
                 }
+            }
+            if sb.state == State::Open {
+                let mut t = rec.table.clone();
+                report.unclean_dirtied_slots = Some(crate::store::dirty_all_valid(&mut t));
             }
             report.recovery = Some(rec.report);
         }
@@ -188,6 +196,12 @@ impl std::fmt::Display for CheckReport {
             "  mapped slots: {}, dirty slots: {}, dirty sub-blocks: {}",
             self.mapped_slots, self.dirty_slots, self.dirty_sub_blocks
         )?;
+        if let Some(n) = self.unclean_dirtied_slots {
+            writeln!(
+                f,
+                "  unclean shutdown: a write-back cache's recovery treats every valid sub-block as dirty ({n} slots with clean sub-blocks to write back)"
+            )?;
+        }
         for w in &self.warnings {
             writeln!(f, "  warning: {w}")?;
         }

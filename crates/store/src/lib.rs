@@ -60,7 +60,8 @@
 //! of a slot mapped to line `L` holds a version of `L`'s sub-block `k` that
 //! is at least as new as the newest write to it acknowledged before the last
 //! completed FLUSH/FUA; if it is clean, the backing device holds that same
-//! version. Every dirty sub-block whose newest acknowledged-and-flushed data
+//! version (after an unclean shutdown of a write-back cache that uses rule
+//! 3b, clean bits are not trusted: recovery makes valid sub-blocks dirty). Every dirty sub-block whose newest acknowledged-and-flushed data
 //! is only in the cache is valid and dirty in every such table.
 //!
 //! Rules for the engine (each follows from the invariant):
@@ -80,6 +81,27 @@
 //!    backing data, and a later eviction would silently revert it. (Or make
 //!    the invalidation `Valid{s, valid - k}` durable first and treat the
 //!    write as a fill.)
+//!
+//!    3b. **Write-back, the unclean-shutdown rule** (dm-cache's): while the
+//!    superblock says open ([`open`] writes that durably before it returns),
+//!    a write-back engine may overwrite a valid clean sub-block of the *same
+//!    line* in place with no record first, provided that (i) recovery after
+//!    an unclean shutdown treats every valid sub-block as dirty
+//!    ([`dirty_all_valid`]; [`RecoveryReport::clean_shutdown`] tells), so
+//!    that the slot's bytes, whatever version of `L` they are, are written
+//!    back rather than trusted to equal the backing device's; (ii) whenever
+//!    the backing device may receive data of `(L, k)` that does not come
+//!    from the slot (a write bypassing the cache, a TRIM, a failed cache
+//!    write rerouted), the record dropping `(s, k)` is appended before that
+//!    backing op is issued, so that the FLUSH acknowledging it commits the
+//!    drop too and no recovery writes older slot bytes over flushed data;
+//!    (iii) [`Store::mark_clean`] (or [`Store::close`]) runs only when no
+//!    such write is in flight and its table includes every completed one.
+//!    Rule 8 (reuse for another line) is unchanged, so a slot's bytes are
+//!    always some version of its own line. Write-through and the
+//!    write-around policies must keep rule 3: there the backing device may
+//!    hold newer flushed data than the slot, and writing the slot back would
+//!    revert it.
 //! 4. **Write-through / fill** of a sub-block that is not valid: write the
 //!    cache (and for write-through the backing device), and after both
 //!    complete append `Valid`. The record may stay buffered: losing it in a
@@ -112,9 +134,10 @@
 //!     an earlier commit than its new `Map`; recovery refuses a table that
 //!     maps one line twice.
 //!
-//! With these rules clean data is also trustworthy after a crash (FlashTier's
+//! With rules 1-10 clean data is also trustworthy after a crash (FlashTier's
 //! consistency for clean and dirty data); [`RecoveryReport::clean_shutdown`]
-//! lets an engine drop clean lines after a crash anyway.
+//! lets an engine drop clean lines after a crash anyway, or, with rule 3b,
+//! write them back.
 
 pub mod check;
 mod checkpoint;
@@ -137,6 +160,7 @@ pub use layout::{layout, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};
 pub use store::{
-    format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened, RecoveryReport, Store,
+    dirty_all_valid, format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened,
+    RecoveryReport, Store,
 };
 pub use superblock::{BackingIdentity, State, Superblock};

@@ -464,6 +464,7 @@ impl<D: MetaDevice> Store<D> {
                 capacity: self.layout.log_blocks,
             });
         }
+        self.ensure_open()?;
         let blocks = log::encode_blocks(&self.uuid, self.epoch, self.next_seq, &self.pending, bm);
         let pos = (self.log_start + self.log_used) % self.layout.log_blocks;
         if let Err(e) = self.dev.sync() {
@@ -529,12 +530,65 @@ impl<D: MetaDevice> Store<D> {
         table: impl IntoIterator<Item = (Slot, LineMeta)>,
         backing_now: &BackingIdentity,
     ) -> Result<D> {
+        self.mark_clean(table, backing_now)?;
+        Ok(self.dev)
+    }
+
+    /// Clean shutdown without giving the store up: checkpoints `table` (which
+    /// must describe every cache write that completed, see the crate doc's
+    /// rule 3b), records the backing identity as it is now and marks the
+    /// superblock clean. The next commit that carries records marks it open
+    /// again first, so the superblock says clean only while the newest
+    /// checkpoint is the whole truth.
+    pub fn mark_clean(
+        &mut self,
+        table: impl IntoIterator<Item = (Slot, LineMeta)>,
+        backing_now: &BackingIdentity,
+    ) -> Result<()> {
         self.checkpoint(table)?;
         let mut sb = self.sb.clone();
         sb.state = State::Clean;
         sb.generation += 1;
         sb.backing = backing_now.clone();
-        sb.write(&self.dev)?;
-        Ok(self.dev)
+        if let Err(e) = sb.write(&self.dev) {
+            return self.fail(e);
+        }
+        self.sb = sb;
+        Ok(())
     }
+
+    /// Whether the superblock says the store was shut down cleanly (false
+    /// from [`open`] until [`Store::mark_clean`]).
+    pub fn is_marked_clean(&self) -> bool {
+        self.sb.state == State::Clean
+    }
+
+    /// Durably marks the superblock open (unclean) before records follow a clean mark.
+    fn ensure_open(&mut self) -> Result<()> {
+        if self.sb.state == State::Open {
+            return Ok(());
+        }
+        let mut sb = self.sb.clone();
+        sb.state = State::Open;
+        sb.generation += 1;
+        if let Err(e) = sb.write(&self.dev) {
+            return self.fail(e);
+        }
+        self.sb = sb;
+        Ok(())
+    }
+}
+
+/// The write-back recovery rule after an unclean shutdown (crate doc, rule
+/// 3b): every valid sub-block becomes dirty, so that cleaning writes it back.
+/// Returns the number of slots that gained dirty sub-blocks.
+pub fn dirty_all_valid(table: &mut [Option<LineMeta>]) -> u64 {
+    let mut n = 0;
+    for m in table.iter_mut().flatten() {
+        if !m.valid.minus(m.dirty).is_empty() {
+            m.dirty = m.valid;
+            n += 1;
+        }
+    }
+    n
 }

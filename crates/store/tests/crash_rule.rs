@@ -5,6 +5,9 @@
 //! least as new as the last flushed write, and clean sub-blocks must match
 //! the backing device. An engine that skips rule 8 (commit the remap before
 //! writing into a reused slot) must be caught serving another line's data.
+//! The same holds for rule 3b (write-back overwrites clean sub-blocks in
+//! place without a commit; recovery after the crash makes valid sub-blocks
+//! dirty), and skipping either half of 3b is caught.
 
 mod common;
 
@@ -13,7 +16,9 @@ use std::sync::Arc;
 
 use common::*;
 use tiercache_store::crash_sim::{CrashDevice, MemDevice, SplitMix, TearMode, SECTOR};
-use tiercache_store::{open, LineMeta, MetaDevice, Record, Slot, Store, SubBlocks};
+use tiercache_store::{
+    dirty_all_valid, open, LineMeta, MetaDevice, Record, Slot, Store, SubBlocks,
+};
 
 const SUBS: u32 = 8; // 4 KiB lines, 512-byte sub-blocks
 const CACHE_SLOTS: u32 = 4; // the engine uses only a few slots, to force evictions
@@ -71,8 +76,31 @@ struct Engine<'a> {
     next_version: u64,
     acked: HashMap<Key, u64>,
     flushed: HashMap<Key, u64>,
+    variant: Variant,
+}
+
+/// Which rules the engine follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    /// Rules 1-10.
+    Rules,
     /// Violates rule 8: writes into a reused slot before the remap is durable.
-    skip_remap_commit: bool,
+    SkipRemapCommit,
+    /// Rule 3b instead of rules 3 and 5.
+    Rule3b,
+    /// Rule 3b, but recovery trusts clean bits (violates 3b (i)).
+    Rule3bTrustClean,
+    /// Rule 3b, but a write bypassing the cache does not drop the cached copy (violates 3b (ii)).
+    Rule3bNoDrop,
+}
+
+impl Variant {
+    fn rule3b(self) -> bool {
+        matches!(
+            self,
+            Variant::Rule3b | Variant::Rule3bTrustClean | Variant::Rule3bNoDrop
+        )
+    }
 }
 
 /// Err(()) = the cache device lost power.
@@ -132,7 +160,7 @@ impl Engine<'_> {
             line,
             class: 0,
         });
-        if !self.skip_remap_commit {
+        if self.variant != Variant::SkipRemapCommit {
             self.commit()?;
         }
         Ok(slot)
@@ -147,7 +175,7 @@ impl Engine<'_> {
             None => self.allocate(line, rng)?,
         };
         let m = self.table[slot as usize].unwrap();
-        if m.valid.get(k) && !m.dirty.get(k) {
+        if m.valid.get(k) && !m.dirty.get(k) && !self.variant.rule3b() {
             // Rule 3: the clean copy must become dirty durably before it is overwritten.
             self.append(Record::Dirty {
                 slot,
@@ -168,8 +196,33 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// NBD FLUSH: commit, then every acknowledged write is durable.
+    /// A write that bypasses the cache (a partial sub-block write of an
+    /// uncached sub-block, a TRIM, a rerouted failed cache write): the cached
+    /// copy is dropped first (rule 5: durably; rule 3b: appended), then the
+    /// backing device gets the new version.
+    fn bypass(&mut self, line: u64, k: u32) -> Step {
+        self.next_version += 1;
+        let v = self.next_version;
+        if let Some(&slot) = self.line_slot.get(&line) {
+            let m = self.table[slot as usize].unwrap();
+            if m.valid.get(k) && self.variant != Variant::Rule3bNoDrop {
+                self.append(Record::Valid {
+                    slot,
+                    bitmap: m.valid.minus(Self::bit(k)),
+                });
+                if !self.variant.rule3b() {
+                    self.commit()?;
+                }
+            }
+        }
+        self.backing.volatile.insert((line, k), v);
+        self.acked.insert((line, k), v);
+        Ok(())
+    }
+
+    /// NBD FLUSH: flush the backing device and commit, then every acknowledged write is durable.
     fn flush(&mut self) -> Step {
+        self.backing.flush();
         self.commit()?;
         self.flushed = self.acked.clone();
         Ok(())
@@ -204,7 +257,7 @@ impl Engine<'_> {
 
 /// Runs a random workload that crashes at cache-device operation `crash_at`,
 /// recovers, and returns the rule violations found.
-fn run(seed: u64, crash_at: u64, mode: TearMode, skip_remap_commit: bool) -> Vec<String> {
+fn run(seed: u64, crash_at: u64, mode: TearMode, variant: Variant) -> Vec<String> {
     let mut rng = SplitMix(seed);
     let dev = Arc::new(CrashDevice::new(small_image(), Some(crash_at)));
     let Ok(opened) = open(dev.clone(), &backing()) else {
@@ -219,13 +272,17 @@ fn run(seed: u64, crash_at: u64, mode: TearMode, skip_remap_commit: bool) -> Vec
         next_version: 0,
         acked: HashMap::new(),
         flushed: HashMap::new(),
-        skip_remap_commit,
+        variant,
     };
     for _ in 0..200 {
-        let step = match rng.below(10) {
+        let step = match rng.below(11) {
             0..=6 => {
                 let (line, k) = (rng.below(LINES), rng.below(SUBS as u64) as u32);
                 e.write(line, k, &mut rng)
+            }
+            10 => {
+                let (line, k) = (rng.below(LINES), rng.below(SUBS as u64) as u32);
+                e.bypass(line, k)
             }
             7 | 8 => e.flush(),
             _ => {
@@ -243,10 +300,21 @@ fn run(seed: u64, crash_at: u64, mode: TearMode, skip_remap_commit: bool) -> Vec
     // Reboot.
     let mem = MemDevice::from_image(dev.survivor(mode, &mut rng));
     let backing_now = e.backing.survivor(&mut rng);
-    let table = match open(&mem, &backing()) {
-        Ok(o) => o.table,
+    let mut table = match open(&mem, &backing()) {
+        Ok(o) => {
+            assert!(
+                !o.report.clean_shutdown,
+                "the engine never closes the store"
+            );
+            o.table
+        }
         Err(err) => return vec![format!("recovery failed: {err}")],
     };
+    if variant.rule3b() && variant != Variant::Rule3bTrustClean {
+        // Rule 3b (i): after an unclean shutdown every valid sub-block is dirty
+        // (cleaning will write the slot's bytes back).
+        dirty_all_valid(&mut table);
+    }
     let layout = *e.store.layout();
     let mut problems = Vec::new();
     let mut visible: HashMap<Key, u64> = backing_now.clone();
@@ -290,39 +358,67 @@ fn run(seed: u64, crash_at: u64, mode: TearMode, skip_remap_commit: bool) -> Vec
 
 const MODES: [TearMode; 3] = [TearMode::DropAll, TearMode::Prefix, TearMode::RandomSectors];
 
-#[test]
-fn engine_following_the_crash_rule_never_serves_wrong_or_stale_data() {
+fn all_runs_clean(variant: Variant) -> usize {
     let mut runs = 0;
     for seed in 0..40u64 {
         for crash_at in (4..400).step_by(7) {
             let mode = MODES[(seed as usize + crash_at as usize) % 3];
-            let problems = run(seed, crash_at, mode, false);
+            let problems = run(seed, crash_at, mode, variant);
             assert!(
                 problems.is_empty(),
-                "seed {seed} crash_at {crash_at} {mode:?}: {problems:?}"
+                "{variant:?} seed {seed} crash_at {crash_at} {mode:?}: {problems:?}"
             );
             runs += 1;
         }
     }
-    assert!(runs > 1000);
+    runs
 }
 
-#[test]
-fn skipping_the_remap_commit_is_caught_serving_another_lines_data() {
-    let mut caught = None;
-    'search: for seed in 0..40u64 {
+/// The first problem containing `what` that some run of `variant` shows.
+fn caught(variant: Variant, what: &str) -> Option<String> {
+    for seed in 0..40u64 {
         for crash_at in (4..400).step_by(3) {
             for mode in MODES {
-                let problems = run(seed, crash_at, mode, true);
-                if let Some(p) = problems.iter().find(|p| p.contains("another line's data")) {
-                    caught = Some(p.clone());
-                    break 'search;
+                let problems = run(seed, crash_at, mode, variant);
+                if let Some(p) = problems.iter().find(|p| p.contains(what)) {
+                    return Some(p.clone());
                 }
             }
         }
     }
+    None
+}
+
+#[test]
+fn engine_following_the_crash_rule_never_serves_wrong_or_stale_data() {
+    assert!(all_runs_clean(Variant::Rules) > 1000);
+}
+
+#[test]
+fn rule_3b_write_back_never_serves_wrong_or_stale_data() {
+    assert!(all_runs_clean(Variant::Rule3b) > 1000);
+}
+
+#[test]
+fn skipping_the_remap_commit_is_caught_serving_another_lines_data() {
     assert!(
-        caught.is_some(),
+        caught(Variant::SkipRemapCommit, "another line's data").is_some(),
         "the rule-8 violation was never observable"
+    );
+}
+
+#[test]
+fn rule_3b_without_dirtying_valid_data_at_recovery_is_caught() {
+    assert!(
+        caught(Variant::Rule3bTrustClean, "clean version").is_some(),
+        "trusting clean bits after rule 3b was never observable"
+    );
+}
+
+#[test]
+fn rule_3b_without_dropping_the_copy_of_a_bypassing_write_is_caught() {
+    assert!(
+        caught(Variant::Rule3bNoDrop, "lost").is_some(),
+        "a bypassing write without the drop was never observable"
     );
 }

@@ -10,7 +10,8 @@ use common::*;
 use tiercache_store::crash_sim::MemDevice;
 use tiercache_store::layout::BLOCK;
 use tiercache_store::{
-    check, format, open, table_entries, BackingIdentity, LineMeta, Record, StoreError, SubBlocks,
+    check, dirty_all_valid, format, open, table_entries, BackingIdentity, LineMeta, Record,
+    StoreError, SubBlocks,
 };
 
 fn bits(v: u64) -> SubBlocks {
@@ -118,6 +119,64 @@ fn records_survive_reopen_and_clean_close() {
         text.contains("mapped slots: 2, dirty slots: 1") && text.ends_with("result: ok"),
         "{text}"
     );
+}
+
+/// Rule 3b's states: open until `mark_clean`, clean until the next commit
+/// with records; `check` reports what an unclean write-back recovery dirties.
+#[test]
+fn mark_clean_holds_until_records_follow_and_check_reports_unclean_dirtying() {
+    let dev = formatted();
+    let opened = open(&dev, &backing()).unwrap();
+    let slots = opened.table.len();
+    let mut store = opened.store;
+    assert!(!store.is_marked_clean(), "open marks the store open");
+    for r in sample_records() {
+        store.append(r).unwrap();
+    }
+    store.commit().unwrap();
+    let expected = model_of(slots, &sample_records());
+    // Crash now: the superblock says open, and check says what recovery makes dirty.
+    let rep = check(&dev).unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
+    // Slot 0 (valid 0b1111, clean) and slot 1 (valid = dirty 0b10: nothing to add).
+    assert_eq!(rep.unclean_dirtied_slots, Some(1));
+    assert!(rep.to_string().contains("1 slots with clean sub-blocks"));
+    let mut t = expected.clone();
+    assert_eq!(dirty_all_valid(&mut t), 1);
+    assert_eq!(t[0].unwrap().dirty, bits(0b1111));
+    assert_eq!(t[1], expected[1]);
+    // A clean mark without closing: a reopen trusts the table as checkpointed.
+    store
+        .mark_clean(table_entries(&expected), &backing())
+        .unwrap();
+    assert!(store.is_marked_clean());
+    let rep = check(&dev).unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
+    assert_eq!(rep.unclean_dirtied_slots, None);
+    // An empty commit (an NBD FLUSH with nothing new) keeps it clean...
+    store.commit().unwrap();
+    let o = open(&dev, &backing()).unwrap();
+    assert!(o.report.clean_shutdown);
+    assert_eq!(o.table, expected);
+    drop(o);
+    // ... while records mark it open again before they are written.
+    let dev = formatted();
+    let mut store = open(&dev, &backing()).unwrap().store;
+    store.mark_clean(std::iter::empty(), &backing()).unwrap();
+    store
+        .append(Record::Map {
+            slot: 3,
+            line: 9,
+            class: 0,
+        })
+        .unwrap();
+    store.commit().unwrap();
+    assert!(!store.is_marked_clean());
+    let o = open(&dev, &backing()).unwrap();
+    assert!(!o.report.clean_shutdown);
+    assert_eq!(o.table[3].map(|m| m.line), Some(9));
+    let rep = check(&dev).unwrap();
+    assert!(rep.is_ok(), "{:?}", rep.problems);
 }
 
 #[test]
