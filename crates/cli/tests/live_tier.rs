@@ -248,3 +248,80 @@ fn format_refuses_what_it_would_destroy_and_bad_options() {
     assert!(!o.status.success());
     assert!(err(&o).contains("--tiers FAST,SLOW"), "{}", err(&o));
 }
+
+#[test]
+fn real_clients_see_every_nbd_command_and_multi_conn() {
+    require_tools!("nbdinfo", "nbdcopy", "qemu-io");
+    use clients_util::{assert_same_file, pattern, run, write_file};
+    let v = Volume::new(&[]);
+    let mut srv = v.serve();
+    let uri = v.uri();
+    let info: serde_json::Value =
+        serde_json::from_str(&run(Command::new("nbdinfo").args(["--json", &uri]))).unwrap();
+    let e = &info["exports"][0];
+    assert_eq!(e["export-size"], 48 * MIB, "{e}");
+    for flag in [
+        "can_flush",
+        "can_fua",
+        "can_multi_conn",
+        "can_trim",
+        "can_zero",
+        "can_cache",
+    ] {
+        assert_eq!(e[flag], true, "{flag} not advertised: {e}");
+    }
+    // Four connections write and read the whole volume.
+    let dir = v.fast.parent().unwrap();
+    let reference = dir.join("reference.img");
+    let mut model = pattern(48 * MIB as usize, 3);
+    write_file(&reference, &model);
+    run(Command::new("nbdcopy")
+        .arg("--connections=4")
+        .arg(&reference)
+        .arg(&uri));
+    // WRITE_ZEROES, FUA, TRIM (then rewritten: trimmed bytes are unspecified), FLUSH.
+    run(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -z 0 1M",
+        "-c",
+        "write -f -P 0x5a 3M 64k",
+        "-c",
+        "discard 8M 1M",
+        "-c",
+        "write -P 0x33 8M 1M",
+        "-c",
+        "flush",
+        "-c",
+        "read -P 0 0 1M",
+        "-c",
+        "read -P 0x5a 3M 64k",
+        &uri,
+    ]));
+    model[..MIB as usize].fill(0);
+    model[3 * MIB as usize..3 * MIB as usize + 65536].fill(0x5a);
+    model[8 * MIB as usize..9 * MIB as usize].fill(0x33);
+    write_file(&reference, &model);
+    // Reread a hot region a few times so the planner has something to move.
+    for _ in 0..3 {
+        run(Command::new("qemu-io").args(["-f", "raw", "-c", "read 0 4M", &uri]));
+    }
+    let back = dir.join("back.img");
+    run(Command::new("nbdcopy")
+        .arg("--connections=4")
+        .arg(&uri)
+        .arg(&back));
+    assert_same_file(&reference, &back);
+    let st = srv.stats();
+    assert!(st["migrations"].as_u64().unwrap() > 0, "{st}");
+    // After a clean restart the same bytes come back.
+    sigterm(&mut srv);
+    let _srv = v.serve();
+    std::fs::remove_file(&back).unwrap();
+    run(Command::new("nbdcopy")
+        .arg("--connections=4")
+        .arg(&uri)
+        .arg(&back));
+    assert_same_file(&reference, &back);
+}

@@ -466,6 +466,11 @@ impl TieredVolume {
         &self.sb
     }
 
+    /// Where `block` lives now (`None` past the end of the volume).
+    pub fn location(&self, block: BlockId) -> Option<Loc> {
+        lock(&self.core).table.lookup(block)
+    }
+
     /// What recovery found at open.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.recovery
