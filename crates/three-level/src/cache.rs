@@ -233,6 +233,7 @@ impl State {
                 Fault::Other(format!("internal: no data for page {p} in an op sequence"))
             })
         };
+        let mut deferred_ro_unmap = false;
         for op in ops {
             let p = op.page;
             match (op.dev, op.kind) {
@@ -270,6 +271,17 @@ impl State {
                                 .write(p, &data, dirty)
                                 .map_err(|e| ssd_fault(e, role))?;
                         }
+                        // A client write's TRIMs of its page's older copies
+                        // wait until the new copy is on the WO-SSD: the
+                        // WO-SSD's unmap goes into the same commit as the new
+                        // mapping (`Ssd::write`), the RO-SSD's after it, so
+                        // no crash or failure in between finds the last
+                        // flushed version gone.
+                        OpKind::Trim if req_page == Some(p) => {
+                            if role == Role::RoSsd {
+                                deferred_ro_unmap = true;
+                            }
+                        }
                         OpKind::Trim => {
                             self.ssd(role).unmap(p).map_err(|e| ssd_fault(e, role))?;
                         }
@@ -292,6 +304,9 @@ impl State {
                     return Err(Fault::Other("internal: TICA has no mirror SSD".into()))
                 }
             }
+        }
+        if let (true, Some(p)) = (deferred_ro_unmap, req_page) {
+            self.ro.unmap(p).map_err(|e| ssd_fault(e, Role::RoSsd))?;
         }
         Ok(bufs)
     }

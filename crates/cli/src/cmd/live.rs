@@ -107,7 +107,7 @@ impl PolicyArgs {
 #[derive(Args, Debug)]
 pub struct FormatArgs {
     /// Cache device (file or block device; a file is created with --size).
-    #[arg(long, required_unless_present = "tiers")]
+    #[arg(long, required_unless_present_any = ["tiers", "ro_ssd"])]
     pub cache: Option<PathBuf>,
     /// Backing device the cache will front (file or block device).
     #[arg(long, required_unless_present = "tiers")]
@@ -122,9 +122,17 @@ pub struct FormatArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub tier: super::tier_live::TierFormatArgs,
+    #[command(flatten)]
+    pub tica: super::tica_live::TicaFormatArgs,
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
+    let backing = a.backing.as_deref();
+    if let Some(r) =
+        super::tica_live::format(&a.tier.mode, &a.tica, backing, a.size.as_deref(), a.force)
+    {
+        return r;
+    }
     if let Some(r) = super::tier_live::format(&a.tier, a.size.as_deref(), a.force) {
         return r;
     }
@@ -213,6 +221,9 @@ pub async fn serve_async(
 ) -> Result<()> {
     if a.no_cache {
         return serve_uncached(a, ready).await;
+    }
+    if super::tica_live::is_tica(&a.cache) {
+        return super::tica_live::serve(a, ready).await;
     }
     if super::tier_live::is_tiered(&a) {
         return super::tier_live::serve(a, ready).await;
@@ -392,6 +403,10 @@ impl CtlArgs {
 
 pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
     let v = runtime()?.block_on(control::request(&a.socket(), cmd))?;
+    if v["mode"] == "tica" && cmd == "stats" && !a.json {
+        super::tica_live::print_stats(&v);
+        return Ok(());
+    }
     if v["mode"] == "tier" && cmd == "stats" && !a.json {
         super::tier_live::print_stats(&v);
         return Ok(());

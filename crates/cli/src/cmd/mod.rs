@@ -7,5 +7,6 @@ pub mod modes;
 pub mod plot_cmd;
 pub mod reproduce;
 pub mod sim;
+pub mod tica_live;
 pub mod tier_live;
 pub mod trace;
