@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Metadata-first caching on an unmodified host, end to end (issue 7).
 #
-# Runs the same metadata-heavy workload twice through the live server with
-# Azor's two-level block selection (2lbs), once with the filesystem classifier
-# on (`serve --fs-classify auto`) and once off, and prints the metadata hit
-# ratio and the workload's wall time of each.
+# Runs the same metadata-heavy workload through the live server with Azor's
+# two-level block selection (2lbs) in three configurations, REPEAT times each,
+# interleaved, and prints the metadata hit ratio and the workload's wall time:
+#   on         classifier on (`serve --fs-classify auto`), 2LBS levels 1 and 2
+#   on-nometa  classifier on, but 2LBS level 1 (metadata first) off: the core
+#              decides as if it knew no classes, while the classifier still
+#              labels requests, so the metadata hit ratio can be measured
+#   off        classifier off (`--fs-classify off`): no classes at all, so no
+#              metadata hit ratio; its time is the plain 2LBS baseline
 #
 # The setup is a real block device with a real filesystem:
 #   tiercache serve (emulated HDD) -> nbdfuse -> losetup -> mkfs.ext4 -> mount
@@ -13,13 +18,14 @@
 # between rounds, so metadata reads reach the device. The cache is small
 # (CACHE) against the data (about FILES x 16 KiB), so admission matters.
 #
-#   sudo bench/fs_metadata_2lbs.sh            # defaults: FILES=3000 DIRS=30 ROUNDS=3 CACHE=24MiB
+#   sudo bench/fs_metadata_2lbs.sh   # defaults: FILES=3000 DIRS=30 ROUNDS=3 CACHE=24MiB REPEAT=2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${FILES:-3000}
 DIRS=${DIRS:-30}
 ROUNDS=${ROUNDS:-3}
 CACHE=${CACHE:-24MiB}
+REPEAT=${REPEAT:-2}
 BIN=${BIN:-target/release/tiercache}
 for t in nbdfuse losetup mkfs.ext4 fusermount3; do
   command -v "$t" >/dev/null || { echo "skip: $t not installed (run scripts/setup.sh)"; exit 0; }
@@ -27,12 +33,17 @@ done
 [ -e /dev/fuse ] || { echo "skip: no /dev/fuse"; exit 0; }
 [ -x "$BIN" ] || cargo build --release --quiet --bin tiercache
 
-run_one() {  # $1 = auto|off ; prints "mode meta_hit_ratio meta_accesses seconds"
-  local mode=$1 dir
+run_one() {  # $1 = on|on-nometa|off ; prints one result line
+  local name=$1 mode=auto levels=metadata,frequency dir
+  case $name in
+    on) ;;
+    on-nometa) levels=frequency ;;
+    off) mode=off ;;
+  esac
   dir=$(mktemp -d /var/tmp/tc-fsmeta.XXXXXX)
   truncate -s 512M "$dir/backing.img"
   "$BIN" format --cache "$dir/cache.img" --backing "$dir/backing.img" --size "$CACHE" \
-      --admission 2lbs --write-policy write-back >/dev/null
+      --admission 2lbs --2lbs-levels "$levels" --write-policy write-back >/dev/null
   "$BIN" serve --cache "$dir/cache.img" --listen "unix:$dir/nbd.sock" --emulate-hdd \
       --fs-classify "$mode" 2>"$dir/serve.log" &
   local spid=$!
@@ -66,18 +77,21 @@ run_one() {  # $1 = auto|off ; prints "mode meta_hit_ratio meta_accesses seconds
   umount "$dir/mnt"; losetup -d "$loop"; fusermount3 -u "$dir/fuse" 2>/dev/null || true
   kill "$fpid" 2>/dev/null || true; wait "$fpid" 2>/dev/null || true
   kill -TERM "$spid"; wait "$spid" || true
-  python3 - "$mode" "$start" "$end" <<EOF
+  python3 - "$name" "$start" "$end" <<EOF
 import json, sys
 s = json.loads('''$stats''')
 mode, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 mh, mm = s["metadata_hits"], s["metadata_misses"]
 acc = mh + mm
-print(f"{mode:5} filesystem={s.get('filesystem')} metadata_hit_ratio={mh / acc if acc else 0:.3f} metadata_accesses={acc} "
+print(f"{mode:9} filesystem={s.get('filesystem')} metadata_hit_ratio={(f'{mh / acc:.3f}' if acc else 'n/a')} metadata_accesses={acc} "
       f"hit_ratio={s['hit_ratio']:.3f} admission_rejects={s['admission_rejects']} workload_s={end - start:.1f}")
 EOF
   rm -rf "$dir"
 }
 
-echo "tiercache fs-metadata bench: FILES=$FILES DIRS=$DIRS ROUNDS=$ROUNDS CACHE=$CACHE, 2lbs, write-back, emulated HDD"
-run_one auto
-run_one off
+echo "tiercache fs-metadata bench: FILES=$FILES DIRS=$DIRS ROUNDS=$ROUNDS CACHE=$CACHE REPEAT=$REPEAT, 2lbs, write-back, emulated HDD"
+for _ in $(seq "$REPEAT"); do
+  run_one on
+  run_one on-nometa
+  run_one off
+done
