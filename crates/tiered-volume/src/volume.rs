@@ -749,7 +749,7 @@ impl TieredVolume {
             }
             let moves = self.plan_round(idle);
             for mv in moves {
-                if self.stop.load(Ordering::Acquire) {
+                if self.stop.load(Ordering::Acquire) || !self.checkpoint_if_full() {
                     break;
                 }
                 let now = Instant::now();
@@ -769,11 +769,21 @@ impl TieredVolume {
                     }
                 }
             }
-            let due = lock(&self.journal).needs_checkpoint(64);
-            if due {
-                if let Err(e) = self.checkpoint() {
-                    self.fail(format!("checkpoint: {e}"));
-                }
+            self.checkpoint_if_full();
+        }
+    }
+
+    /// Between migrations: checkpoint when the log lacks room for one more
+    /// migration's records. `false` if that failed (migrations stop).
+    fn checkpoint_if_full(&self) -> bool {
+        if !lock(&self.journal).needs_checkpoint(3) {
+            return true;
+        }
+        match self.checkpoint() {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(format!("checkpoint: {e}"));
+                false
             }
         }
     }

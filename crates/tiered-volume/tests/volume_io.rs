@@ -24,7 +24,9 @@ fn volume_bytes() -> u64 {
 fn setup() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     let probe = Layout::compute(1 << 30, BLOCKS, BS).unwrap();
     let fast_len = probe.data_offset + 8 * u64::from(BS);
-    let layout = Layout::compute(fast_len, BLOCKS, BS).unwrap();
+    let mut layout = Layout::compute(fast_len, BLOCKS, BS).unwrap();
+    // A log of 20 records: checkpoints between the migrations of a round.
+    layout.log_bytes = 20 * 64;
     let fast = Arc::new(MemDev::new("fast", fast_len as usize));
     let slow = Arc::new(MemDev::new("slow", volume_bytes() as usize));
     let id = |p: &str, size| BackingIdentity {
@@ -103,6 +105,8 @@ async fn migrated_blocks_live_in_fast_slots_and_every_byte_reads_back() {
     }
     let st = vol.stats_json();
     assert!(st["promotions"].as_u64().unwrap() >= 4, "{st}");
+    assert_eq!(st["migration_errors"], 0, "{st}");
+    assert!(st["checkpoints"].as_u64().unwrap() > 0, "the small log filled: {st}");
     // Each promoted block's bytes are in its fast slot on the raw device.
     for &b in &hot {
         let loc = vol.location(b).unwrap();
