@@ -106,7 +106,10 @@ async fn migrated_blocks_live_in_fast_slots_and_every_byte_reads_back() {
     let st = vol.stats_json();
     assert!(st["promotions"].as_u64().unwrap() >= 4, "{st}");
     assert_eq!(st["migration_errors"], 0, "{st}");
-    assert!(st["checkpoints"].as_u64().unwrap() > 0, "the small log filled: {st}");
+    assert!(
+        st["checkpoints"].as_u64().unwrap() > 0,
+        "the small log filled: {st}"
+    );
     // Each promoted block's bytes are in its fast slot on the raw device.
     for &b in &hot {
         let loc = vol.location(b).unwrap();
