@@ -1,0 +1,380 @@
+//! The cache device's layout and its superblock, and `format`.
+//!
+//! ```text
+//! 0       superblock copy 0 (4 KiB)     two copies, generation + crc32c
+//! 4 KiB   superblock copy 1
+//! 8 KiB   segment-open journal          one 4 KiB record per segment opened
+//!         checkpoint area 0             the map, alternating with area 1
+//!         checkpoint area 1
+//!         segments (aligned)            summaries + data, written sequentially
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+
+use crate::segment::{Geometry, BLOCK};
+
+/// First 8 bytes of a log-structured cache's superblock.
+pub const MAGIC: &[u8; 8] = b"TCLOGSEG";
+const VERSION: u32 = 1;
+
+/// How client writes reach the backing device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePolicy {
+    /// Writes go to the cache log (dirty); cleaning writes them back.
+    WriteBack,
+    /// Writes go to the backing device, and a clean copy to the cache.
+    WriteThrough,
+}
+
+impl std::str::FromStr for WritePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "write-back" => Ok(WritePolicy::WriteBack),
+            "write-through" => Ok(WritePolicy::WriteThrough),
+            x => Err(format!(
+                "write policy '{x}' is not supported by the log-structured layout (allowed: write-back, write-through)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WritePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WritePolicy::WriteBack => "write-back",
+            WritePolicy::WriteThrough => "write-through",
+        })
+    }
+}
+
+/// What the superblock says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Superblock {
+    /// Bumped at every superblock write; the higher valid copy wins.
+    pub generation: u64,
+    /// Closed cleanly (checkpoint complete, journal empty).
+    pub clean: bool,
+    pub write_policy: WritePolicy,
+    /// Share of data slots that may be dirty before write-back cleaning starts.
+    pub dirty_target: f64,
+    pub seg_bytes: u64,
+    pub nsegs: u32,
+    pub journal_off: u64,
+    pub journal_records: u32,
+    pub ckpt_off: [u64; 2],
+    pub ckpt_bytes: u64,
+    pub seg_off: u64,
+    pub backing_size: u64,
+    pub backing_path: String,
+}
+
+impl Superblock {
+    /// Segment geometry.
+    pub fn geometry(&self) -> Geometry {
+        Geometry::new(self.seg_bytes).expect("validated at decode")
+    }
+    /// Data slots of the whole cache.
+    pub fn slots(&self) -> u64 {
+        self.nsegs as u64 * self.geometry().data_blocks() as u64
+    }
+    /// Backing device size in blocks.
+    pub fn backing_blocks(&self) -> u64 {
+        self.backing_size / BLOCK
+    }
+
+    /// One 4 KiB copy.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(4096);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.generation.to_le_bytes());
+        b.push(self.clean as u8);
+        b.push(match self.write_policy {
+            WritePolicy::WriteBack => 0,
+            WritePolicy::WriteThrough => 1,
+        });
+        for v in [
+            self.dirty_target.to_bits(),
+            self.seg_bytes,
+            self.nsegs as u64,
+            self.journal_off,
+            self.journal_records as u64,
+            self.ckpt_off[0],
+            self.ckpt_off[1],
+            self.ckpt_bytes,
+            self.seg_off,
+            self.backing_size,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        let p = self.backing_path.as_bytes();
+        b.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        b.extend_from_slice(p);
+        b.resize(4096, 0);
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parse one copy; `None` when it is not a valid superblock.
+    pub fn decode(b: &[u8]) -> Option<Superblock> {
+        if b.len() < 4096
+            || &b[..8] != MAGIC
+            || crc32c::crc32c(&b[..4092]) != u32::from_le_bytes(b[4092..4096].try_into().ok()?)
+        {
+            return None;
+        }
+        if u32::from_le_bytes(b[8..12].try_into().ok()?) != VERSION {
+            return None;
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let generation = u64_at(12);
+        let clean = b[20] != 0;
+        let write_policy = match b[21] {
+            0 => WritePolicy::WriteBack,
+            1 => WritePolicy::WriteThrough,
+            _ => return None,
+        };
+        let v: Vec<u64> = (0..10).map(|i| u64_at(22 + 8 * i)).collect();
+        let plen = u16::from_le_bytes(b[102..104].try_into().ok()?) as usize;
+        if 104 + plen > 4092 {
+            return None;
+        }
+        let backing_path = String::from_utf8(b[104..104 + plen].to_vec()).ok()?;
+        let sb = Superblock {
+            generation,
+            clean,
+            write_policy,
+            dirty_target: f64::from_bits(v[0]),
+            seg_bytes: v[1],
+            nsegs: v[2] as u32,
+            journal_off: v[3],
+            journal_records: v[4] as u32,
+            ckpt_off: [v[5], v[6]],
+            ckpt_bytes: v[7],
+            seg_off: v[8],
+            backing_size: v[9],
+            backing_path,
+        };
+        Geometry::new(sb.seg_bytes).ok()?;
+        Some(sb)
+    }
+
+    /// Read the newer valid copy from `dev`.
+    pub fn read(dev: &dyn BlockDev) -> Option<Superblock> {
+        let mut b = vec![0u8; 8192];
+        dev.read_at(&mut b, 0).ok()?;
+        let a = Superblock::decode(&b[..4096]);
+        let c = Superblock::decode(&b[4096..]);
+        match (a, c) {
+            (Some(a), Some(c)) => Some(if c.generation > a.generation { c } else { a }),
+            (a, c) => a.or(c),
+        }
+    }
+
+    /// Write both copies (one, sync, the other, sync) with the next generation.
+    pub fn write(&mut self, dev: &dyn BlockDev) -> std::io::Result<()> {
+        self.generation += 1;
+        let b = self.encode();
+        for copy in [0u64, 4096] {
+            dev.write_at(&b, copy)?;
+            dev.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` holds a log-structured cache.
+pub fn detect(path: &Path) -> bool {
+    let Ok(f) = FileDev::open(path, FileDevOptions::default()) else {
+        return false;
+    };
+    f.len() >= 8192 && Superblock::read(&f).is_some()
+}
+
+/// What `format` needs.
+#[derive(Clone, Debug)]
+pub struct FormatOptions {
+    pub cache: PathBuf,
+    pub backing: PathBuf,
+    /// Create (or extend) a cache file of this size.
+    pub create_size: Option<u64>,
+    pub write_policy: WritePolicy,
+    pub dirty_target: f64,
+    /// Segment size (default 1 MiB).
+    pub seg_bytes: u64,
+    /// Overwrite an existing cache or filesystem.
+    pub force: bool,
+}
+
+/// Place journal, checkpoints and segments on a device of `len` bytes.
+pub fn plan(len: u64, seg_bytes: u64) -> Result<Superblock> {
+    let g = Geometry::new(seg_bytes).map_err(anyhow::Error::msg)?;
+    let journal_off = 8192u64;
+    let guess = (len / seg_bytes) as u32;
+    let journal_records = (guess / 4).clamp(16, 512);
+    let place = |nsegs: u32| -> (u64, u64, u64) {
+        let entries = nsegs as u64 * g.data_blocks() as u64;
+        let ckpt_bytes = (BLOCK + 8 * nsegs as u64 + 12 * entries).div_ceil(BLOCK) * BLOCK;
+        let c0 = journal_off + journal_records as u64 * BLOCK;
+        let end = c0 + 2 * ckpt_bytes;
+        let seg_off = end.div_ceil(seg_bytes) * seg_bytes;
+        (ckpt_bytes, c0, seg_off)
+    };
+    let mut nsegs = guess;
+    while nsegs > 0 && place(nsegs).2 + nsegs as u64 * seg_bytes > len {
+        nsegs -= 1;
+    }
+    if nsegs < 4 {
+        bail!(
+            "the cache device ({len} bytes) is too small: it needs room for at least 4 segments of {seg_bytes} bytes plus metadata"
+        );
+    }
+    let (ckpt_bytes, c0, seg_off) = place(nsegs);
+    Ok(Superblock {
+        generation: 0,
+        clean: true,
+        write_policy: WritePolicy::WriteBack,
+        dirty_target: 0.25,
+        seg_bytes,
+        nsegs,
+        journal_off,
+        journal_records,
+        ckpt_off: [c0, c0 + ckpt_bytes],
+        ckpt_bytes,
+        seg_off,
+        backing_size: 0,
+        backing_path: String::new(),
+    })
+}
+
+fn open_rw(path: &Path, what: &str) -> Result<Arc<dyn BlockDev>> {
+    Ok(Arc::new(
+        FileDev::open(path, FileDevOptions::default())
+            .with_context(|| format!("opening the {what} {}", path.display()))?,
+    ))
+}
+
+/// Write a new, empty log-structured cache on `o.cache` for `o.backing`.
+/// Refuses a backing size that is not a non-empty multiple of 4 KiB, the
+/// same device twice, and (unless `force`) a device holding a cache or a
+/// filesystem.
+pub fn format(o: &FormatOptions) -> Result<Superblock> {
+    if !(0.0..=1.0).contains(&o.dirty_target) {
+        bail!("dirty target {} must lie between 0 and 1", o.dirty_target);
+    }
+    let cache = std::path::absolute(&o.cache)
+        .with_context(|| format!("resolving {}", o.cache.display()))?;
+    let backing = std::path::absolute(&o.backing)
+        .with_context(|| format!("resolving {}", o.backing.display()))?;
+    if cache == backing {
+        bail!("the cache and the backing device must be different devices");
+    }
+    if let Some(size) = o.create_size {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&cache)
+            .with_context(|| format!("creating {}", cache.display()))?;
+        if f.metadata()?.is_file() && f.metadata()?.len() < size {
+            f.set_len(size)
+                .with_context(|| format!("sizing {}", cache.display()))?;
+        }
+    }
+    let bdev = open_rw(&backing, "backing device")?;
+    let backing_size = bdev.len();
+    if backing_size == 0 || backing_size % BLOCK != 0 {
+        bail!(
+            "backing device {} has {backing_size} bytes: the log-structured cache needs a non-empty multiple of 4 KiB",
+            backing.display()
+        );
+    }
+    let dev = open_rw(&cache, "cache device")?;
+    if !o.force {
+        if Superblock::read(dev.as_ref()).is_some() {
+            bail!(
+                "{} already holds a log-structured cache (use --force to overwrite it)",
+                cache.display()
+            );
+        }
+        let mut head = [0u8; 8];
+        if dev.len() >= 8
+            && dev.read_at(&mut head, 0).is_ok()
+            && &head == tiercache_store::superblock::MAGIC
+        {
+            bail!(
+                "{} already holds a tiercache cache (use --force to overwrite it)",
+                cache.display()
+            );
+        }
+        if let Ok(Some(fs)) = tiercache_store::detect_foreign(&crate::meta::Meta(Arc::clone(&dev)))
+        {
+            bail!(
+                "{} holds {fs} (use --force to overwrite it)",
+                cache.display()
+            );
+        }
+    }
+    let mut sb = plan(dev.len(), o.seg_bytes)?;
+    sb.write_policy = o.write_policy;
+    sb.dirty_target = o.dirty_target;
+    sb.backing_size = backing_size;
+    sb.backing_path = backing.display().to_string();
+    if sb.backing_path.len() > 2048 {
+        bail!("backing path is too long ({} bytes)", sb.backing_path.len());
+    }
+    crate::map::SparseMap::new(0, sb.backing_blocks(), sb.slots()).map_err(anyhow::Error::msg)?;
+    // An empty checkpoint (epoch 1) in area 1, and no journal records, make an empty cache.
+    for off in (sb.journal_off..sb.journal_off + sb.journal_records as u64 * BLOCK).step_by(1 << 20)
+    {
+        let n = (1u64 << 20).min(sb.journal_off + sb.journal_records as u64 * BLOCK - off);
+        dev.write_at(&vec![0u8; n as usize], off)?;
+    }
+    dev.write_at(&[0u8; 4096], sb.ckpt_off[0])?;
+    let ck = crate::checkpoint::Checkpoint::empty(1, sb.nsegs);
+    ck.write(dev.as_ref(), &sb)?;
+    // Invalidate every segment's summaries, so no older life is believed.
+    let g = sb.geometry();
+    let zero = vec![0u8; 2 * g.summary_blocks as usize * BLOCK as usize];
+    for s in 0..sb.nsegs {
+        dev.write_at(&zero, sb.seg_off + s as u64 * sb.seg_bytes)?;
+    }
+    dev.flush()?;
+    sb.write(dev.as_ref())?;
+    Ok(sb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_fits_and_aligns() {
+        let sb = plan(64 << 20, 1 << 20).unwrap();
+        assert!(sb.seg_off % (1 << 20) == 0);
+        assert!(sb.seg_off + sb.nsegs as u64 * sb.seg_bytes <= 64 << 20);
+        assert!(sb.ckpt_bytes >= 12 * sb.slots());
+        assert!(sb.nsegs >= 50, "{}", sb.nsegs);
+        assert!(plan(2 << 20, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn superblock_round_trip() {
+        let mut sb = plan(64 << 20, 1 << 20).unwrap();
+        sb.backing_path = "/tmp/x".into();
+        sb.backing_size = 1 << 30;
+        sb.write_policy = WritePolicy::WriteThrough;
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b), Some(sb.clone()));
+        let mut bad = b.clone();
+        bad[200] = 1;
+        assert_eq!(Superblock::decode(&bad), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! The live log-structured cache store: FlashTier's solid-state cache
+//! design applied on a commodity SSD, as a write-back or write-through
+//! cache of 4 KiB blocks in front of a backing device.
+//!
+//! - [`layout`]: the device layout, the superblock and `format`.
+//! - [`segment`]: segments (1 MiB by default, erase-block sized, written
+//!   sequentially) and their summaries (blocks, dirty flags, sequence
+//!   numbers, crc32c).
+//! - [`map`]: the unified sparse map, block -> slot with a dirty flag, in
+//!   under 8 bytes of host memory per cached block.
+//! - [`checkpoint`]: checkpoints of the map and the journal of segments
+//!   opened since.
+//! - [`cleaning`]: victim choice (greedy or cost-benefit).
+//! - [`cache`]: requests, appends, segment cleaning with silent eviction of
+//!   clean blocks, write-back cleaning at a dirty target, FLUSH and FUA,
+//!   device failures.
+//! - [`recovery`]: open after a clean shutdown or a crash.
+//! - [`export`], [`control`], [`serve`]: NBD export, control socket, `serve`.
+//!
+//! Guarantees (FlashTier Table II and 4.2, NBD semantics): a write
+//! acknowledged before a completed FLUSH (or written with FUA) survives a
+//! crash; clean data may be lost; a read never returns a block older than
+//! the newest acknowledged write or older than the backing device's copy.
+
+pub mod cache;
+pub mod checkpoint;
+pub mod cleaning;
+pub mod control;
+pub mod export;
+pub mod layout;
+pub mod map;
+mod meta;
+pub mod recovery;
+pub mod segment;
+pub mod serve;
+
+pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
+pub use cleaning::VictimPolicy;
+pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
+pub use recovery::{open, open_with_devices, OpenOptions};
+pub use segment::BLOCK;
+pub use serve::{serve, serve_cache, ServeOptions};

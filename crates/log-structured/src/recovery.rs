@@ -1,0 +1,198 @@
+//! Opening a cache: recovery of the map from the newest checkpoint plus
+//! the segment summaries written after it.
+//!
+//! 1. The newest valid checkpoint gives the map, each segment's sequence
+//!    number, and the open segment with the number of its entries covered.
+//!    After an unclean shutdown its clean entries are dropped: clean data
+//!    may be lost (FlashTier Table II), and a clean copy could be older than
+//!    a write-through or bypassed write the backing device got later.
+//! 2. The journal names the segments opened since, in order. Their old
+//!    lives are gone: checkpoint entries pointing into them are dropped.
+//! 3. Replay, in log order: the checkpoint's open segment from its covered
+//!    count, then each journaled segment whose durable summary has the
+//!    journaled sequence number. A dirty entry maps its block; a clean one
+//!    after an unclean shutdown unmaps it (the backing copy is as new).
+//! 4. A new checkpoint makes this the base, the superblock says "open".
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+
+use crate::cache::{LogCache, RecoveryInfo, State};
+use crate::checkpoint::{read_journal, Checkpoint, NONE};
+use crate::cleaning::{SegInfo, SegState};
+use crate::layout::Superblock;
+use crate::map::{Entry, SparseMap};
+use crate::segment::{decode_entry, Summary, BLOCK};
+
+/// Where the cache is.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    pub cache: PathBuf,
+    /// Backing device [default: the one recorded at format time].
+    pub backing: Option<PathBuf>,
+    /// Open the devices with O_DIRECT where they allow it.
+    pub direct: bool,
+}
+
+fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> {
+    let o = FileDevOptions {
+        direct,
+        ..Default::default()
+    };
+    Ok(Arc::new(FileDev::open(path, o).with_context(|| {
+        format!("opening the {what} {}", path.display())
+    })?))
+}
+
+/// Open (and recover) the cache at `o.cache` on real files or devices.
+pub fn open(o: &OpenOptions) -> Result<Arc<LogCache>> {
+    let cache = open_dev(&o.cache, o.direct, "cache device")?;
+    let Some(sb) = Superblock::read(cache.as_ref()) else {
+        bail!("{} holds no log-structured cache", o.cache.display());
+    };
+    let bpath = o
+        .backing
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&sb.backing_path));
+    let backing = open_dev(&bpath, o.direct, "backing device")?;
+    open_with_devices(cache, backing, &bpath)
+}
+
+/// Open the cache on already-open devices (tests wrap them in fault injectors).
+pub fn open_with_devices(
+    cache: Arc<dyn BlockDev>,
+    backing: Arc<dyn BlockDev>,
+    backing_path: &Path,
+) -> Result<Arc<LogCache>> {
+    let t0 = Instant::now();
+    let Some(mut sb) = Superblock::read(cache.as_ref()) else {
+        bail!("{} holds no log-structured cache superblock", cache.name());
+    };
+    if backing.len() != sb.backing_size {
+        bail!(
+            "backing device {} has {} bytes, the cache was formatted for {} bytes ({})",
+            backing_path.display(),
+            backing.len(),
+            sb.backing_size,
+            sb.backing_path
+        );
+    }
+    if sb.seg_off + sb.nsegs as u64 * sb.seg_bytes > cache.len() {
+        bail!(
+            "cache device {} is smaller than its superblock says",
+            cache.name()
+        );
+    }
+    let geo = sb.geometry();
+    let d = geo.data_blocks();
+    let slots = sb.slots();
+    let ck = Checkpoint::read_newest(cache.as_ref(), &sb)
+        .context("reading the checkpoints")?
+        .context("the cache holds no valid checkpoint")?;
+    if ck.seg_seqs.len() != sb.nsegs as usize {
+        bail!(
+            "the checkpoint describes {} segments, the superblock {}",
+            ck.seg_seqs.len(),
+            sb.nsegs
+        );
+    }
+    let unclean = !sb.clean;
+    let mut info = RecoveryInfo {
+        clean_shutdown: sb.clean,
+        checkpoint_epoch: ck.epoch,
+        checkpoint_entries: ck.entries.len() as u64,
+        ..Default::default()
+    };
+    let mut map = SparseMap::new(slots, sb.backing_blocks(), slots).map_err(anyhow::Error::msg)?;
+    let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
+    for &(lba, dirty, slot) in &ck.entries {
+        if slot as u64 >= slots {
+            return Err(bad(format!(
+                "checkpoint maps block {lba} to slot {slot} of {slots}"
+            )));
+        }
+        if unclean && !dirty {
+            info.dropped_clean += 1;
+            continue;
+        }
+        map.insert(lba, Entry { slot, dirty })
+            .map_err(|e| bad(format!("checkpoint: {e}")))?;
+    }
+    let mut seqs = ck.seg_seqs.clone();
+    let journal = read_journal(cache.as_ref(), &sb, ck.epoch).context("reading the journal")?;
+    let mut rewritten = vec![false; sb.nsegs as usize];
+    for r in &journal {
+        rewritten[r.seg as usize] = true;
+    }
+    if !journal.is_empty() {
+        map.retain(|_, e| !rewritten[(e.slot / d) as usize]);
+    }
+    let mut replay: Vec<(u32, u64, usize)> = Vec::new();
+    if ck.open_seg != NONE
+        && (ck.open_seg as usize) < rewritten.len()
+        && !rewritten[ck.open_seg as usize]
+    {
+        replay.push((ck.open_seg, ck.open_seq, ck.open_count as usize));
+    }
+    replay.extend(journal.iter().map(|r| (r.seg, r.seq, 0)));
+    let mut next_seq = ck.next_seq;
+    let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
+    for (seg, seq, from) in replay {
+        next_seq = next_seq.max(seq + 1);
+        seqs[seg as usize] = seq;
+        cache
+            .read_at(&mut head, sb.seg_off + seg as u64 * sb.seg_bytes)
+            .with_context(|| format!("reading the summary of segment {seg}"))?;
+        let Some(s) = Summary::pick(&head, seg, &geo).filter(|s| s.seq == seq) else {
+            continue; // opened, but nothing in it was ever made durable
+        };
+        info.replayed_segments += 1;
+        for (k, &e) in s.entries.iter().enumerate().skip(from) {
+            let Some((lba, dirty)) = decode_entry(e) else {
+                continue;
+            };
+            info.replayed_entries += 1;
+            let slot = seg * d + k as u32;
+            if dirty || !unclean {
+                map.insert(lba, Entry { slot, dirty })
+                    .map_err(|e| bad(format!("segment {seg}: {e}")))?;
+            } else {
+                map.remove(lba);
+            }
+        }
+    }
+    let mut segs: Vec<SegInfo> = seqs
+        .iter()
+        .map(|&seq| SegInfo {
+            state: SegState::Free,
+            seq,
+            live: 0,
+        })
+        .collect();
+    for (_, e) in map.iter() {
+        segs[(e.slot / d) as usize].live += 1;
+    }
+    for s in &mut segs {
+        if s.live > 0 {
+            s.state = SegState::Sealed;
+        }
+    }
+    info.mapped_blocks = map.len() as u64;
+    info.dirty_blocks = map.dirty() as u64;
+    sb.clean = false;
+    let st = State::new(sb.clone(), map, segs, next_seq, ck.epoch);
+    let lc = LogCache::new(
+        Arc::clone(&cache),
+        backing,
+        backing_path,
+        st,
+        RecoveryInfo::default(),
+    );
+    lc.recovered().map_err(|e| anyhow::anyhow!("{e}"))?;
+    info.duration = t0.elapsed();
+    Ok(Arc::new(lc.with_recovery(info)))
+}
