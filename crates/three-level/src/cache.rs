@@ -468,6 +468,12 @@ impl State {
     /// FLUSH: make every acknowledged write durable.
     fn flush(&mut self) -> Result<(), CacheError> {
         self.counters.flushes += 1;
+        self.sync()
+    }
+
+    /// Commit everything (degrading on an SSD error; then the backing
+    /// device is complete and flushed).
+    fn sync(&mut self) -> Result<(), CacheError> {
         loop {
             if self.degraded.is_some() {
                 return self.backing_flush();
@@ -779,7 +785,7 @@ impl ThreeLevel {
             && (s.wo.has_pending() || s.ro.has_pending())
             && s.wo.since_commit() > Duration::from_secs(1)
         {
-            s.flush()?;
+            s.sync()?;
         }
         Ok(n)
     }
