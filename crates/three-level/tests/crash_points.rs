@@ -128,7 +128,7 @@ fn crash_inside_a_write_keeps_every_flushed_version() {
         x ^= x >> 7;
         x ^= x << 17;
         // A hot half gets three quarters of the writes (rewrites of cached dirty pages).
-        let pg = if x % 4 != 0 {
+        let pg = if !x.is_multiple_of(4) {
             (x >> 8) % (PAGES / 2)
         } else {
             (x >> 8) % PAGES
