@@ -3,6 +3,7 @@
 pub mod classify;
 pub mod demo;
 pub mod live;
+pub mod ls_live;
 pub mod modes;
 pub mod plot_cmd;
 pub mod reproduce;

@@ -1,0 +1,152 @@
+//! The live log-structured cache in `format` (`--layout log-structured`),
+//! `serve` and `stats`; the logic is in `tiercache-log-structured`.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use std::path::Path;
+use tiercache_log_structured as ls;
+use tiercache_sim::units::{format_bytes, parse_bytes};
+
+/// `format` options of the cache layout.
+#[derive(Args, Debug, Clone)]
+pub struct LsFormatArgs {
+    /// Cache layout: in-place (slots rewritten in place) or log-structured
+    /// (FlashTier's design: segments written sequentially, a unified sparse
+    /// map, cleaning that drops clean data and moves only dirty data).
+    #[arg(long, default_value = "in-place")]
+    pub layout: String,
+    /// Log-structured layout: segment size (erase-block sized), 64KiB to 64MiB.
+    #[arg(long, default_value = "1MiB")]
+    pub segment_size: String,
+}
+
+/// `tiercache format --layout log-structured`; `None` for the in-place layout.
+pub fn format(a: &super::live::FormatArgs) -> Option<Result<()>> {
+    match a.ls.layout.as_str() {
+        "in-place" => None,
+        "log-structured" => Some(format_ls(a)),
+        x => Some(Err(anyhow::anyhow!(
+            "--layout '{x}' is not understood (allowed: in-place, log-structured)"
+        ))),
+    }
+}
+
+fn format_ls(a: &super::live::FormatArgs) -> Result<()> {
+    let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
+        bail!("--layout log-structured needs --cache PATH and --backing PATH");
+    };
+    if a.tier.mode != "cache" {
+        bail!("--layout log-structured formats a cache (--mode cache)");
+    }
+    let o = ls::FormatOptions {
+        cache: cache.clone(),
+        backing: backing.clone(),
+        create_size: a
+            .size
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
+        write_policy: a.policy.write_policy.parse().map_err(anyhow::Error::msg)?,
+        dirty_target: a.policy.dirty_target,
+        seg_bytes: parse_bytes(&a.ls.segment_size).map_err(anyhow::Error::msg)?,
+        force: a.force,
+    };
+    let sb = ls::format(&o)?;
+    println!(
+        "formatted log-structured cache {}: {} segments of {} ({} blocks of 4 KiB, {} of cache), {}, for backing {}",
+        cache.display(),
+        sb.nsegs,
+        format_bytes(sb.seg_bytes),
+        sb.slots(),
+        format_bytes(sb.slots() * ls::BLOCK),
+        sb.write_policy,
+        backing.display()
+    );
+    Ok(())
+}
+
+/// Whether `serve --cache PATH` names a log-structured cache.
+pub fn is_log_structured(cache: &Path) -> bool {
+    ls::detect(cache)
+}
+
+/// `tiercache serve` on a log-structured cache.
+pub async fn serve(
+    a: super::live::ServeArgs,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    if a.emulate_hdd || a.fs_classify != "off" {
+        bail!("--emulate-hdd and --fs-classify are not supported by the log-structured cache");
+    }
+    let o = ls::ServeOptions {
+        cache: a.cache.clone(),
+        backing: a.backing.clone(),
+        listen: a.listen.clone(),
+        export: a.export.clone(),
+        read_only: a.read_only,
+        control: a.control.clone(),
+        direct: a.direct,
+    };
+    ls::serve(o, ready).await
+}
+
+/// Print `tiercache stats` of a log-structured cache (the control answer `v`).
+pub fn print_stats(v: &serde_json::Value) {
+    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
+    let (s, c, m, r) = (&v["segments"], &v["cleaning"], &v["map"], &v["recovery"]);
+    println!("status            {}", v["status"].as_str().unwrap_or("?"));
+    println!(
+        "layout            log-structured, {}, {} segments of {} KiB",
+        v["write_policy"].as_str().unwrap_or("?"),
+        s["total"],
+        s["bytes"].as_u64().unwrap_or(0) / 1024
+    );
+    println!(
+        "occupancy         {:.1} % ({} of {} blocks), dirty {}",
+        f(&v["occupancy"]) * 100.0,
+        v["mapped_blocks"],
+        v["slots"],
+        v["dirty_blocks"]
+    );
+    println!(
+        "hit ratio         {:.2} % (hits {}, misses {}; reads {} / {}, writes {} / {})",
+        f(&v["hit_ratio"]) * 100.0,
+        v["hits"],
+        v["misses"],
+        v["read_hits"],
+        v["read_misses"],
+        v["write_hits"],
+        v["write_misses"]
+    );
+    println!(
+        "segments          {} free, {} open, {} sealed; {} opened",
+        s["free"], s["open"], s["sealed"], s["opened"]
+    );
+    println!(
+        "cleaning          {} segments: {} silent evictions, {} dirty blocks moved, {} written back; {} written back at the dirty target",
+        c["segments_cleaned"],
+        c["silent_evictions"],
+        c["moved_dirty_blocks"],
+        c["cleaning_written_back"],
+        c["written_back"]
+    );
+    println!(
+        "map               {:.2} B per cached block ({:.2} B per block when full, {} B entries)",
+        f(&m["bytes_per_cached_block"]),
+        f(&m["bytes_per_block_full"]),
+        m["entry_bytes"]
+    );
+    println!(
+        "errors            cache {}, backing {}",
+        v["errors"]["cache"], v["errors"]["backing"]
+    );
+    println!(
+        "recovery          {:.1} ms, clean shutdown {}, {} blocks ({} dirty), {} segments replayed",
+        f(&r["ms"]),
+        r["clean_shutdown"],
+        r["mapped_blocks"],
+        r["dirty_blocks"],
+        r["replayed_segments"]
+    );
+}
