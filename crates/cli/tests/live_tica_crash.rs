@@ -115,6 +115,16 @@ fn crash_rounds(label: &str, policy: &str, default_rounds: u64, default_seed: u6
             }
             c.disconnect();
             let st = srv.stats();
+            let text = tiercache(&["stats", "--cache", entry.to_str().unwrap()]);
+            for want in [
+                "status            ok",
+                "hit ratio",
+                "RO-SSD",
+                "WO-SSD",
+                "page writes",
+            ] {
+                assert!(text.contains(want), "stats text lacks {want:?}:\n{text}");
+            }
             tiercache(&["detach", "--cache", entry.to_str().unwrap()]);
             let status = srv.wait_exit();
             assert!(status.success(), "server after detach exited with {status}");

@@ -313,3 +313,143 @@ impl Ssd {
         self.store.take().map(|s| s.superblock().clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tiercache_io::MemDev;
+    use tiercache_store::FormatParams;
+
+    fn backing() -> BackingIdentity {
+        BackingIdentity {
+            path: "/backing".into(),
+            size: 1 << 30,
+            fingerprint: 0,
+            file_id: Some((1, 2)),
+            serial: None,
+        }
+    }
+
+    fn formatted() -> Arc<dyn BlockDev> {
+        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("wo", (1 << 20) + 16 * PAGE as usize));
+        let params = FormatParams {
+            line_size: PAGE as u32,
+            sub_block_size: PAGE as u32,
+            log_bytes: Some(256 << 10),
+            policy: "{}".into(),
+            backing: backing(),
+        };
+        tiercache_store::format(&MetaDev(Arc::clone(&dev)), &params, false).unwrap();
+        dev
+    }
+
+    /// Open the store on `dev` as recovery does (no close before: a crash).
+    fn open(dev: &Arc<dyn BlockDev>, keep: bool) -> Ssd {
+        let o = tiercache_store::open(MetaDev(Arc::clone(dev)), &backing()).unwrap();
+        Ssd::new(
+            Role::WoSsd,
+            "wo".into(),
+            Arc::clone(dev),
+            o.store,
+            &o.table,
+            keep,
+        )
+        .unwrap()
+    }
+
+    fn page(v: u8) -> Vec<u8> {
+        vec![v; PAGE as usize]
+    }
+
+    #[test]
+    fn an_unmapped_slot_is_reused_only_after_a_commit() {
+        let dev = formatted();
+        let mut s = open(&dev, true);
+        assert_eq!(s.slots(), 16);
+        s.write(5, &page(5), true).unwrap();
+        let first = s.get(5).unwrap().slot;
+        s.unmap(5).unwrap();
+        s.write(6, &page(6), true).unwrap();
+        assert_ne!(
+            s.get(6).unwrap().slot,
+            first,
+            "the unmap is not durable yet"
+        );
+        s.commit().unwrap();
+        s.write(7, &page(7), false).unwrap();
+        assert_eq!(s.get(7).unwrap().slot, first, "free after the commit");
+        assert_eq!((s.used(), s.dirty()), (2, 1));
+    }
+
+    #[test]
+    fn only_committed_records_survive_a_crash() {
+        let dev = formatted();
+        let mut s = open(&dev, true);
+        s.write(1, &page(1), true).unwrap();
+        s.write(2, &page(2), false).unwrap();
+        s.commit().unwrap();
+        s.write(3, &page(3), true).unwrap(); // never committed
+        s.mark_clean(1).unwrap(); // never committed
+        drop(s);
+        let mut s = open(&dev, true);
+        assert_eq!(s.get(1).map(|e| e.dirty), Some(true));
+        assert_eq!(s.get(2).map(|e| e.dirty), Some(false));
+        assert_eq!(s.get(3), None);
+        assert_eq!(s.read(1).unwrap(), page(1));
+        assert_eq!(s.read(2).unwrap(), page(2));
+        // A rewrite moves the page: old slot unmapped and new one mapped in one commit.
+        s.write(1, &page(9), true).unwrap();
+        s.mark_clean(2).unwrap();
+        s.commit().unwrap();
+        drop(s);
+        let mut s = open(&dev, true);
+        assert_eq!(s.read(1).unwrap(), page(9));
+        assert_eq!(s.get(2).map(|e| e.dirty), Some(false));
+        assert_eq!(s.used(), 2);
+        // keep = false: the table is discarded durably.
+        drop(s);
+        let s = open(&dev, false);
+        assert_eq!(s.used(), 0);
+        drop(s);
+        assert_eq!(open(&dev, true).used(), 0);
+    }
+
+    #[test]
+    fn a_full_log_becomes_a_checkpoint() {
+        let dev = formatted();
+        let mut s = open(&dev, true);
+        // 64 log blocks of 4 KiB: thousands of records force checkpoints.
+        for i in 0..6000u64 {
+            let p = i % 12;
+            s.write(p, &page(p as u8), true).unwrap();
+            if !s.has_free_slot() {
+                s.commit().unwrap();
+            }
+        }
+        s.commit().unwrap();
+        assert!(
+            s.checkpoints > 0,
+            "commits {} checkpoints {}",
+            s.commits,
+            s.checkpoints
+        );
+        drop(s);
+        let mut s = open(&dev, true);
+        assert_eq!(s.used(), 12);
+        for p in 0..12u64 {
+            assert_eq!(s.read(p).unwrap(), page(p as u8));
+        }
+    }
+
+    #[test]
+    fn a_missing_page_or_slot_is_an_error_not_a_panic() {
+        let dev = formatted();
+        let mut s = open(&dev, true);
+        assert!(s.read(42).is_err());
+        for p in 0..16 {
+            s.write(p, &page(1), true).unwrap();
+        }
+        let e = s.write(99, &page(1), true).unwrap_err();
+        assert!(e.0.contains("no free slot"), "{}", e.0);
+    }
+}
