@@ -75,7 +75,7 @@ fn crash_rounds(label: &str, policy: &str, default_rounds: u64, default_seed: u6
     let (mut recovered, mut written_back, mut survived_newer) = (0u64, 0u64, 0u64);
     for round in 0..=rounds {
         // Alternate the SSD `serve` is given: either finds the pair.
-        let entry = if round % 2 == 0 { &wo } else { &ro };
+        let entry = if round.is_multiple_of(2) { &wo } else { &ro };
         let mut srv = ServeProc::start(entry, &sock, &log);
         let st = srv.stats();
         if st["mode"] != "tica" || st["status"] != "ok" {
