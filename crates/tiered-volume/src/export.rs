@@ -11,7 +11,9 @@ use crate::volume::TieredVolume;
 /// placement is the planner's job) and multi-conn (one shared state; FLUSH
 /// covers every connection).
 pub struct TierExport {
+    /// The volume served.
     pub volume: Arc<TieredVolume>,
+    /// Refuse writes, trims and zeroes.
     pub read_only: bool,
 }
 

@@ -53,9 +53,11 @@ pub struct RecoveryReport {
 
 /// The mapping rebuilt by [`Journal::open`], with the slots to trim.
 pub struct Recovered {
+    /// The mapping after replay.
     pub table: MappingTable,
     /// Slots that may hold data no block maps to.
     pub trim: Vec<Loc>,
+    /// What recovery found.
     pub report: RecoveryReport,
 }
 

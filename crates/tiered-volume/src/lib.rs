@@ -22,4 +22,7 @@ pub mod volume;
 pub use export::TierExport;
 pub use journal::RecoveryReport;
 pub use superblock::{is_tiered_volume, Superblock};
-pub use volume::{format_volume, initialize, open_volume, OpenOptions, TieredVolume, VolumeConfig};
+pub use volume::{
+    check_volume, format_volume, initialize, open_volume, CheckReport, OpenOptions, TieredVolume,
+    VolumeConfig,
+};

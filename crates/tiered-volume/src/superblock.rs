@@ -57,10 +57,15 @@ pub struct TierRecord {
 /// Where each region lives on the fast tier (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Byte offsets of checkpoint regions A and B.
     pub checkpoint_offsets: [u64; 2],
+    /// Bytes of each checkpoint region.
     pub checkpoint_bytes: u64,
+    /// Byte offset of the migration log.
     pub log_offset: u64,
+    /// Bytes of the migration log (64 bytes per record).
     pub log_bytes: u64,
+    /// Byte offset of fast-tier slot 0.
     pub data_offset: u64,
     /// Data slots of the fast tier.
     pub fast_slots: u64,
@@ -102,6 +107,7 @@ impl Layout {
 /// The superblock: what the volume is and where its parts are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Identity of the volume, set at format time.
     pub uuid: [u8; 16],
     /// Tiering block size in bytes.
     pub block_bytes: u32,
@@ -111,6 +117,7 @@ pub struct Superblock {
     pub config: String,
     /// Tiers, fastest first.
     pub tiers: Vec<TierRecord>,
+    /// Where the metadata and the fast tier's slots are.
     pub layout: Layout,
 }
 

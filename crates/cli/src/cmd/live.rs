@@ -124,14 +124,9 @@ pub struct FormatArgs {
     pub tier: super::tier_live::TierFormatArgs,
     #[command(flatten)]
     pub tica: super::tica_live::TicaFormatArgs,
-    #[command(flatten)]
-    pub ls: super::ls_live::LsFormatArgs,
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
-    if let Some(r) = super::ls_live::format(&a) {
-        return r;
-    }
     let backing = a.backing.as_deref();
     if let Some(r) =
         super::tica_live::format(&a.tier.mode, &a.tica, backing, a.size.as_deref(), a.force)
@@ -229,9 +224,6 @@ pub async fn serve_async(
     }
     if super::tica_live::is_tica(&a.cache) {
         return super::tica_live::serve(a, ready).await;
-    }
-    if super::ls_live::is_log_structured(&a.cache) {
-        return super::ls_live::serve(a, ready).await;
     }
     if super::tier_live::is_tiered(&a) {
         return super::tier_live::serve(a, ready).await;
@@ -415,10 +407,6 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
         super::tica_live::print_stats(&v);
         return Ok(());
     }
-    if v["mode"] == "log-structured" && cmd == "stats" && !a.json {
-        super::ls_live::print_stats(&v);
-        return Ok(());
-    }
     if v["mode"] == "tier" && cmd == "stats" && !a.json {
         super::tier_live::print_stats(&v);
         return Ok(());
@@ -489,6 +477,9 @@ pub struct CheckArgs {
 }
 
 pub fn check(a: CheckArgs) -> Result<()> {
+    if tiercache_tiered_volume::is_tiered_volume(&a.cache) {
+        return super::tier_live::check(&a.cache, a.json);
+    }
     let f =
         std::fs::File::open(&a.cache).with_context(|| format!("opening {}", a.cache.display()))?;
     let r = tiercache_store::check(&f)?;

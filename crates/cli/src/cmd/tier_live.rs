@@ -198,3 +198,20 @@ pub fn print_stats(v: &serde_json::Value) {
         r["rolled_back"]
     );
 }
+
+/// `tiercache check FAST` on a tiered volume that is not being served.
+pub fn check(fast: &std::path::Path, json: bool) -> Result<()> {
+    let r = tiercache_tiered_volume::check_volume(fast)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": r.problems.is_empty(), "report": r.to_string()})
+        );
+    } else {
+        println!("{r}");
+    }
+    if !r.problems.is_empty() {
+        bail!("{} has metadata problems", fast.display());
+    }
+    Ok(())
+}
