@@ -124,9 +124,14 @@ pub struct FormatArgs {
     pub tier: super::tier_live::TierFormatArgs,
     #[command(flatten)]
     pub tica: super::tica_live::TicaFormatArgs,
+    #[command(flatten)]
+    pub ls: super::ls_live::LsFormatArgs,
 }
 
 pub fn format(a: FormatArgs) -> Result<()> {
+    if let Some(r) = super::ls_live::format(&a) {
+        return r;
+    }
     let backing = a.backing.as_deref();
     if let Some(r) =
         super::tica_live::format(&a.tier.mode, &a.tica, backing, a.size.as_deref(), a.force)
@@ -224,6 +229,9 @@ pub async fn serve_async(
     }
     if super::tica_live::is_tica(&a.cache) {
         return super::tica_live::serve(a, ready).await;
+    }
+    if super::ls_live::is_log_structured(&a.cache) {
+        return super::ls_live::serve(a, ready).await;
     }
     if super::tier_live::is_tiered(&a) {
         return super::tier_live::serve(a, ready).await;
@@ -405,6 +413,10 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
     let v = runtime()?.block_on(control::request(&a.socket(), cmd))?;
     if v["mode"] == "tica" && cmd == "stats" && !a.json {
         super::tica_live::print_stats(&v);
+        return Ok(());
+    }
+    if v["mode"] == "log-structured" && cmd == "stats" && !a.json {
+        super::ls_live::print_stats(&v);
         return Ok(());
     }
     if v["mode"] == "tier" && cmd == "stats" && !a.json {
