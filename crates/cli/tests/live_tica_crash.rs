@@ -185,3 +185,8 @@ fn kill9_tica_adaptive() {
 fn kill9_tica_wed() {
     crash_rounds("tica-wed", "wed", 8, 0x71ca_0002);
 }
+
+#[test]
+fn kill9_tica_ef() {
+    crash_rounds("tica-ef", "ef", 8, 0x71ca_0003);
+}
