@@ -180,7 +180,10 @@ fn fio_verifies_random_and_sequential_mixes_while_blocks_migrate() {
     let out = tiercache(&["check", v.fast.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "check: {text}");
-    assert!(text.contains("0 log records") && text.ends_with("ok\n"), "{text}");
+    assert!(
+        text.contains("0 log records") && text.ends_with("ok\n"),
+        "{text}"
+    );
     let srv = v.serve();
     let st = srv.stats();
     assert_eq!(
