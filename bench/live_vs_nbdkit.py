@@ -155,6 +155,7 @@ def main():
             "tiercache_mean_lat_us": [x[1] for x in rw["tiercache"]], "nbdkit_mean_lat_us": [x[1] for x in rw["nbdkit"]],
             "dirty_lines_after": st2["dirty_lines"], "write_hits": st2["write_hits"] - st1["write_hits"],
             "write_misses": st2["write_misses"] - st1["write_misses"],
+            "metadata_commits": st2["live"]["commits"] - st1["live"]["commits"],
         }
         # Emulated HDD, zipf 1.2, cache ~10 % of the data set.
         hsize = a.hdd_size_mib * MIB

@@ -224,3 +224,183 @@ fn kill9_write_back_8k_lines_arc() {
         0x5eed_0004,
     );
 }
+
+/// Data set of the clean-overwrite test: 2 MiB, well inside the 6 MiB cache.
+const HOT_BLOCKS: u64 = 512;
+
+/// Rule 3b (write-back overwrites clean sub-blocks of their own line in place
+/// with no invalidation commit; recovery after kill -9 makes every valid
+/// sub-block dirty). Each round: write the whole data set, write it all back
+/// (`tiercache flush`) and FLUSH, so every line is cached clean and the
+/// backing device holds a flushed version; then overwrite random blocks in
+/// place (with flushes and FUA writes among them) and kill -9. After the
+/// restart every block must be at least its last flushed version (flushed
+/// writes survive) and, after `tiercache flush`, the backing file must hold
+/// exactly what the client reads (a clean slot whose bytes changed was
+/// written back; a version flushed earlier was never overwritten by older
+/// cache data).
+fn clean_overwrite_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
+    let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
+    let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().to_path_buf();
+    let _cleanup = if std::env::var_os("TIERCACHE_CRASH_KEEP").is_some() {
+        eprintln!("[{label}] files kept in {}", tmp.keep().display());
+        None
+    } else {
+        Some(tmp)
+    };
+    let backing = root.join("backing.img");
+    let cache = root.join("cache.img");
+    let sock = root.join("nbd.sock");
+    let log = root.join("serve.log");
+    init_backing(&backing, HOT_BLOCKS);
+    let mut args = vec![
+        "format",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--backing",
+        backing.to_str().unwrap(),
+        "--size",
+        "6MiB",
+        "--write-policy",
+        "write-back",
+    ];
+    args.extend_from_slice(policy);
+    tiercache(&args);
+    let fail = |msg: String, log: &Path| -> ! {
+        panic!(
+            "[{label}] seed {seed}: {msg}\n--- server log (tail) ---\n{}",
+            tail(log)
+        )
+    };
+    let cache_s = cache.to_str().unwrap().to_string();
+    let mut ledger = Ledger::new(HOT_BLOCKS);
+    let mut rng = Rng(seed);
+    let (mut dirtied, mut newer_total) = (0u64, 0u64);
+    for round in 0..=rounds {
+        let mut srv = ServeProc::start(&cache, &sock, &log);
+        let st = srv.stats();
+        let d = st["live"]["recovery_dirtied_lines"]
+            .as_u64()
+            .unwrap_or_else(|| fail(format!("no recovery_dirtied_lines in stats: {st}"), &log));
+        if round == 0 && d != 0 {
+            fail(format!("a fresh cache reports dirtied lines: {st}"), &log);
+        }
+        dirtied += d;
+        let mut c =
+            NbdClient::connect(&sock).unwrap_or_else(|e| fail(format!("connect: {e}"), &log));
+        newer_total += verify_all(&mut c, &mut ledger)
+            .unwrap_or_else(|e| fail(format!("round {round}: after restart: {e}"), &log));
+        // Whatever the client now reads is what the backing device gets once
+        // everything dirty is written back: no stale clean slot, no older data.
+        tiercache(&["flush", "--cache", &cache_s]);
+        check_file_latest(&backing, &ledger).unwrap_or_else(|e| {
+            fail(
+                format!("round {round}: after restart and flush, backing vs reads: {e}"),
+                &log,
+            )
+        });
+        // Every line cached, clean, and flushed to the backing device.
+        for b in 0..HOT_BLOCKS {
+            let s = &mut ledger.blocks[b as usize];
+            let v = s.next;
+            s.next += 1;
+            s.issued.push(v);
+            match c.write(b * BLOCK as u64, &make_block(b, v), false) {
+                Ok(Ok(())) => {
+                    s.acked = v;
+                    ledger.writes_acked += 1;
+                }
+                r => fail(format!("round {round}: write of block {b}: {r:?}"), &log),
+            }
+        }
+        tiercache(&["flush", "--cache", &cache_s]);
+        match c.flush() {
+            Ok(Ok(())) => {
+                for s in &mut ledger.blocks {
+                    s.durable = s.acked;
+                }
+            }
+            r => fail(format!("round {round}: flush: {r:?}"), &log),
+        }
+        check_file_latest(&backing, &ledger)
+            .unwrap_or_else(|e| fail(format!("round {round}: after flush: {e}"), &log));
+        let shape = LoadShape {
+            depth: 8,
+            hot_blocks: HOT_BLOCKS,
+            read_share: 0.15,
+            flush_share: 0.03,
+            fua_share: 0.03,
+            max_blocks: 2,
+        };
+        if round == rounds {
+            let until = Instant::now() + Duration::from_millis(400);
+            match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
+                Ok(LoadEnd::Done) => {}
+                r => fail(format!("final load: {r:?}"), &log),
+            }
+            c.disconnect();
+            tiercache(&["detach", "--cache", &cache_s]);
+            let status = srv.wait_exit();
+            assert!(status.success(), "server after detach exited with {status}");
+            check_file_latest(&backing, &ledger)
+                .unwrap_or_else(|e| fail(format!("after detach: {e}"), &log));
+            // A clean detach: the next start trusts clean bits again.
+            let mut srv = ServeProc::start(&cache, &sock, &log);
+            let st = srv.stats();
+            assert_eq!(
+                st["live"]["recovery_dirtied_lines"].as_u64(),
+                Some(0),
+                "[{label}] a start after a clean detach made lines dirty: {st}"
+            );
+            let mut c = NbdClient::connect(&sock).expect("connect");
+            verify_all(&mut c, &mut ledger)
+                .unwrap_or_else(|e| fail(format!("after detach and restart: {e}"), &log));
+            c.disconnect();
+            srv.kill9();
+            // Each kill came after a load on a cache whose lines were all clean.
+            assert!(
+                dirtied > 0,
+                "[{label}] no unclean recovery made a clean line dirty"
+            );
+            eprintln!(
+                "[{label}] done: {} writes acked, {} flushes, {} reads checked live; \
+                 {dirtied} lines made dirty by {rounds} unclean recoveries, {newer_total} unflushed blocks survived",
+                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked
+            );
+            return;
+        }
+        let kill_after = Duration::from_millis(100 + rng.below(700));
+        let pid = srv.child.id();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(kill_after);
+            kill9(pid);
+        });
+        let until = Instant::now() + kill_after + Duration::from_secs(30);
+        match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
+            Ok(LoadEnd::Broken(_)) => {}
+            Ok(LoadEnd::Done) => fail("load ended before the kill".into(), &log),
+            Err(e) => fail(format!("round {round}: during load: {e}"), &log),
+        }
+        killer.join().expect("killer thread");
+        srv.kill9();
+    }
+}
+
+#[test]
+fn kill9_write_back_clean_overwrites_4k_lines() {
+    clean_overwrite_rounds("clean-overwrite-4k", &[], 6, 0x5eed_0101);
+}
+
+/// 8 KiB sub-blocks: every 4 KiB write is a partial sub-block write (in place
+/// into a valid sub-block, or to the backing device for an invalid one).
+#[test]
+fn kill9_write_back_clean_overwrites_partial_sub_blocks() {
+    clean_overwrite_rounds(
+        "clean-overwrite-8k-sub",
+        &["--line-size", "16KiB", "--sub-block", "8KiB"],
+        4,
+        0x5eed_0102,
+    );
+}

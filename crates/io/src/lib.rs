@@ -139,6 +139,68 @@ pub trait BlockDev: Send + Sync {
     }
 }
 
+/// Read `buf.len()` bytes at `offset` from the page cache without blocking
+/// (`preadv2` with `RWF_NOWAIT`), on the caller's thread: a cached read then
+/// costs no hand-off to an engine thread. `Some(Ok(()))` when all of `buf` was
+/// read; `None` when the read would block, was short, failed, or the device
+/// cannot do it (no raw descriptor, `O_DIRECT`, out of range): then run it on
+/// an engine, which also reports any error.
+pub fn read_cached(dev: &dyn BlockDev, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
+    let t = dev.raw_target()?;
+    if t.direct_align.is_some() || buf.is_empty() {
+        return None;
+    }
+    if offset.checked_add(buf.len() as u64)? > dev.len() {
+        return None;
+    }
+    // SAFETY: `raw_target` promises the descriptor stays open while `dev` lives,
+    // and `dev` is borrowed for the whole call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
+    let want = buf.len();
+    match rustix::io::preadv2(
+        fd,
+        &mut [io::IoSliceMut::new(buf)],
+        offset,
+        rustix::io::ReadWriteFlags::NOWAIT,
+    ) {
+        Ok(n) if n == want => Some(Ok(())),
+        _ => None,
+    }
+}
+
+/// Largest write [`write_buffered`] does on the caller's thread.
+pub const INLINE_WRITE_MAX: usize = 64 << 10;
+
+/// Write `buf` at `offset` with a plain buffered `pwrite` on the caller's
+/// thread, when the device is a file or block device opened without
+/// `O_DIRECT` and `buf` is at most [`INLINE_WRITE_MAX`] bytes: the data goes
+/// to the page cache (as [`BlockDev::write_at`] would), with no hand-off to an
+/// engine thread. `None` when the device cannot do it (then use an engine);
+/// otherwise the write's result. Such a write may still sleep when the kernel
+/// throttles dirty pages (Linux has no non-blocking buffered write on most
+/// filesystems: `RWF_NOWAIT` writes fail with `EOPNOTSUPP` on ext4).
+pub fn write_buffered(dev: &dyn BlockDev, buf: &[u8], offset: u64) -> Option<io::Result<()>> {
+    let t = dev.raw_target()?;
+    if t.direct_align.is_some() || buf.is_empty() || buf.len() > INLINE_WRITE_MAX {
+        return None;
+    }
+    if offset.checked_add(buf.len() as u64)? > dev.len() {
+        return None;
+    }
+    // SAFETY: as in `read_cached`.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pwrite(fd, &buf[done..], offset + done as u64) {
+            Ok(0) => return Some(Err(io::Error::from(io::ErrorKind::WriteZero))),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Some(Err(e.into())),
+        }
+    }
+    Some(Ok(()))
+}
+
 /// A file descriptor an engine may use for direct kernel I/O
 /// (see [`BlockDev::raw_target`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,5 +288,42 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         let e = check_range("d", 100, Access::Trim, 101, 0).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn read_cached_reads_page_cached_files_and_declines_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.img");
+        let data: Vec<u8> = (0..65536u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let dev = FileDev::open(&path, FileDevOptions::default()).unwrap();
+        // Just written: in the page cache.
+        let mut buf = vec![0u8; 4096];
+        assert!(matches!(read_cached(&dev, &mut buf, 8192), Some(Ok(()))));
+        assert_eq!(buf, data[8192..12288]);
+        // Out of range, empty, or no descriptor (a wrapper or memory device): declined.
+        assert!(read_cached(&dev, &mut buf, 65536 - 100).is_none());
+        assert!(read_cached(&dev, &mut [], 0).is_none());
+        let mem = MemDev::new("m", 65536);
+        assert!(read_cached(&mem, &mut buf, 0).is_none());
+    }
+
+    #[test]
+    fn write_buffered_writes_small_buffered_writes_and_declines_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.img");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let dev = FileDev::open(&path, FileDevOptions::default()).unwrap();
+        assert!(matches!(
+            write_buffered(&dev, &[7u8; 4096], 4096),
+            Some(Ok(()))
+        ));
+        let mut back = vec![0u8; 4096];
+        dev.read_at(&mut back, 4096).unwrap();
+        assert_eq!(back, vec![7u8; 4096]);
+        assert!(write_buffered(&dev, &vec![1u8; INLINE_WRITE_MAX + 1], 0).is_none());
+        assert!(write_buffered(&dev, &[1u8; 8], (1 << 20) - 4).is_none());
+        let mem = MemDev::new("m", 65536);
+        assert!(write_buffered(&mem, &[1u8; 8], 0).is_none());
     }
 }

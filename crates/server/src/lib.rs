@@ -78,6 +78,31 @@ pub fn format_cache(
     Ok(layout)
 }
 
+/// Rule 3b of `tiercache-store`: a write-back cache overwrites clean valid
+/// sub-blocks of a line in place without committing their invalidation
+/// first, so after an unclean shutdown clean bits are not trusted: every
+/// valid sub-block becomes dirty (a checkpoint records it) and cleaning
+/// writes it back. Returns the lines made dirty.
+fn dirty_after_unclean_shutdown(
+    opened: &mut tiercache_store::Opened<std::fs::File>,
+    cfg: &CacheConfig,
+) -> Result<u64> {
+    if opened.report.clean_shutdown || cfg.write_policy != tiercache_core::WritePolicy::WriteBack {
+        return Ok(0);
+    }
+    let n = tiercache_store::dirty_all_valid(&mut opened.table);
+    if n > 0 {
+        opened
+            .store
+            .checkpoint(tiercache_store::table_entries(&opened.table))
+            .context("checkpointing the recovered table")?;
+        tracing::warn!(
+            "unclean shutdown of a write-back cache: {n} lines with clean sub-blocks made dirty (written back by the cleaner)"
+        );
+    }
+    Ok(n)
+}
+
 /// How to open a cache for serving.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
@@ -118,12 +143,13 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
     let identity = BackingIdentity::probe(&backing_path)
         .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
-    let opened = tiercache_store::open(file, &identity)?;
-    let recovery = started.elapsed();
+    let mut opened = tiercache_store::open(file, &identity)?;
     let layout = *opened.store.layout();
     let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
         .context("reading the policy recorded in the superblock")?;
     cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
+    let dirtied = dirty_after_unclean_shutdown(&mut opened, &cfg)?;
+    let recovery = started.elapsed();
     let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("recorded policy: {e}"))?;
     let fo = FileDevOptions {
         direct: o.direct,
@@ -152,6 +178,10 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
         layout.data_offset,
         recovery,
     )?;
+    live.set_backing_path(&backing_path);
+    live.stats
+        .recovery_dirtied_lines
+        .store(dirtied, std::sync::atomic::Ordering::Relaxed);
     tracing::info!(
         "recovered {} in {:.1} ms: {}",
         o.cache.display(),
@@ -179,11 +209,12 @@ pub fn open_with_devices(
         .open(cache_path)?;
     let identity = BackingIdentity::probe(backing_path)?;
     let started = std::time::Instant::now();
-    let opened = tiercache_store::open(file, &identity)?;
-    let recovery = started.elapsed();
+    let mut opened = tiercache_store::open(file, &identity)?;
     let layout = *opened.store.layout();
     let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)?;
     cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
+    let dirtied = dirty_after_unclean_shutdown(&mut opened, &cfg)?;
+    let recovery = started.elapsed();
     let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let report = opened.report.clone();
     let live = live::LiveCache::new(
@@ -195,6 +226,10 @@ pub fn open_with_devices(
         layout.data_offset,
         recovery,
     )?;
+    live.set_backing_path(backing_path);
+    live.stats
+        .recovery_dirtied_lines
+        .store(dirtied, std::sync::atomic::Ordering::Relaxed);
     Ok(Opened {
         cache: live,
         recovery: report,

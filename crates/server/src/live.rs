@@ -15,7 +15,23 @@
 //!   only after its writeback reached the backing device and that was
 //!   flushed);
 //! - a clean valid sub-block about to be overwritten in place is first
-//!   invalidated and the invalidation committed;
+//!   invalidated and the invalidation committed, except for write-back
+//!   writes of client data to their own line (rule 3b of `tiercache-store`,
+//!   dm-cache's rule): while the superblock durably says "open" (set by
+//!   `open` at attach, "clean" only by a clean shutdown's checkpoint, after
+//!   these writes stopped and drained), they overwrite in place with no
+//!   commit, and recovery after an unclean shutdown treats every valid
+//!   sub-block as dirty, so the cleaner writes the slot's bytes back (they
+//!   are always some version of the slot's own line: reuse for another line
+//!   keeps the unmap-before-overwrite barrier). Every path on which the
+//!   backing device gets data of a line the log may claim valid (a partial
+//!   write of an invalid sub-block, TRIM, a failed cache write rerouted)
+//!   invalidates the sub-block in the core at submission, and the record
+//!   dropping it is appended in the same locked step, before the backing op
+//!   exists: the FLUSH that acknowledges that data commits the drop, so no
+//!   recovery writes older slot bytes over flushed data. Write-through,
+//!   write-hdd-* and read-only keep the invalidate-first rule (there the
+//!   backing device may hold newer flushed data than a clean slot);
 //! - `Clean` records follow a flush of the backing device; a write-back write
 //!   of client data is logged dirty even if cleaning already started behind it;
 //! - right before any cache write starts, the log is checked once more: every
@@ -40,6 +56,9 @@ use tokio::sync::watch;
 
 /// Consecutive device errors on the cache after which it stops caching new data.
 const DEGRADE_AFTER: u64 = 8;
+
+/// Records buffered after which a background commit starts.
+const PENDING_COMMIT: usize = 4096;
 
 /// Buffer of one request, shared by its op tasks.
 struct ReqBuf {
@@ -92,6 +111,12 @@ pub(crate) struct Core {
     /// unmap, or valid sub-blocks dropped): it must be durable before the
     /// slot's bytes are overwritten.
     withdrawn: FxHashMap<Slot, u64>,
+    /// Write-back writes of client data may overwrite clean valid sub-blocks
+    /// of their own line in place without a commit first (rule 3b of
+    /// `tiercache-store`): on while the superblock durably says "open", so
+    /// that a crash makes recovery treat every valid sub-block as dirty.
+    /// Turned off for good when a clean shutdown starts.
+    fast_overwrite: bool,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -136,6 +161,10 @@ pub struct LiveCache {
     track_phases: AtomicBool,
     /// Set once a cache write ever failed: until then reads skip the poison check (and its lock).
     any_poison: AtomicBool,
+    /// The backing device's path, to record its identity at a clean shutdown.
+    backing_path: Mutex<Option<std::path::PathBuf>>,
+    /// A clean shutdown started: no more cleaning, writes and trims fail.
+    stopping: AtomicBool,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -199,6 +228,7 @@ impl LiveCache {
         engine.set_journal(true);
         let _ = engine.take_touched();
         let write_policy = engine.config().write_policy;
+        let fast_overwrite = write_policy == WritePolicy::WriteBack && !store.is_marked_clean();
         let stats = LiveStats::new(recovery);
         Ok(Arc::new(LiveCache {
             line: geo.line_bytes as u64,
@@ -220,6 +250,7 @@ impl LiveCache {
                 wb_write_slots: FxHashMap::default(),
                 poisoned: FxHashMap::default(),
                 withdrawn: FxHashMap::default(),
+                fast_overwrite,
             }),
             store: Mutex::new(store),
             cache,
@@ -238,6 +269,8 @@ impl LiveCache {
             classify: AtomicBool::new(false),
             phases: Mutex::new(FxHashMap::default()),
             any_poison: AtomicBool::new(false),
+            backing_path: Mutex::new(None),
+            stopping: AtomicBool::new(false),
             track_phases: AtomicBool::new(
                 std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
             ),
@@ -247,6 +280,23 @@ impl LiveCache {
     /// Size of the exported device.
     pub fn size(&self) -> u64 {
         self.backing.len()
+    }
+
+    /// The backing device's path: a clean shutdown records its identity (and
+    /// marks the superblock clean) only when it is known.
+    pub fn set_backing_path(&self, path: &std::path::Path) {
+        *self.backing_path.lock().expect("backing path") = Some(path.to_path_buf());
+    }
+
+    /// Whether `op` may overwrite clean valid sub-blocks of its own line in
+    /// place with no invalidation commit first (rule 3b): a write-back write
+    /// of client data while the superblock says "open". Fills, write-through
+    /// copies and the other policies keep the invalidate-first rule.
+    fn overwrites_in_place(c: &Core, op: &Op) -> bool {
+        c.fast_overwrite
+            && op.dev == Dev::Cache
+            && op.kind == IoKind::Write
+            && op.purpose == Purpose::WriteCache
     }
 
     fn append(core: &mut Core, rec: Record) {
@@ -354,6 +404,12 @@ impl LiveCache {
         fua: bool,
         class: Class,
     ) -> Result<Vec<u8>, LiveError> {
+        if self.stopping.load(Ordering::Acquire) && matches!(kind, IoKind::Write | IoKind::Trim) {
+            // The clean shutdown's checkpoint is (being) written: the cache is detached.
+            return Err(LiveError(
+                "the cache is shutting down (detached): writes are refused".into(),
+            ));
+        }
         let id = self.next_req.fetch_add(1, Ordering::Relaxed);
         let buf = Arc::new(ReqBuf {
             offset,
@@ -371,16 +427,11 @@ impl LiveCache {
             class,
             fua,
         };
-        let ops = self.submit(&req);
+        let (ops, need_commit) = self.submit(&req);
         tracing::trace!(target: "tiercache::ops", "req {req:?} -> {ops:?}");
-        let need_commit = {
-            let c = self.core.lock().expect("core");
-            let done = self.committed_gen();
-            c.slot_gen
-                .values()
-                .any(|v| v.iter().any(|&(g, _)| g > done))
-                || !c.pending_unmap.is_empty()
-        };
+        // Background ops of this request (a read miss's fills) use its buffer
+        // after it is answered: then the answer is a copy.
+        let shared_buf = ops.iter().any(|o| o.req == id && !o.foreground);
         if need_commit {
             self.spawn_commit(false);
         }
@@ -408,8 +459,10 @@ impl LiveCache {
             self.commit(true).await?;
         }
         self.stats.count_request(kind, len);
-        let out = if kind == IoKind::Read {
+        let out = if kind == IoKind::Read && shared_buf {
             buf.data.lock().expect("buf").clone()
+        } else if kind == IoKind::Read {
+            std::mem::take(&mut *buf.data.lock().expect("buf"))
         } else {
             Vec::new()
         };
@@ -421,13 +474,20 @@ impl LiveCache {
     }
 
     /// Submit to the core and derive the journal's downgrades. Returns the ops to run.
-    fn submit(&self, req: &Request) -> Vec<Op> {
+    /// Also says whether a slot barrier of this or an earlier batch waits for a commit.
+    fn submit(&self, req: &Request) -> (Vec<Op>, bool) {
         let mut c = self.core.lock().expect("core");
         let mut out = Vec::new();
         c.engine.submit(req, &mut out);
         c.engine.clean(self.clean_budget, false, &mut out);
         self.register(&mut c, &out);
-        out
+        let done = self.committed_gen();
+        let need_commit = c
+            .slot_gen
+            .values()
+            .any(|v| v.iter().any(|&(g, _)| g > done))
+            || !c.pending_unmap.is_empty();
+        (out, need_commit)
     }
 
     /// Register signals for new ops and append the records their submission implies.
@@ -526,10 +586,14 @@ impl LiveCache {
             (Some(v), Some(e)) => {
                 // Same line: drop clean sub-blocks that are invalid now or about to be overwritten.
                 let mut writing = SubBlocks::default();
+                // (Write-back writes of client data overwrite clean sub-blocks of
+                // their own line in place: rule 3b, recovery after a crash makes
+                // every valid sub-block dirty.)
                 for o in out.iter().filter(|o| {
                     o.dev == Dev::Cache
                         && o.kind == IoKind::Write
                         && o.offset / self.line == s as u64
+                        && !Self::overwrites_in_place(c, o)
                 }) {
                     let (f, l) = self.subs_of(o.offset, o.len);
                     writing = writing.union(range_bits(f, l));
@@ -666,6 +730,7 @@ impl LiveCache {
                             (None, Some(c.appended_gen))
                         }
                     }
+                    Some(_) if Self::overwrites_in_place(&c, op) => (None, None),
                     Some(v) => {
                         let (f, l) = self.subs_of(op.offset, op.len);
                         let over = range_bits(f, l).intersect(v.valid).minus(v.dirty);
@@ -832,7 +897,27 @@ impl LiveCache {
         let kind = op.kind;
         let len = op.len as usize;
         let missing_source = kind == IoKind::Write && payload.is_none();
-        let res: std::io::Result<Vec<u8>> = if missing_source {
+        // A cache read whose data is in the page cache: read it here, no hand-off
+        // to an I/O thread (all-hit reads; declined for O_DIRECT and wrappers).
+        let cached = if kind == IoKind::Read && op.dev == Dev::Cache {
+            let mut v = vec![0u8; len];
+            matches!(tiercache_io::read_cached(&*dev, &mut v, off), Some(Ok(()))).then_some(v)
+        } else {
+            None
+        };
+        // A small buffered write (no FUA) to a file or block device without
+        // O_DIRECT: a pwrite into the page cache, here, no hand-off either.
+        let written = match (&payload, kind, op.fua) {
+            (Some(p), IoKind::Write, false) if cached.is_none() => {
+                tiercache_io::write_buffered(&*dev, p, off).map(|r| r.map(|_| Vec::new()))
+            }
+            _ => None,
+        };
+        let res: std::io::Result<Vec<u8>> = if let Some(v) = cached {
+            Ok(v)
+        } else if let Some(r) = written {
+            r
+        } else if missing_source {
             Err(std::io::Error::other(
                 "writeback data is missing (its read failed)",
             ))
@@ -905,9 +990,6 @@ impl LiveCache {
                         let s = op.buf_off as usize;
                         d[s..s + bytes.len()].copy_from_slice(&bytes);
                     }
-                }
-                if op.dev == Dev::Cache {
-                    self.core.lock().expect("core").cache_errors = 0;
                 }
                 Ok(())
             }
@@ -1154,6 +1236,9 @@ impl LiveCache {
             self.phases.lock().expect("phases").remove(&op.id);
         }
         let mut c = self.core.lock().expect("core");
+        if ok && op.dev == Dev::Cache {
+            c.cache_errors = 0;
+        }
         let mut more = Vec::new();
         c.engine.complete(op, &mut more);
         if ok {
@@ -1222,6 +1307,11 @@ impl LiveCache {
         if op.purpose == Purpose::ReadMiss && !ok {
             c.failed_reads.insert(op.id);
         }
+        if c.pending.len() >= PENDING_COMMIT {
+            // Without FLUSHes nothing else commits write-back records: keep the
+            // buffer (and the log tail a crash loses) bounded.
+            self.commit_wanted.notify_one();
+        }
         if op.purpose == Purpose::WritebackRead && !ok {
             c.wb_reads.remove(&op.id);
         }
@@ -1273,12 +1363,18 @@ impl LiveCache {
             } else {
                 x.intersect(bitmap(&dirty))
             };
-        if !dirty_x.is_empty() {
+        // Sub-blocks the log already has dirty for this line need no new record
+        // (rewriting dirty data in place, rule 2 of tiercache-store).
+        let logged_dirty = c.view[slot as usize]
+            .filter(|v| v.line == line)
+            .map(|v| v.dirty)
+            .unwrap_or_default();
+        if !dirty_x.minus(logged_dirty).is_empty() {
             Self::append(
                 c,
                 Record::Dirty {
                     slot,
-                    bitmap: dirty_x,
+                    bitmap: dirty_x.minus(logged_dirty),
                 },
             );
         }
@@ -1385,6 +1481,10 @@ impl LiveCache {
     /// Write back up to `max_lines` dirty lines (all of them if `force`) and wait for it.
     /// Returns the lines cleaned.
     pub async fn clean_step(self: &Arc<Self>, max_lines: usize, force: bool) -> usize {
+        if self.stopping.load(Ordering::Acquire) {
+            // A clean shutdown records the backing device as it is: leave it alone.
+            return 0;
+        }
         let (ops, n) = {
             let mut c = self.core.lock().expect("core");
             let mut out = Vec::new();
@@ -1432,25 +1532,89 @@ impl LiveCache {
         self.commit(true).await
     }
 
-    /// Checkpoint the table and mark the store cleanly shut down.
+    /// Clean shutdown: stop cleaning and writes, let the ops in flight finish,
+    /// commit (flushing the backing device), then checkpoint the table and
+    /// mark the superblock clean with the backing device's identity as it is
+    /// now. Write-back overwrites in place (rule 3b) stop first, so the
+    /// checkpoint describes every such write; a recovery from it trusts clean
+    /// bits again. If ops are still in flight after 30 s (a client keeps
+    /// reading), or the backing path is unknown, only the checkpoint is
+    /// written and the superblock stays "open" (the next start recovers as
+    /// after a crash, which is always safe).
     pub async fn shutdown(self: &Arc<Self>) -> Result<(), LiveError> {
+        self.stopping.store(true, Ordering::Release);
+        self.core.lock().expect("core").fast_overwrite = false;
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let drained = loop {
+            if self.core.lock().expect("core").signals.is_empty() {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        };
         self.commit(true).await?;
+        let path = self.backing_path.lock().expect("backing path").clone();
+        let identity = match (&path, drained) {
+            (Some(p), true) => {
+                let p = p.clone();
+                match tokio::task::spawn_blocking(move || {
+                    tiercache_store::BackingIdentity::probe(&p)
+                })
+                .await
+                {
+                    Ok(Ok(id)) => Some(id),
+                    Ok(Err(e)) => {
+                        tracing::warn!("clean shutdown: probing the backing device: {e}; the next start recovers as after a crash");
+                        None
+                    }
+                    Err(e) => return Err(LiveError(e.to_string())),
+                }
+            }
+            (_, false) => {
+                tracing::warn!("clean shutdown: ops still in flight after 30 s; the next start recovers as after a crash");
+                None
+            }
+            (None, true) => None,
+        };
         let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || -> Result<(), LiveError> {
-            let c = me.core.lock().expect("core");
+        let _g = self.commit_lock.lock().await;
+        let gen = tokio::task::spawn_blocking(move || -> Result<u64, LiveError> {
+            let mut c = me.core.lock().expect("core");
             let mut st = me.store.lock().expect("store");
-            let table: Vec<_> = c
-                .view
-                .iter()
-                .enumerate()
-                .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
-                .collect();
-            st.checkpoint(table)
-                .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
-            Ok(())
+            // Records appended since the commit (a late read's fill): commit them
+            // first, as `commit` does before its checkpoints.
+            let recs = std::mem::take(&mut c.pending);
+            if std::mem::take(&mut c.needs_backing_flush) {
+                me.backing
+                    .flush()
+                    .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
+            }
+            if !recs.is_empty() {
+                for r in recs {
+                    st.append(r)
+                        .map_err(|e| LiveError(format!("metadata log: {e}")))?;
+                }
+                st.commit()
+                    .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
+            }
+            let gen = c.appended_gen;
+            let table = tiercache_store::table_entries(&c.view);
+            match identity {
+                Some(id) => st
+                    .mark_clean(table, &id)
+                    .map_err(|e| LiveError(format!("clean shutdown: {e}")))?,
+                None => st
+                    .checkpoint(table)
+                    .map_err(|e| LiveError(format!("checkpoint: {e}")))?,
+            }
+            Ok(gen)
         })
         .await
-        .unwrap_or_else(|e| Err(LiveError(e.to_string())))
+        .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;
+        self.committed.send_modify(|c| *c = (*c).max(gen));
+        Ok(())
     }
 
     /// Make every appended record durable (and, with `force_backing` or when
@@ -1475,33 +1639,38 @@ impl LiveCache {
         let started = Instant::now();
         let me = Arc::clone(self);
         let n = recs.len();
-        tokio::task::spawn_blocking(move || -> Result<(), LiveError> {
+        let gen = tokio::task::spawn_blocking(move || -> Result<u64, LiveError> {
             let mut st = me.store.lock().expect("store");
             for r in recs {
                 st.append(r)
                     .map_err(|e| LiveError(format!("metadata log: {e}")))?;
             }
-            st.commit()
-                .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
-            if st.wants_checkpoint() {
-                let mut c = me.core.lock().expect("core");
-                for r in std::mem::take(&mut c.pending) {
-                    st.append(r)
-                        .map_err(|e| LiveError(format!("metadata log: {e}")))?;
-                }
+            if !st.wants_checkpoint() {
                 st.commit()
                     .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
-                let table: Vec<_> = c
-                    .view
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
-                    .collect();
-                st.checkpoint(table)
-                    .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
-                me.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                return Ok(gen);
             }
-            Ok(())
+            // The log is two-thirds full (or these records would not fit): a
+            // checkpoint of the view replaces the commit. It covers every record
+            // appended so far, also those appended after `recs` were taken; `Clean`
+            // records among them need the backing device flushed first.
+            let c = loop {
+                let mut c = me.core.lock().expect("core");
+                if !std::mem::take(&mut c.needs_backing_flush) {
+                    break c;
+                }
+                drop(c);
+                me.backing
+                    .flush()
+                    .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
+            };
+            let mut c = c;
+            c.pending.clear();
+            let gen = c.appended_gen;
+            st.checkpoint(tiercache_store::table_entries(&c.view))
+                .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
+            me.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+            Ok(gen)
         })
         .await
         .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;

@@ -21,6 +21,9 @@ pub struct LiveStats {
     pub(crate) backing_errors: AtomicU64,
     pub(crate) cleaned_lines: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
+    /// Lines whose valid clean sub-blocks recovery made dirty after an
+    /// unclean shutdown (write-back: clean bits are not trusted then).
+    pub(crate) recovery_dirtied_lines: AtomicU64,
     commits: AtomicU64,
     committed_records: AtomicU64,
     cache_lat: Mutex<Histogram<u64>>,
@@ -51,6 +54,7 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
 pub struct LiveSnapshot {
     pub uptime_s: f64,
     pub recovery_ms: f64,
+    pub recovery_dirtied_lines: u64,
     pub reads: u64,
     pub writes: u64,
     pub trims: u64,
@@ -85,6 +89,7 @@ impl LiveStats {
             backing_errors: AtomicU64::new(0),
             cleaned_lines: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
+            recovery_dirtied_lines: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             committed_records: AtomicU64::new(0),
             cache_lat: h(),
@@ -140,6 +145,7 @@ impl LiveStats {
         LiveSnapshot {
             uptime_s: up,
             recovery_ms: self.recovery.as_secs_f64() * 1000.0,
+            recovery_dirtied_lines: self.recovery_dirtied_lines.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             trims: self.trims.load(Ordering::Relaxed),
