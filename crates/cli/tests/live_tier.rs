@@ -332,3 +332,56 @@ fn real_clients_see_every_nbd_command_and_multi_conn() {
         .arg(&back));
     assert_same_file(&reference, &back);
 }
+
+#[test]
+fn a_moved_slow_tier_is_named_with_backing_and_checked() {
+    require_tools!("qemu-io");
+    use clients_util::run;
+    let v = Volume::new(&[]);
+    let mut srv = v.serve();
+    run(Command::new("qemu-io").args(["-f", "raw", "-c", "write -P 0x77 5M 1M", &v.uri()]));
+    sigterm(&mut srv);
+    let moved = v.slow.with_file_name("moved.img");
+    std::fs::rename(&v.slow, &moved).unwrap();
+    let fast = v.fast.to_str().unwrap();
+    let listen = format!("unix:{}", v.sock.display());
+    // The recorded path is gone: a clear error, no server.
+    let out = tiercache(&["serve", "--cache", fast, "--listen", &listen]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tier 1"), "{err}");
+    // Another file of the same size is not the slow tier.
+    let other = v.slow.with_file_name("other.img");
+    std::fs::File::create(&other)
+        .unwrap()
+        .set_len(48 * MIB)
+        .unwrap();
+    let out = tiercache(&[
+        "serve",
+        "--cache",
+        fast,
+        "--backing",
+        other.to_str().unwrap(),
+        "--listen",
+        &listen,
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not the device"), "{err}");
+    // --backing names where it went.
+    let mut child = Command::new(clients_util::bin())
+        .args(["serve", "--cache", fast, "--backing"])
+        .arg(&moved)
+        .args(["--listen", &listen])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&v.sock).is_err() {
+        assert!(t0.elapsed().as_secs() < 30, "serve --backing did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    run(Command::new("qemu-io").args(["-f", "raw", "-c", "read -P 0x77 5M 1M", &v.uri()]));
+    let _ = child.kill();
+    let _ = child.wait();
+}

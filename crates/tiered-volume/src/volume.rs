@@ -203,6 +203,9 @@ fn foreign(path: &Path, f: &std::fs::File) -> anyhow::Result<Option<String>> {
 pub struct OpenOptions {
     /// The fast tier (holds the superblock).
     pub fast: PathBuf,
+    /// The slow tier, if it moved [default: the path recorded at format time;
+    /// either way it must be the same device: size and inode or serial].
+    pub slow: Option<PathBuf>,
     /// Open the tiers with `O_DIRECT` where they allow it.
     pub direct: bool,
     /// Delay the slow tier's I/O by the HDD model (demos and benchmarks).
@@ -223,17 +226,20 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
     };
     let mut devs: Vec<Arc<dyn BlockDev>> = Vec::new();
     for (i, t) in sb.tiers.iter().enumerate() {
-        let path = if i == 0 {
-            o.fast.clone()
-        } else {
-            PathBuf::from(&t.identity.path)
+        let path = match (i, &o.slow) {
+            (0, _) => o.fast.clone(),
+            (_, Some(p)) => p.clone(),
+            _ => PathBuf::from(&t.identity.path),
         };
         let found = BackingIdentity::probe(&path)
             .with_context(|| format!("tier {i}: probing {}", path.display()))?;
         let mut recorded = t.identity.clone();
         if i == 0 {
-            // The fast tier is found by the path given, wherever it is now.
+            // The fast tier carries the superblock: whatever device holds it
+            // now (a copy, a renamed file) is the fast tier if its size fits.
             recorded.path = found.path.clone();
+            recorded.file_id = found.file_id;
+            recorded.serial = found.serial.clone();
         }
         if let Some(d) = recorded.differences(&found, false) {
             bail!(

@@ -93,17 +93,16 @@ pub fn is_tiered(a: &super::live::ServeArgs) -> bool {
 }
 
 /// `tiercache serve` on a tiered volume, until SIGINT/SIGTERM. Honours
-/// `--listen`, `--export`, `--read-only`, `--control`, `--direct` and
-/// `--emulate-hdd` (on the slow tier); data I/O runs on tokio's blocking pool.
+/// `--backing` (the slow tier, if it moved), `--listen`, `--export`,
+/// `--read-only`, `--control`, `--direct` and `--emulate-hdd` (on the slow
+/// tier); data I/O runs on tokio's blocking pool.
 pub async fn serve(
     a: super::live::ServeArgs,
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
-    if a.backing.is_some() {
-        bail!("--backing does not apply to a tiered volume: its superblock names both tiers");
-    }
     let volume = open_volume(&OpenOptions {
         fast: a.cache.clone(),
+        slow: a.backing.clone(),
         direct: a.direct,
         emulate_hdd: a.emulate_hdd,
     })?;
