@@ -472,8 +472,9 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
         l["cache_errors"], l["backing_errors"]
     );
     println!(
-        "recovery          {:.1} ms",
-        l["recovery_ms"].as_f64().unwrap_or(0.0)
+        "recovery          {:.1} ms, {} lines made dirty (unclean shutdown of a write-back cache)",
+        l["recovery_ms"].as_f64().unwrap_or(0.0),
+        l["recovery_dirtied_lines"].as_u64().unwrap_or(0)
     );
     Ok(())
 }
