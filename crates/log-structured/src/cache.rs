@@ -202,11 +202,9 @@ impl LogCache {
         }
     }
 
-    /// Make the recovered state the durable base (a checkpoint) and mark
-    /// the superblock open, before any request.
+    /// Mark the superblock open, before any request.
     pub(crate) fn recovered(&self) -> Res<()> {
         let mut st = self.lock()?;
-        self.checkpoint(&mut st)?;
         let mut sb = st.sb.clone();
         sb.clean = false;
         sb.write(self.cache.as_ref())

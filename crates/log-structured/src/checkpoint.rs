@@ -143,30 +143,35 @@ impl Checkpoint {
         dev.flush()
     }
 
-    /// The newest valid checkpoint of the two areas.
+    /// The newest valid checkpoint of the two areas (headers first: only
+    /// the newer body is read, the older one only if the newer is torn).
     pub fn read_newest(dev: &dyn BlockDev, sb: &Superblock) -> std::io::Result<Option<Checkpoint>> {
-        let mut best: Option<Checkpoint> = None;
+        let mut heads = Vec::new();
         for off in sb.ckpt_off {
             let mut h = vec![0u8; BLOCK as usize];
             dev.read_at(&mut h, off)?;
-            if &h[..4] != MAGIC {
+            if &h[..4] != MAGIC
+                || crc32c::crc32c(&h[..52]) != u32::from_le_bytes(h[52..56].try_into().unwrap())
+            {
                 continue;
             }
+            let epoch = u64::from_le_bytes(h[4..12].try_into().unwrap());
             let nsegs = u32::from_le_bytes(h[36..40].try_into().unwrap()) as u64;
             let n = u64::from_le_bytes(h[40..48].try_into().unwrap());
             let len = (BLOCK + 8 * nsegs + 12 * n).div_ceil(BLOCK) * BLOCK;
-            if len > sb.ckpt_bytes {
-                continue;
+            if len <= sb.ckpt_bytes {
+                heads.push((epoch, off, len));
             }
+        }
+        heads.sort_by(|a, b| b.0.cmp(&a.0));
+        for (_, off, len) in heads {
             let mut b = vec![0u8; len as usize];
             dev.read_at(&mut b, off)?;
             if let Some(c) = Checkpoint::decode(&b) {
-                if best.as_ref().is_none_or(|x| c.epoch > x.epoch) {
-                    best = Some(c);
-                }
+                return Ok(Some(c));
             }
         }
-        Ok(best)
+        Ok(None)
     }
 }
 

@@ -12,7 +12,9 @@
 //!    count, then each journaled segment whose durable summary has the
 //!    journaled sequence number. A dirty entry maps its block; a clean one
 //!    after an unclean shutdown unmaps it (the backing copy is as new).
-//! 4. A new checkpoint makes this the base, the superblock says "open".
+//! 4. The superblock says "open"; the journal continues after its last
+//!    record (no checkpoint is needed: the next recovery reads the same
+//!    checkpoint and journal and reaches the same state).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -184,7 +186,8 @@ pub fn open_with_devices(
     info.mapped_blocks = map.len() as u64;
     info.dirty_blocks = map.dirty() as u64;
     sb.clean = false;
-    let st = State::new(sb.clone(), map, segs, next_seq, ck.epoch);
+    let mut st = State::new(sb.clone(), map, segs, next_seq, ck.epoch);
+    st.journal_next = journal.len() as u32;
     let lc = LogCache::new(
         Arc::clone(&cache),
         backing,
