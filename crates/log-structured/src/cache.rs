@@ -502,7 +502,7 @@ impl LogCache {
             }
         };
         // (block, slot) of every live block; without a summary, scan the map.
-        let live: Vec<(u64, u32)> = match &summary {
+        let mut live: Vec<(u64, u32)> = match &summary {
             Some(s) => s
                 .entries
                 .iter()
@@ -520,6 +520,20 @@ impl LogCache {
                 .map(|(l, e)| (l, e.slot))
                 .collect(),
         };
+        if summary.is_some() && live.len() < st.segs[v as usize].live as usize {
+            // The summary misses live blocks (it must not): never free a segment the map points into.
+            tracing::warn!(
+                "segment {v}: summary lists {} of {} live blocks; scanning the map",
+                live.len(),
+                st.segs[v as usize].live
+            );
+            live = st
+                .map
+                .iter()
+                .filter(|(_, e)| e.slot / self.data_blocks == v)
+                .map(|(l, e)| (l, e.slot))
+                .collect();
+        }
         let mut dirty = Vec::new();
         for (lba, slot) in live {
             if st.map.get(lba).is_some_and(|e| e.dirty) {
@@ -653,6 +667,9 @@ impl LogCache {
             }
             st.backing_dirty = false;
         }
+        // The open segment's summary must cover what the checkpoint says it
+        // covers: after a restart the segment is cleaned from its summary.
+        self.persist_summary(st)?;
         let (open_seg, open_seq, open_count) = match &st.open {
             Some(o) => (o.seg, o.seq, o.entries.len() as u32),
             None => (NONE, 0, 0),
