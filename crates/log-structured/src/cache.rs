@@ -604,7 +604,7 @@ impl LogCache {
             while i + n < lbas.len()
                 && lbas[i + n] == lbas[i] + n as u64
                 && st.map.get(lbas[i + n]).map(|e| e.slot) == Some(first.slot + n as u32)
-                && (first.slot + n as u32) % self.data_blocks != 0
+                && !(first.slot + n as u32).is_multiple_of(self.data_blocks)
             {
                 n += 1;
             }
@@ -718,7 +718,7 @@ impl LogCache {
             match e {
                 Some(e) => {
                     while i + k < n
-                        && (e.slot + k as u32) % self.data_blocks != 0
+                        && !(e.slot + k as u32).is_multiple_of(self.data_blocks)
                         && st.map.get(b0 + (i + k) as u64).map(|x| x.slot)
                             == Some(e.slot + k as u32)
                     {

@@ -163,7 +163,7 @@ impl Checkpoint {
                 heads.push((epoch, off, len));
             }
         }
-        heads.sort_by(|a, b| b.0.cmp(&a.0));
+        heads.sort_by_key(|h| std::cmp::Reverse(h.0));
         for (_, off, len) in heads {
             let mut b = vec![0u8; len as usize];
             dev.read_at(&mut b, off)?;

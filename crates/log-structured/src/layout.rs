@@ -358,7 +358,7 @@ mod tests {
     #[test]
     fn plan_fits_and_aligns() {
         let sb = plan(64 << 20, 1 << 20).unwrap();
-        assert!(sb.seg_off % (1 << 20) == 0);
+        assert!(sb.seg_off.is_multiple_of(1 << 20));
         assert!(sb.seg_off + sb.nsegs as u64 * sb.seg_bytes <= 64 << 20);
         assert!(sb.ckpt_bytes >= 12 * sb.slots());
         assert!(sb.nsegs >= 50, "{}", sb.nsegs);

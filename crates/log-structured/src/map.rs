@@ -279,7 +279,7 @@ mod tests {
         for step in 0..20_000u32 {
             x = mix(x);
             let lba = x % 3000;
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(m.remove(lba), r.remove(&lba), "step {step}");
             } else if r.len() < 1000 || r.contains_key(&lba) {
                 let en = e((x >> 20) as u32 % 1000, x & 16 != 0);

@@ -30,7 +30,7 @@ pub struct Geometry {
 impl Geometry {
     /// The geometry of segments of `seg_bytes` (a multiple of 4 KiB, at least 64 KiB).
     pub fn new(seg_bytes: u64) -> Result<Geometry, String> {
-        if seg_bytes % BLOCK != 0 || seg_bytes < 16 * BLOCK || seg_bytes > 64 << 20 {
+        if !seg_bytes.is_multiple_of(BLOCK) || !(16 * BLOCK..=64 << 20).contains(&seg_bytes) {
             return Err(format!(
                 "segment size {seg_bytes} must be a multiple of 4 KiB between 64 KiB and 64 MiB"
             ));
