@@ -244,3 +244,41 @@ fn qemu_io_unaligned_zeroes_discard_fua_against_a_model() {
     );
     srv.stop();
 }
+
+#[test]
+fn nbdinfo_flags_and_cache_prefetch() {
+    require_tools!("nbdinfo", "qemu-io");
+    let s = Setup::new(16 * MIB, "6MiB", &ls(&[]));
+    let mut srv = s.serve(&[]);
+    let v: serde_json::Value =
+        serde_json::from_str(&run(Command::new("nbdinfo").args(["--json", &srv.uri()]))).unwrap();
+    let e = &v["exports"][0];
+    assert_eq!(e["export-size"], 16 * MIB, "{e}");
+    for flag in [
+        "can_flush",
+        "can_fua",
+        "can_multi_conn",
+        "can_trim",
+        "can_zero",
+        "can_cache",
+    ] {
+        assert_eq!(e[flag], true, "{flag} not advertised: {e}");
+    }
+    // NBD_CMD_CACHE prefetches: the following read hits (needs nbdsh).
+    if !clients_util::have("nbdsh") {
+        eprintln!("SKIPPED (prefetch part): `nbdsh` is not installed");
+        return;
+    }
+    let before = s.stats();
+    run(Command::new("nbdsh").args(["-u", &srv.uri(), "-c", "h.cache(1048576, 0)"]));
+    run(Command::new("qemu-io")
+        .args(["-f", "raw", "-c", "read 0 1M"])
+        .arg(srv.uri()));
+    let after = s.stats();
+    let hits = after["read_hits"].as_u64().unwrap() - before["read_hits"].as_u64().unwrap();
+    assert_eq!(
+        hits, 256,
+        "the prefetched MiB was read from the cache: {after}"
+    );
+    srv.stop();
+}

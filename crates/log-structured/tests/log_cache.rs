@@ -543,3 +543,22 @@ fn bad_input_is_refused() {
         .to_string();
     assert!(e.contains("no log-structured cache"), "{e}");
 }
+
+#[test]
+fn prefetch_caches_and_trim_unmaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = setup(dir.path(), 2 << 20, 64 << 10, WritePolicy::WriteBack);
+    let c = open_with_devices(file_dev(&cache), file_dev(&backing), &backing).unwrap();
+    c.prefetch(10 * BLOCK + 5, 4 * BLOCK).unwrap(); // blocks 10..=14
+    let before = c.counters();
+    c.read(10 * BLOCK, 5 * BLOCK as usize).unwrap();
+    assert_eq!(
+        c.counters().read_hits - before.read_hits,
+        5,
+        "prefetched blocks hit"
+    );
+    assert_eq!(c.occupancy(), (5, 0));
+    // TRIM drops only whole blocks; the partial ones stay cached.
+    c.trim(10 * BLOCK + 1, 3 * BLOCK).unwrap(); // whole: 11, 12
+    assert_eq!(c.occupancy(), (3, 0));
+}
