@@ -243,6 +243,9 @@ fn qemu_io_unaligned_zeroes_discard_fua_against_a_model() {
         "{text}"
     );
     srv.stop();
+    // `tiercache check` verifies the stopped cache's metadata.
+    let out = run(Command::new(bin()).arg("check").arg(&s.cache));
+    assert!(out.contains("ok: every mapped block"), "{out}");
 }
 
 #[test]

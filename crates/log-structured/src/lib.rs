@@ -37,6 +37,6 @@ pub mod serve;
 pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
 pub use cleaning::VictimPolicy;
 pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
-pub use recovery::{open, open_with_devices, OpenOptions};
+pub use recovery::{check, open, open_with_devices, CheckReport, OpenOptions};
 pub use segment::BLOCK;
 pub use serve::{serve, serve_cache, ServeOptions};

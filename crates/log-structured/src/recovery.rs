@@ -89,10 +89,39 @@ pub fn open_with_devices(
             cache.name()
         );
     }
+    let r = rebuild(cache.as_ref(), &sb)?;
+    let mut info = r.info;
+    sb.clean = false;
+    let mut st = State::new(sb.clone(), r.map, r.segs, r.next_seq, r.epoch);
+    st.journal_next = r.journal_len;
+    let lc = LogCache::new(
+        Arc::clone(&cache),
+        backing,
+        backing_path,
+        st,
+        RecoveryInfo::default(),
+    );
+    lc.recovered().map_err(|e| anyhow::anyhow!("{e}"))?;
+    info.duration = t0.elapsed();
+    Ok(Arc::new(lc.with_recovery(info)))
+}
+
+/// The state recovery rebuilds from the device, before anything is written.
+pub(crate) struct Rebuilt {
+    pub(crate) map: SparseMap,
+    pub(crate) segs: Vec<SegInfo>,
+    pub(crate) next_seq: u64,
+    pub(crate) epoch: u64,
+    pub(crate) journal_len: u32,
+    pub(crate) info: RecoveryInfo,
+}
+
+/// Rebuild the map from the newest checkpoint and the summaries written after it (read only).
+pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> {
     let geo = sb.geometry();
     let d = geo.data_blocks();
     let slots = sb.slots();
-    let ck = Checkpoint::read_newest(cache.as_ref(), &sb)
+    let ck = Checkpoint::read_newest(cache, sb)
         .context("reading the checkpoints")?
         .context("the cache holds no valid checkpoint")?;
     if ck.seg_seqs.len() != sb.nsegs as usize {
@@ -125,7 +154,7 @@ pub fn open_with_devices(
             .map_err(|e| bad(format!("checkpoint: {e}")))?;
     }
     let mut seqs = ck.seg_seqs.clone();
-    let journal = read_journal(cache.as_ref(), &sb, ck.epoch).context("reading the journal")?;
+    let journal = read_journal(cache, sb, ck.epoch).context("reading the journal")?;
     let mut rewritten = vec![false; sb.nsegs as usize];
     for r in &journal {
         rewritten[r.seg as usize] = true;
@@ -152,7 +181,7 @@ pub fn open_with_devices(
         let Some(s) = Summary::pick(&head, seg, &geo).filter(|s| s.seq == seq) else {
             continue; // opened, but nothing in it was ever made durable
         };
-        info.replayed_segments += 1;
+        info.replayed_segments += (s.entries.len() > from) as u64;
         for (k, &e) in s.entries.iter().enumerate().skip(from) {
             let Some((lba, dirty)) = decode_entry(e) else {
                 continue;
@@ -185,17 +214,105 @@ pub fn open_with_devices(
     }
     info.mapped_blocks = map.len() as u64;
     info.dirty_blocks = map.dirty() as u64;
-    sb.clean = false;
-    let mut st = State::new(sb.clone(), map, segs, next_seq, ck.epoch);
-    st.journal_next = journal.len() as u32;
-    let lc = LogCache::new(
-        Arc::clone(&cache),
-        backing,
-        backing_path,
-        st,
-        RecoveryInfo::default(),
-    );
-    lc.recovered().map_err(|e| anyhow::anyhow!("{e}"))?;
-    info.duration = t0.elapsed();
-    Ok(Arc::new(lc.with_recovery(info)))
+    Ok(Rebuilt {
+        map,
+        segs,
+        next_seq,
+        epoch: ck.epoch,
+        journal_len: journal.len() as u32,
+        info,
+    })
+}
+
+/// What `tiercache check` found on a stopped log-structured cache.
+#[derive(Clone, Debug, Default)]
+pub struct CheckReport {
+    pub mapped_blocks: u64,
+    pub dirty_blocks: u64,
+    pub clean_shutdown: bool,
+    pub checkpoint_epoch: u64,
+    pub replayed_segments: u64,
+    /// Violations found (empty: the metadata is consistent).
+    pub problems: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl std::fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "log-structured cache: {} blocks mapped ({} dirty), checkpoint epoch {}, {} segments replayed, clean shutdown {}",
+            self.mapped_blocks, self.dirty_blocks, self.checkpoint_epoch, self.replayed_segments, self.clean_shutdown
+        )?;
+        if self.problems.is_empty() {
+            write!(
+                f,
+                "ok: every mapped block is named by its segment's summary, no slot is mapped twice"
+            )
+        } else {
+            for p in self.problems.iter().take(20) {
+                writeln!(f, "problem: {p}")?;
+            }
+            write!(f, "{} problems", self.problems.len())
+        }
+    }
+}
+
+/// Verify the metadata of a stopped cache without writing anything: the map
+/// recovery would rebuild, every mapped slot named by its segment's durable
+/// summary with the same block, no slot mapped twice.
+pub fn check(path: &Path) -> Result<CheckReport> {
+    let dev = open_dev(path, false, "cache device")?;
+    let Some(sb) = Superblock::read(dev.as_ref()) else {
+        bail!("{} holds no log-structured cache", path.display());
+    };
+    let r = rebuild(dev.as_ref(), &sb)?;
+    let geo = sb.geometry();
+    let d = geo.data_blocks();
+    let mut rep = CheckReport {
+        mapped_blocks: r.map.len() as u64,
+        dirty_blocks: r.map.dirty() as u64,
+        clean_shutdown: sb.clean,
+        checkpoint_epoch: r.info.checkpoint_epoch,
+        replayed_segments: r.info.replayed_segments,
+        problems: Vec::new(),
+    };
+    let mut used = vec![false; sb.slots() as usize];
+    let mut by_seg: std::collections::BTreeMap<u32, Vec<(u32, u64)>> = Default::default();
+    for (lba, e) in r.map.iter() {
+        if std::mem::replace(&mut used[e.slot as usize], true) {
+            rep.problems
+                .push(format!("slot {} is mapped by more than one block", e.slot));
+        }
+        by_seg
+            .entry(e.slot / d)
+            .or_default()
+            .push((e.slot % d, lba));
+    }
+    let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
+    for (seg, entries) in by_seg {
+        dev.read_at(&mut head, sb.seg_off + seg as u64 * sb.seg_bytes)?;
+        let Some(s) = Summary::pick(&head, seg, &geo).filter(|s| s.seq == r.segs[seg as usize].seq)
+        else {
+            rep.problems.push(format!(
+                "segment {seg} holds mapped blocks but no summary of its current life"
+            ));
+            continue;
+        };
+        for (k, lba) in entries {
+            match s.entries.get(k as usize).and_then(|&e| decode_entry(e)) {
+                Some((l, _)) if l == lba => {}
+                other => rep.problems.push(format!(
+                    "block {lba} is mapped to segment {seg} slot {k}, whose summary says {other:?}"
+                )),
+            }
+        }
+    }
+    Ok(rep)
 }

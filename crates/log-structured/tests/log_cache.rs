@@ -562,3 +562,54 @@ fn prefetch_caches_and_trim_unmaps() {
     c.trim(10 * BLOCK + 1, 3 * BLOCK).unwrap(); // whole: 11, 12
     assert_eq!(c.occupancy(), (3, 0));
 }
+
+#[test]
+fn check_accepts_a_stopped_cache_and_finds_a_corrupt_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = setup(dir.path(), 2 << 20, 64 << 10, WritePolicy::WriteBack);
+    let c = open_with_devices(file_dev(&cache), file_dev(&backing), &backing).unwrap();
+    for b in 0..200u64 {
+        c.write(b * 3 * BLOCK, &block(b * 3, 1), false).unwrap();
+    }
+    c.read(700 * BLOCK, 40 * BLOCK as usize).unwrap();
+    c.flush().unwrap();
+    drop(c); // crash
+    let r = tiercache_log_structured::check(&cache).unwrap();
+    assert!(r.is_ok(), "{r}");
+    assert!(
+        r.mapped_blocks > 0 && r.dirty_blocks == r.mapped_blocks,
+        "{r}"
+    );
+    // After a clean shutdown the map comes from the checkpoint alone.
+    let c = open_with_devices(file_dev(&cache), file_dev(&backing), &backing).unwrap();
+    c.read(700 * BLOCK, 40 * BLOCK as usize).unwrap();
+    c.shutdown(false).unwrap();
+    let r = tiercache_log_structured::check(&cache).unwrap();
+    assert!(
+        r.is_ok() && r.clean_shutdown && r.replayed_segments == 0,
+        "{r}"
+    );
+    // Rewrite a summary of a segment holding mapped blocks with the wrong blocks.
+    let sb = tiercache_log_structured::Superblock::read(file_dev(&cache).as_ref()).unwrap();
+    let f = file_dev(&cache);
+    let mut both = vec![0u8; 8192];
+    let mut hit = false;
+    for seg in 0..sb.nsegs {
+        let off = sb.seg_off + seg as u64 * sb.seg_bytes;
+        f.read_at(&mut both, off).unwrap();
+        let g = sb.geometry();
+        if let Some(mut s) = tiercache_log_structured::segment::Summary::pick(&both, seg, &g) {
+            if s.entries.len() > 3 {
+                s.entries[0] = tiercache_log_structured::segment::entry(4000, true);
+                s.version += 10;
+                f.write_at(&s.encode(&g), off + g.summary_offset(s.copy()))
+                    .unwrap();
+                hit = true;
+                break;
+            }
+        }
+    }
+    assert!(hit);
+    let r = tiercache_log_structured::check(&cache).unwrap();
+    assert!(!r.is_ok(), "the corrupted summary is found: {r}");
+}

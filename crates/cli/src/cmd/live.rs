@@ -493,6 +493,9 @@ pub fn check(a: CheckArgs) -> Result<()> {
     if tiercache_tiered_volume::is_tiered_volume(&a.cache) {
         return super::tier_live::check(&a.cache, a.json);
     }
+    if super::ls_live::is_log_structured(&a.cache) {
+        return super::ls_live::check(&a.cache, a.json);
+    }
     let f =
         std::fs::File::open(&a.cache).with_context(|| format!("opening {}", a.cache.display()))?;
     let r = tiercache_store::check(&f)?;

@@ -150,3 +150,20 @@ pub fn print_stats(v: &serde_json::Value) {
         r["replayed_segments"]
     );
 }
+
+/// `tiercache check` on a stopped log-structured cache.
+pub fn check(cache: &Path, json: bool) -> Result<()> {
+    let r = ls::check(cache)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": r.is_ok(), "report": r.to_string(), "mapped_blocks": r.mapped_blocks, "dirty_blocks": r.dirty_blocks})
+        );
+    } else {
+        println!("{r}");
+    }
+    if !r.is_ok() {
+        bail!("{} has metadata problems", cache.display());
+    }
+    Ok(())
+}
