@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--size-mib", type=int, default=256)
     ap.add_argument("--hdd-size-mib", type=int, default=256)
     ap.add_argument("--out")
+    ap.add_argument("--dirty-target", help="format's --dirty-target for the write-back cache "
+                    "(share of lines that may stay dirty; default: format's default)")
     a = ap.parse_args()
     tc = os.path.abspath(a.bin)
     for t in ("fio", "nbdkit", "nbdcopy"):
@@ -124,7 +126,8 @@ def main():
             f.truncate(size)
         cache = os.path.join(d, "cache.img")
         sh(tc, "format", "--cache", cache, "--backing", backing, "--size", f"{size + 64 * MIB}",
-           "--write-policy", "write-back")
+           "--write-policy", "write-back",
+           *(["--dirty-target", a.dirty_target] if a.dirty_target else []))
         tcs = Proc([tc, "serve", "--cache", cache, "--listen", f"unix:{d}/tc.sock"], f"{d}/tc.sock", log)
         fill(tcs.uri, data)
         sh("nbdcopy", "--connections=4", tcs.uri, "null:")  # every line read once: all cached
