@@ -14,8 +14,10 @@ use tiercache_tiering::policy::PolicyKind;
 /// `format` options of a tiered volume.
 #[derive(Args, Debug, Clone)]
 pub struct TierFormatArgs {
-    /// What to format: cache (the SSD cache: --cache, --backing) or tier (a
-    /// tiered volume: --tiers).
+    /// What to format: cache (the SSD cache: --cache, --backing; --layout
+    /// log-structured for the FlashTier-style store), tier (a tiered volume:
+    /// --tiers) or tica (a three-level cache: --ro-ssd, --wo-ssd, --backing,
+    /// --dram-size).
     #[arg(long, default_value = "cache")]
     pub mode: String,
     /// Tiered volume: FAST,SLOW (files or block devices). The volume is the
@@ -45,7 +47,7 @@ pub fn format(a: &TierFormatArgs, size: Option<&str>, force: bool) -> Option<Res
         ))),
         ("tier", t) => Some(format_tiered(a, t.as_deref(), size, force)),
         (m, _) => Some(Err(anyhow::anyhow!(
-            "--mode '{m}' is not understood (allowed: cache, tier)"
+            "--mode '{m}' is not understood (allowed: cache, tier, tica)"
         ))),
     }
 }
