@@ -108,3 +108,52 @@ fn format_records_2lbs_levels_and_refuses_unknown_ones() {
         "a refused format created a file"
     );
 }
+
+#[test]
+fn log_structured_layout_refuses_in_place_policy_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = format(
+        d,
+        "ls.img",
+        &[
+            "--layout",
+            "log-structured",
+            "--eviction",
+            "arc",
+            "--assoc",
+            "8-way",
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "in-place options were accepted and ignored"
+    );
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("--eviction") && msg.contains("--assoc") && msg.contains("--segment-size"),
+        "the refusal should name the options and what the layout takes: {msg}"
+    );
+    assert!(
+        !d.join("ls.img").exists(),
+        "a refused format created a file"
+    );
+    // Its own options are accepted.
+    let out = format(
+        d,
+        "ls.img",
+        &[
+            "--layout",
+            "log-structured",
+            "--write-policy",
+            "write-through",
+            "--segment-size",
+            "256KiB",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -38,6 +38,34 @@ fn format_ls(a: &super::live::FormatArgs) -> Result<()> {
     if a.tier.mode != "cache" {
         bail!("--layout log-structured formats a cache (--mode cache)");
     }
+    // The in-place layout's policy options have no meaning here: the store
+    // caches 4 KiB blocks in a unified map and evicts by segment cleaning.
+    // Refuse them rather than ignore them silently.
+    let p = &a.policy;
+    let ignored = [
+        (
+            "--line-size",
+            p.line_size != "4KiB" && p.line_size != "4096B",
+        ),
+        ("--sub-block", p.sub_block.is_some()),
+        ("--assoc", p.assoc != "full"),
+        ("--eviction", p.eviction != "lru"),
+        ("--no-write-allocate", p.no_write_allocate),
+        ("--admission", p.admission != "always"),
+    ];
+    let given: Vec<&str> = ignored
+        .iter()
+        .filter(|(_, g)| *g)
+        .map(|(n, _)| *n)
+        .collect();
+    if !given.is_empty() {
+        bail!(
+            "--layout log-structured does not take {} (it caches 4 KiB blocks in one sparse map and \
+             evicts by segment cleaning; it takes --write-policy write-back|write-through, \
+             --dirty-target and --segment-size)",
+            given.join(", ")
+        );
+    }
     let o = ls::FormatOptions {
         cache: cache.clone(),
         backing: backing.clone(),
