@@ -611,13 +611,24 @@ fn serve_refuses_mismatching_backing_device() {
 /// nbdfuse exposes the export as a file; a loop device on it carries ext4.
 #[test]
 fn nbdfuse_loop_ext4_file_workload_and_fsck() {
+    nbdfuse_loop_ext4(&["--line-size", "64KiB"]);
+}
+
+/// The same on the log-structured layout (issue 4: every test of the live
+/// server holds for it).
+#[test]
+fn nbdfuse_loop_ext4_file_workload_and_fsck_log_structured() {
+    nbdfuse_loop_ext4(&["--layout", "log-structured", "--segment-size", "256KiB"]);
+}
+
+fn nbdfuse_loop_ext4(format_opts: &[&str]) {
     require_tools!("nbdfuse", "losetup", "mkfs.ext4", "fusermount3", "e2fsck");
     if !Path::new("/dev/fuse").exists() || !Path::new("/dev/loop-control").exists() {
         eprintln!("SKIPPED: /dev/fuse or /dev/loop-control is missing");
         return;
     }
     let size = 128 * MIB;
-    let s = Setup::new(size, "16MiB", &["--line-size", "64KiB"]);
+    let s = Setup::new(size, "16MiB", format_opts);
     let srv = s.serve(&[]);
     let fusedir = s.path("fuse");
     let mnt = s.path("mnt");
