@@ -14,7 +14,7 @@
 mod common;
 
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// 16 MiB of data.
@@ -30,25 +30,30 @@ fn kill9(pid: u32) {
         .status();
 }
 
-/// Run `rounds` kill -9 rounds on a cache formatted with `policy`, then a
-/// clean round ending in detach; panics with the seed on any violation.
-fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
-    let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
-    let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
+/// The files of one crash test: a backing file of `blocks` versioned blocks
+/// and a 6 MiB write-back cache formatted with `policy`, in a temporary
+/// directory (TIERCACHE_CRASH_KEEP=1 keeps them for a post-mortem).
+struct CrashFiles {
+    _keep: Option<tempfile::TempDir>,
+    backing: PathBuf,
+    cache: PathBuf,
+    sock: PathBuf,
+    log: PathBuf,
+    /// What `format` printed.
+    formatted: String,
+}
+
+fn crash_files(label: &str, policy: &[&str], blocks: u64) -> CrashFiles {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().to_path_buf();
-    // TIERCACHE_CRASH_KEEP=1 keeps the files (cache, backing, server log) for a post-mortem.
-    let _cleanup = if std::env::var_os("TIERCACHE_CRASH_KEEP").is_some() {
+    let _keep = if std::env::var_os("TIERCACHE_CRASH_KEEP").is_some() {
         eprintln!("[{label}] files kept in {}", tmp.keep().display());
         None
     } else {
         Some(tmp)
     };
-    let backing = root.join("backing.img");
-    let cache = root.join("cache.img");
-    let sock = root.join("nbd.sock");
-    let log = root.join("serve.log");
-    init_backing(&backing, BLOCKS);
+    let (backing, cache) = (root.join("backing.img"), root.join("cache.img"));
+    init_backing(&backing, blocks);
     let mut args = vec![
         "format",
         "--cache",
@@ -62,6 +67,29 @@ fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed:
     ];
     args.extend_from_slice(policy);
     let formatted = tiercache(&args);
+    CrashFiles {
+        _keep,
+        sock: root.join("nbd.sock"),
+        log: root.join("serve.log"),
+        backing,
+        cache,
+        formatted,
+    }
+}
+
+/// Run `rounds` kill -9 rounds on a cache formatted with `policy`, then a
+/// clean round ending in detach; panics with the seed on any violation.
+fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
+    let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
+    let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
+    let CrashFiles {
+        _keep,
+        backing,
+        cache,
+        sock,
+        log,
+        formatted,
+    } = crash_files(label, policy, BLOCKS);
     eprintln!(
         "[{label}] seed {seed}, {rounds} rounds: {}",
         formatted.trim()
@@ -242,32 +270,14 @@ const HOT_BLOCKS: u64 = 512;
 fn clean_overwrite_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed: u64) {
     let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
     let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path().to_path_buf();
-    let _cleanup = if std::env::var_os("TIERCACHE_CRASH_KEEP").is_some() {
-        eprintln!("[{label}] files kept in {}", tmp.keep().display());
-        None
-    } else {
-        Some(tmp)
-    };
-    let backing = root.join("backing.img");
-    let cache = root.join("cache.img");
-    let sock = root.join("nbd.sock");
-    let log = root.join("serve.log");
-    init_backing(&backing, HOT_BLOCKS);
-    let mut args = vec![
-        "format",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--backing",
-        backing.to_str().unwrap(),
-        "--size",
-        "6MiB",
-        "--write-policy",
-        "write-back",
-    ];
-    args.extend_from_slice(policy);
-    tiercache(&args);
+    let CrashFiles {
+        _keep,
+        backing,
+        cache,
+        sock,
+        log,
+        ..
+    } = crash_files(label, policy, HOT_BLOCKS);
     let fail = |msg: String, log: &Path| -> ! {
         panic!(
             "[{label}] seed {seed}: {msg}\n--- server log (tail) ---\n{}",
