@@ -54,15 +54,7 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     pub fn config(&self) -> Result<CacheConfig> {
-        let (mut lv_meta, mut lv_freq) = (false, false);
-        for l in &self.twolbs_levels {
-            match l.trim() {
-                "metadata" => lv_meta = true,
-                "frequency" => lv_freq = true,
-                "both" => (lv_meta, lv_freq) = (true, true),
-                x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
-            }
-        }
+        let (lv_meta, lv_freq) = super::sim::parse_2lbs_levels(&self.twolbs_levels)?;
         let line = parse_bytes(&self.line_size).map_err(anyhow::Error::msg)?;
         let line = u32::try_from(line).context("line size too large")?;
         let sub = match &self.sub_block {

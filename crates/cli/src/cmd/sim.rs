@@ -178,15 +178,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     let wps = parse_list(&a.write_policy, |s| s.parse::<WritePolicy>())?;
     let adms = parse_list(&a.admission, |s| s.parse::<AdmissionKind>())?;
     let seq_cutoff = parse_bytes(&a.seq_cutoff).map_err(anyhow::Error::msg)?;
-    let (mut lv_meta, mut lv_freq) = (false, false);
-    for l in &a.twolbs_levels {
-        match l.trim() {
-            "metadata" => lv_meta = true,
-            "frequency" => lv_freq = true,
-            "both" => (lv_meta, lv_freq) = (true, true),
-            x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
-        }
-    }
+    let (lv_meta, lv_freq) = parse_2lbs_levels(&a.twolbs_levels)?;
     let sub_block = a
         .sub_block
         .as_deref()
@@ -428,4 +420,19 @@ fn write_csv(path: &Path, trace: &Path, reports: &[(SizeSpec, SimReport)]) -> Re
         s.push('\n');
     }
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `--2lbs-levels`: which of Azor's two selection levels are on, as
+/// (metadata first, access frequency).
+pub fn parse_2lbs_levels(levels: &[String]) -> Result<(bool, bool)> {
+    let (mut lv_meta, mut lv_freq) = (false, false);
+    for l in levels {
+        match l.trim() {
+            "metadata" => lv_meta = true,
+            "frequency" => lv_freq = true,
+            "both" => (lv_meta, lv_freq) = (true, true),
+            x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
+        }
+    }
+    Ok((lv_meta, lv_freq))
 }
