@@ -102,7 +102,12 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--dirty-target", help="format's --dirty-target for the write-back cache "
                     "(share of lines that may stay dirty; default: format's default)")
+    ap.add_argument("--workloads", default="read,write,hdd",
+                    help="comma-separated subset of read,write,hdd to run (default: all)")
     a = ap.parse_args()
+    wl = set(a.workloads.split(","))
+    if not wl or wl - {"read", "write", "hdd"}:
+        sys.exit(f"--workloads: expected a subset of read,write,hdd, got {a.workloads!r}")
     tc = os.path.abspath(a.bin)
     for t in ("fio", "nbdkit", "nbdcopy"):
         if shutil.which(t) is None:
@@ -134,12 +139,12 @@ def main():
         st0 = stats(tc, cache)
         rr = {"tiercache": [], "nbdkit": []}
         rw = {"tiercache": [], "nbdkit": []}
-        for i in range(a.repeat):
+        for i in range(a.repeat if "read" in wl else 0):
             for name, uri in (("tiercache", tcs.uri), ("nbdkit", nk.uri)):
                 rr[name].append(fio(uri, f"randread-{name}", "randread", a.runtime, size))
                 print(f"  randread  {name:9} run {i}: {rr[name][-1][0]:10.0f} IOPS", flush=True)
         st1 = stats(tc, cache)
-        for i in range(a.repeat):
+        for i in range(a.repeat if "write" in wl else 0):
             for name, uri in (("tiercache", tcs.uri), ("nbdkit", nk.uri)):
                 rw[name].append(fio(uri, f"randwrite-{name}", "randwrite", a.runtime, size))
                 print(f"  randwrite {name:9} run {i}: {rw[name][-1][0]:10.0f} IOPS", flush=True)
@@ -160,64 +165,70 @@ def main():
             "write_misses": st2["write_misses"] - st1["write_misses"],
             "metadata_commits": st2["live"]["commits"] - st1["live"]["commits"],
         }
-        # Emulated HDD, zipf 1.2, cache ~10 % of the data set.
-        hsize = a.hdd_size_mib * MIB
-        hb = os.path.join(d, "hdd.img")
-        with open(hb, "wb") as f:
-            f.write(os.urandom(hsize))
-        hc = os.path.join(d, "hddcache.img")
-        # The metadata regions take ~5 MiB; size the data region at 10 % of the data set.
-        sh(tc, "format", "--cache", hc, "--backing", hb, "--size", f"{hsize // 10 + 5 * MIB + 256 * 1024}")
-        zipf = ["--random_distribution=zipf:1.2"]
-        hz = {"uncached": [], "tiercache": []}
-        hit = []
-        for i in range(a.repeat):
-            p = Proc([tc, "serve", "--cache", hc, "--no-cache", "--emulate-hdd", "--listen", f"unix:{d}/raw.sock"],
-                     f"{d}/raw.sock", log)
-            hz["uncached"].append(fio(p.uri, "zipf-uncached", "randread", a.hdd_runtime, hsize, zipf))
-            p.stop()
-            p = Proc([tc, "serve", "--cache", hc, "--emulate-hdd", "--listen", f"unix:{d}/hdd.sock"],
-                     f"{d}/hdd.sock", log)
-            s0 = stats(tc, hc)
-            hz["tiercache"].append(fio(p.uri, "zipf-cached", "randread", a.hdd_runtime, hsize, zipf))
-            s1 = stats(tc, hc)
-            p.stop()
-            h = s1["read_hits"] - s0["read_hits"]
-            m = s1["read_misses"] - s0["read_misses"]
-            hit.append(h / max(1, h + m))
-            print(f"  zipf run {i}: uncached {hz['uncached'][-1][0]:8.0f} IOPS, tiercache "
-                  f"{hz['tiercache'][-1][0]:8.0f} IOPS (hit ratio {hit[-1]:.3f}; run {i} starts "
-                  f"{'cold' if i == 0 else 'warm from the previous run'})", flush=True)
-        res["hdd_zipf"] = {
-            "cache_fraction": s1["slots"] * s1["policy"]["line_size"] / hsize,
-            "uncached_iops": [x[0] for x in hz["uncached"]], "tiercache_iops": [x[0] for x in hz["tiercache"]],
-            "uncached_mean_lat_us": [x[1] for x in hz["uncached"]],
-            "tiercache_mean_lat_us": [x[1] for x in hz["tiercache"]],
-            "hit_ratio": hit,
-        }
+        if "hdd" in wl:
+            # Emulated HDD, zipf 1.2, cache ~10 % of the data set.
+            hsize = a.hdd_size_mib * MIB
+            hb = os.path.join(d, "hdd.img")
+            with open(hb, "wb") as f:
+                f.write(os.urandom(hsize))
+            hc = os.path.join(d, "hddcache.img")
+            # The metadata regions take ~5 MiB; size the data region at 10 % of the data set.
+            sh(tc, "format", "--cache", hc, "--backing", hb, "--size", f"{hsize // 10 + 5 * MIB + 256 * 1024}")
+            zipf = ["--random_distribution=zipf:1.2"]
+            hz = {"uncached": [], "tiercache": []}
+            hit = []
+            for i in range(a.repeat):
+                p = Proc([tc, "serve", "--cache", hc, "--no-cache", "--emulate-hdd", "--listen", f"unix:{d}/raw.sock"],
+                         f"{d}/raw.sock", log)
+                hz["uncached"].append(fio(p.uri, "zipf-uncached", "randread", a.hdd_runtime, hsize, zipf))
+                p.stop()
+                p = Proc([tc, "serve", "--cache", hc, "--emulate-hdd", "--listen", f"unix:{d}/hdd.sock"],
+                         f"{d}/hdd.sock", log)
+                s0 = stats(tc, hc)
+                hz["tiercache"].append(fio(p.uri, "zipf-cached", "randread", a.hdd_runtime, hsize, zipf))
+                s1 = stats(tc, hc)
+                p.stop()
+                h = s1["read_hits"] - s0["read_hits"]
+                m = s1["read_misses"] - s0["read_misses"]
+                hit.append(h / max(1, h + m))
+                print(f"  zipf run {i}: uncached {hz['uncached'][-1][0]:8.0f} IOPS, tiercache "
+                      f"{hz['tiercache'][-1][0]:8.0f} IOPS (hit ratio {hit[-1]:.3f}; run {i} starts "
+                      f"{'cold' if i == 0 else 'warm from the previous run'})", flush=True)
+            res["hdd_zipf"] = {
+                "cache_fraction": s1["slots"] * s1["policy"]["line_size"] / hsize,
+                "uncached_iops": [x[0] for x in hz["uncached"]], "tiercache_iops": [x[0] for x in hz["tiercache"]],
+                "uncached_mean_lat_us": [x[1] for x in hz["uncached"]],
+                "tiercache_mean_lat_us": [x[1] for x in hz["tiercache"]],
+                "hit_ratio": hit,
+            }
     finally:
         log.close()
         res["loadavg_after"] = os.getloadavg()
         shutil.rmtree(d, ignore_errors=True)
 
     med = statistics.median
-    r1 = med(res["all_hit_randread"]["tiercache_iops"]) / med(res["all_hit_randread"]["nbdkit_iops"])
-    r2 = med(res["writeback_randwrite"]["tiercache_iops"]) / med(res["writeback_randwrite"]["nbdkit_iops"])
-    r3 = med(res["hdd_zipf"]["tiercache_iops"]) / med(res["hdd_zipf"]["uncached_iops"])
-    res["ratios"] = {"all_hit_randread_vs_nbdkit": r1, "writeback_randwrite_vs_nbdkit": r2,
-                     "hdd_zipf_speedup": r3}
+    res["ratios"] = {}
     print()
     print(f"date {res['date']}, {res['nproc']} CPUs, load average before {res['loadavg_before'][0]:.2f}, "
           f"after {res['loadavg_after'][0]:.2f}")
     print(f"{'workload':38} {'tiercache IOPS':>15} {'baseline IOPS':>15} {'ratio':>7}  target")
-    print(f"{'all-hit 4K randread QD32 vs nbdkit':38} {med(res['all_hit_randread']['tiercache_iops']):15.0f} "
-          f"{med(res['all_hit_randread']['nbdkit_iops']):15.0f} {r1:7.2f}  >= 0.9 {'OK' if r1 >= 0.9 else 'MISSED'}")
-    print(f"{'write-back 4K randwrite QD32 vs nbdkit':38} {med(res['writeback_randwrite']['tiercache_iops']):15.0f} "
-          f"{med(res['writeback_randwrite']['nbdkit_iops']):15.0f} {r2:7.2f}  >= 0.8 {'OK' if r2 >= 0.8 else 'MISSED'}")
-    print(f"{'emulated HDD zipf1.2 4K randread QD32':38} {med(res['hdd_zipf']['tiercache_iops']):15.0f} "
-          f"{med(res['hdd_zipf']['uncached_iops']):15.0f} {r3:7.2f}  speedup over uncached "
-          f"(cache {res['hdd_zipf']['cache_fraction'] * 100:.1f} % of data, hit ratio "
-          f"{med(res['hdd_zipf']['hit_ratio']):.3f})")
+    if "read" in wl:
+        r1 = med(res["all_hit_randread"]["tiercache_iops"]) / med(res["all_hit_randread"]["nbdkit_iops"])
+        res["ratios"]["all_hit_randread_vs_nbdkit"] = r1
+        print(f"{'all-hit 4K randread QD32 vs nbdkit':38} {med(res['all_hit_randread']['tiercache_iops']):15.0f} "
+              f"{med(res['all_hit_randread']['nbdkit_iops']):15.0f} {r1:7.2f}  >= 0.9 {'OK' if r1 >= 0.9 else 'MISSED'}")
+    if "write" in wl:
+        r2 = med(res["writeback_randwrite"]["tiercache_iops"]) / med(res["writeback_randwrite"]["nbdkit_iops"])
+        res["ratios"]["writeback_randwrite_vs_nbdkit"] = r2
+        print(f"{'write-back 4K randwrite QD32 vs nbdkit':38} {med(res['writeback_randwrite']['tiercache_iops']):15.0f} "
+              f"{med(res['writeback_randwrite']['nbdkit_iops']):15.0f} {r2:7.2f}  >= 0.8 {'OK' if r2 >= 0.8 else 'MISSED'}")
+    if "hdd" in wl:
+        r3 = med(res["hdd_zipf"]["tiercache_iops"]) / med(res["hdd_zipf"]["uncached_iops"])
+        res["ratios"]["hdd_zipf_speedup"] = r3
+        print(f"{'emulated HDD zipf1.2 4K randread QD32':38} {med(res['hdd_zipf']['tiercache_iops']):15.0f} "
+              f"{med(res['hdd_zipf']['uncached_iops']):15.0f} {r3:7.2f}  speedup over uncached "
+              f"(cache {res['hdd_zipf']['cache_fraction'] * 100:.1f} % of data, hit ratio "
+              f"{med(res['hdd_zipf']['hit_ratio']):.3f})")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -257,6 +257,24 @@ impl Engine {
     }
 
     /// A slot's line, valid and dirty bits (one bool per sub-block) and class bit.
+    /// [`Engine::slot_state`] without allocating: `(line, valid, dirty,
+    /// metadata)` with bit `i` of the 256-bit masks for sub-block `i` (the
+    /// live server asks on every op completion).
+    pub fn slot_bits(&self, slot: Slot) -> Option<(u64, [u64; 4], [u64; 4], bool)> {
+        let line = self.map.line_of(slot)?;
+        let mut v = [0u64; 4];
+        let mut d = [0u64; 4];
+        for i in 0..self.geo.subs.min(256) {
+            if self.map.bits.valid(slot, i) {
+                v[i as usize / 64] |= 1 << (i % 64);
+            }
+            if self.map.bits.dirty(slot, i) {
+                d[i as usize / 64] |= 1 << (i % 64);
+            }
+        }
+        Some((line, v, d, self.map.is_metadata(slot)))
+    }
+
     pub fn slot_state(&self, slot: Slot) -> Option<(u64, Vec<bool>, Vec<bool>, bool)> {
         let line = self.map.line_of(slot)?;
         let subs = self.geo.subs;
@@ -369,10 +387,20 @@ impl Engine {
         if self.dirty.is_empty() || (!force && self.dirty.len() <= self.dirty_target_lines) {
             return 0;
         }
-        self.clean_some(max_lines, force, out)
+        self.clean_some(max_lines, force, false, out)
     }
 
-    fn clean_some(&mut self, max_lines: usize, force: bool, out: &mut Vec<Op>) -> usize {
+    /// [`Engine::clean`] that never writes back more than `max_lines` lines
+    /// (a merged run stops at the budget; `clean` may finish a run of up to
+    /// 1 MiB past it). For a cleaner paced by a rate, where the budget is the rate.
+    pub fn clean_at_most(&mut self, max_lines: usize, out: &mut Vec<Op>) -> usize {
+        if self.dirty.len() <= self.dirty_target_lines {
+            return 0;
+        }
+        self.clean_some(max_lines, false, true, out)
+    }
+
+    fn clean_some(&mut self, max_lines: usize, force: bool, cap: bool, out: &mut Vec<Op>) -> usize {
         let target = self.dirty_target_lines;
         let mut n = 0;
         while n < max_lines && !self.dirty.is_empty() && (force || self.dirty.len() > target) {
@@ -381,7 +409,8 @@ impl Engine {
                 None => *self.dirty.iter().next().expect("non-empty"),
             };
             let slot = self.map.lookup(line).expect("dirty line is mapped");
-            let k = self.write_back_run(slot, line);
+            let limit = if cap { max_lines - n } else { usize::MAX };
+            let k = self.write_back_run(slot, line, limit);
             self.clean_cursor = line + k as u64;
             n += k;
         }
@@ -806,7 +835,8 @@ impl Engine {
         let vline = self.map.line_of(victim).expect("victim is occupied");
         self.touch(victim);
         if self.map.bits.any_dirty(victim) {
-            self.write_back_run(victim, vline);
+            self.stats.dirty_evictions += 1;
+            self.write_back_run(victim, vline, usize::MAX);
         }
         self.map.remove(victim);
         self.stats.evictions += 1;
@@ -817,15 +847,16 @@ impl Engine {
 
     /// Write back a dirty line and, when it is wholly dirty, the wholly dirty
     /// lines that follow it on the backing device, as one sequential write of up
-    /// to 1 MiB (cleaning merges contiguous dirty lines). Returns the lines cleaned.
-    fn write_back_run(&mut self, slot: Slot, line: u64) -> usize {
+    /// to 1 MiB or `limit` lines (cleaning merges contiguous dirty lines).
+    /// Returns the lines cleaned.
+    fn write_back_run(&mut self, slot: Slot, line: u64, limit: usize) -> usize {
         let subs = self.geo.subs;
         let whole = |e: &Self, s: Slot| (0..subs).all(|i| e.map.bits.dirty(s, i));
         if !whole(self, slot) {
             self.write_back(slot, line);
             return 1;
         }
-        let max = ((1u64 << 20) >> self.line_shift).max(1) as usize;
+        let max = (((1u64 << 20) >> self.line_shift).max(1) as usize).min(limit.max(1));
         let mut run = vec![(slot, line)];
         while run.len() < max {
             let l = line + run.len() as u64;

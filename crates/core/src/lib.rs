@@ -7,6 +7,7 @@
 //! real devices) run exactly the same policy.
 
 pub mod admission;
+pub mod cleaning;
 pub mod config;
 pub mod engine;
 pub mod eviction;

@@ -26,6 +26,8 @@ pub struct Stats {
     pub fills: u64,
     /// Lines evicted to make room.
     pub evictions: u64,
+    /// Evictions whose victim held dirty data (a writeback before reuse).
+    pub dirty_evictions: u64,
     /// Lines whose dirty data was written to the backing device (cleaning and dirty evictions).
     pub writebacks: u64,
     /// Allocations refused by admission (bypass, n-hit, 2LBS).

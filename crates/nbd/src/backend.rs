@@ -165,6 +165,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Store `data` at `offset`; with `fua`, it is stable when this returns.
     async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()>;
 
+    /// Write `data`, which the backend may keep: a backend that buffers the
+    /// payload (a cache) takes it without a copy. Defaults to [`Backend::write`].
+    async fn write_owned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        self.write(offset, &data, fua).await
+    }
+
     /// Make all completed writes stable.
     async fn flush(&self) -> Result<()>;
 

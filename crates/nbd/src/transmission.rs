@@ -322,7 +322,7 @@ async fn execute(
         }
         Command::Write { offset, fua, .. } => {
             let data = payload.unwrap_or_default();
-            done(backend.write(offset, &data, fua).await)
+            done(backend.write_owned(offset, data, fua).await)
         }
         Command::Flush => done(backend.flush().await),
         Command::Trim { offset, len, fua } => done(backend.trim(offset, len as u64, fua).await),

@@ -62,6 +62,9 @@ impl Backend for Export {
             .map_err(eio)?;
         Ok(())
     }
+    async fn write_owned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        self.cache.write_owned(offset, data, fua).await.map_err(eio)
+    }
     async fn flush(&self) -> Result<()> {
         self.cache
             .request(IoKind::Flush, 0, 0, None, false)

@@ -48,6 +48,7 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tiercache_core::cleaning::{CleaningRate, CleaningTuning};
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Class, Dev, Engine, IoKind, Op, OpId, Purpose, Request, Source, WritePolicy};
 use tiercache_io::{BlockDev, IoOp};
@@ -57,8 +58,23 @@ use tokio::sync::watch;
 /// Consecutive device errors on the cache after which it stops caching new data.
 const DEGRADE_AFTER: u64 = 8;
 
+/// Requests after a dirty eviction that each clean `clean_budget` lines.
+const PRESSURE_REQUESTS: u32 = 1024;
+
+/// Interval of the background cleaner.
+const CLEAN_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Lines the background cleaner writes back per tick when no request came
+/// during the last one (idle: clean at full speed), and at most per tick.
+const CLEAN_TICK_MAX_LINES: usize = 256;
+
 /// Records buffered after which a background commit starts.
-const PENDING_COMMIT: usize = 4096;
+const PENDING_COMMIT: usize = 16384;
+
+/// Buffered records are committed at least this often with no FLUSH (like
+/// dm-cache's commit every second): a commit syncs the cache file, so
+/// committing by count alone under a write load would sync it many times a second.
+const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Buffer of one request, shared by its op tasks.
 struct ReqBuf {
@@ -77,7 +93,8 @@ pub(crate) struct Core {
     appended_gen: u64,
     needs_backing_flush: bool,
     /// Completion signal of every op in flight.
-    signals: FxHashMap<OpId, watch::Sender<bool>>,
+    /// Ops in flight; the channel is made when the first waiter comes (most ops have none).
+    signals: FxHashMap<OpId, Option<watch::Sender<bool>>>,
     /// Cache writes in flight per slot: (op, first sub-block, last sub-block).
     inflight_writes: FxHashMap<Slot, Vec<(OpId, u32, u32)>>,
     /// Commit generation that must be durable before cache writes on a slot.
@@ -117,6 +134,10 @@ pub(crate) struct Core {
     /// that a crash makes recovery treat every valid sub-block as dirty.
     /// Turned off for good when a clean shutdown starts.
     fast_overwrite: bool,
+    /// The core's dirty-eviction count at the last submission.
+    dirty_evictions_seen: u64,
+    /// Requests left that also clean (set when a victim was dirty).
+    pressure_left: u32,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -171,16 +192,6 @@ pub struct LiveCache {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct LiveError(pub String);
-
-fn bitmap(bits: &[bool]) -> SubBlocks {
-    let mut s = SubBlocks::default();
-    for (i, b) in bits.iter().enumerate() {
-        if *b {
-            s.set(i as u32);
-        }
-    }
-    s
-}
 
 fn range_bits(first: u32, last: u32) -> SubBlocks {
     let mut s = SubBlocks::default();
@@ -251,6 +262,8 @@ impl LiveCache {
                 poisoned: FxHashMap::default(),
                 withdrawn: FxHashMap::default(),
                 fast_overwrite,
+                dirty_evictions_seen: 0,
+                pressure_left: 0,
             }),
             store: Mutex::new(store),
             cache,
@@ -381,7 +394,14 @@ impl LiveCache {
             _ => Class::Data,
         };
         let out = self
-            .run_request(kind, offset, len, data, fua, class)
+            .run_request(
+                kind,
+                offset,
+                len,
+                data.map(std::borrow::Cow::Borrowed),
+                fua,
+                class,
+            )
             .await?;
         if classify {
             match kind {
@@ -395,12 +415,39 @@ impl LiveCache {
         Ok(out)
     }
 
+    /// A client write whose payload the cache may keep (no copy), unless
+    /// filesystem classification needs to look at it first.
+    pub async fn write_owned(
+        self: &Arc<Self>,
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> Result<(), LiveError> {
+        if self.classify.load(Ordering::Relaxed) {
+            return self
+                .request(IoKind::Write, offset, data.len() as u64, Some(&data), fua)
+                .await
+                .map(|_| ());
+        }
+        let len = data.len() as u64;
+        self.run_request(
+            IoKind::Write,
+            offset,
+            len,
+            Some(std::borrow::Cow::Owned(data)),
+            fua,
+            Class::Data,
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn run_request(
         self: &Arc<Self>,
         kind: IoKind,
         offset: u64,
         len: u64,
-        data: Option<&[u8]>,
+        data: Option<std::borrow::Cow<'_, [u8]>>,
         fua: bool,
         class: Class,
     ) -> Result<Vec<u8>, LiveError> {
@@ -414,7 +461,7 @@ impl LiveCache {
         let buf = Arc::new(ReqBuf {
             offset,
             data: Mutex::new(match (kind, data) {
-                (IoKind::Write, Some(d)) => d.to_vec(),
+                (IoKind::Write, Some(d)) => d.into_owned(),
                 (IoKind::Read, _) => vec![0; len as usize],
                 _ => Vec::new(),
             }),
@@ -435,8 +482,17 @@ impl LiveCache {
         if need_commit {
             self.spawn_commit(false);
         }
+        // The request's one foreground op (the usual case) runs on this task;
+        // several run as tasks of their own, in parallel; background ops
+        // (fills, writebacks) always do, as they outlive the request.
+        let n_fg = ops.iter().filter(|o| o.foreground && o.req == id).count();
         let mut fg = Vec::new();
+        let mut inline = None;
         for op in ops {
+            if n_fg == 1 && op.foreground && op.req == id {
+                inline = Some(op);
+                continue;
+            }
             let me = Arc::clone(self);
             let b = Arc::clone(&buf);
             let h = tokio::spawn(async move { me.exec(op, Some(b)).await });
@@ -445,6 +501,11 @@ impl LiveCache {
             }
         }
         let mut err = None;
+        if let Some(op) = inline {
+            if let Err(e) = Arc::clone(self).exec(op, Some(Arc::clone(&buf))).await {
+                err = Some(e);
+            }
+        }
         for h in fg {
             match h.await {
                 Ok(Ok(())) => {}
@@ -479,7 +540,23 @@ impl LiveCache {
         let mut c = self.core.lock().expect("core");
         let mut out = Vec::new();
         c.engine.submit(req, &mut out);
-        c.engine.clean(self.clean_budget, false, &mut out);
+        // Foreground-coupled cleaning only under eviction pressure: once a
+        // victim was dirty (a writeback before reuse), the next requests each
+        // clean a little too, so victims are clean again. Otherwise cleaning
+        // is the background controller's (a write burst is not slowed).
+        let de = c.engine.stats().dirty_evictions;
+        if de != c.dirty_evictions_seen {
+            c.dirty_evictions_seen = de;
+            c.pressure_left = PRESSURE_REQUESTS;
+        }
+        if c.pressure_left > 0 {
+            c.pressure_left -= 1;
+            let n = c.engine.clean(self.clean_budget, false, &mut out) as u64;
+            self.stats.cleaned_lines.fetch_add(n, Ordering::Relaxed);
+            self.stats
+                .pressure_cleaned_lines
+                .fetch_add(n, Ordering::Relaxed);
+        }
         self.register(&mut c, &out);
         let done = self.committed_gen();
         let need_commit = c
@@ -493,7 +570,7 @@ impl LiveCache {
     /// Register signals for new ops and append the records their submission implies.
     fn register(&self, c: &mut Core, out: &[Op]) {
         for o in out {
-            c.signals.insert(o.id, watch::channel(false).0);
+            c.signals.insert(o.id, None);
             if o.purpose == Purpose::WritebackRead {
                 let slot = (o.offset / self.line) as Slot;
                 c.wb_reads.insert(o.id, (slot, None));
@@ -542,7 +619,7 @@ impl LiveCache {
         // Barriers bind the cache writes of this batch and later ones only: an
         // older write on the slot may be what this batch's writeback waits for.
         let from = out.iter().map(|o| o.id).min().unwrap_or(OpId::MAX);
-        let e = c.engine.slot_state(s);
+        let e = c.engine.slot_bits(s);
         let v = c.view[s as usize];
         match (v, &e) {
             (Some(v), e) if e.as_ref().is_none_or(|e| e.0 != v.line) => {
@@ -598,7 +675,7 @@ impl LiveCache {
                     let (f, l) = self.subs_of(o.offset, o.len);
                     writing = writing.union(range_bits(f, l));
                 }
-                let valid_e = bitmap(&e.1);
+                let valid_e = SubBlocks(e.1);
                 let gone = v.valid.minus(valid_e);
                 let overwritten = writing.intersect(v.valid).minus(v.dirty);
                 let drop = gone.union(overwritten);
@@ -645,8 +722,11 @@ impl LiveCache {
             .lock()
             .expect("core")
             .signals
-            .get(&id)
-            .map(|tx| tx.subscribe());
+            .get_mut(&id)
+            .map(|tx| {
+                tx.get_or_insert_with(|| watch::channel(false).0)
+                    .subscribe()
+            });
         if let Some(mut rx) = rx {
             let _ = rx.wait_for(|d| *d).await;
         }
@@ -856,8 +936,31 @@ impl LiveCache {
         }
         self.phase(&op, "io");
         tracing::trace!(target: "tiercache::ops", "start {}", op.id);
-        // The bytes a write carries.
+        let dev = match op.dev {
+            Dev::Cache => Arc::clone(&self.cache),
+            Dev::Backing => Arc::clone(&self.backing),
+        };
+        let off = match op.dev {
+            Dev::Cache => self.data_offset + op.offset,
+            Dev::Backing => op.offset,
+        };
+        let started = Instant::now();
+        let kind = op.kind;
+        let len = op.len as usize;
+        // A small buffered write (no FUA) of client data to a file or block
+        // device without O_DIRECT: a pwrite into the page cache straight from
+        // the request's buffer, here, with no copy and no hand-off.
+        let mut written: Option<std::io::Result<Vec<u8>>> = None;
+        if kind == IoKind::Write && !op.fua && matches!(op.src, Source::Request) {
+            let b = buf.as_ref().expect("request buffer");
+            let d = b.data.lock().expect("buf");
+            let s = op.buf_off as usize;
+            written = tiercache_io::write_buffered(&*dev, &d[s..s + len], off)
+                .map(|r| r.map(|_| Vec::new()));
+        }
+        // The bytes a write carries (when not written above).
         let payload: Option<Vec<u8>> = match (op.kind, op.src) {
+            _ if written.is_some() => None,
             (IoKind::Write, Source::Request) => {
                 let b = buf.as_ref().expect("request buffer");
                 let d = b.data.lock().expect("buf");
@@ -885,18 +988,7 @@ impl LiveCache {
             }
             _ => None,
         };
-        let dev = match op.dev {
-            Dev::Cache => Arc::clone(&self.cache),
-            Dev::Backing => Arc::clone(&self.backing),
-        };
-        let off = match op.dev {
-            Dev::Cache => self.data_offset + op.offset,
-            Dev::Backing => op.offset,
-        };
-        let started = Instant::now();
-        let kind = op.kind;
-        let len = op.len as usize;
-        let missing_source = kind == IoKind::Write && payload.is_none();
+        let missing_source = kind == IoKind::Write && payload.is_none() && written.is_none();
         // A cache read whose data is in the page cache: read it here, no hand-off
         // to an I/O thread (all-hit reads; declined for O_DIRECT and wrappers).
         let cached = if kind == IoKind::Read && op.dev == Dev::Cache {
@@ -905,14 +997,15 @@ impl LiveCache {
         } else {
             None
         };
-        // A small buffered write (no FUA) to a file or block device without
-        // O_DIRECT: a pwrite into the page cache, here, no hand-off either.
-        let written = match (&payload, kind, op.fua) {
-            (Some(p), IoKind::Write, false) if cached.is_none() => {
-                tiercache_io::write_buffered(&*dev, p, off).map(|r| r.map(|_| Vec::new()))
-            }
-            _ => None,
-        };
+        // Other small buffered writes (writebacks): a pwrite here too.
+        if written.is_none() {
+            written = match (&payload, kind, op.fua) {
+                (Some(p), IoKind::Write, false) => {
+                    tiercache_io::write_buffered(&*dev, p, off).map(|r| r.map(|_| Vec::new()))
+                }
+                _ => None,
+            };
+        }
         let res: std::io::Result<Vec<u8>> = if let Some(v) = cached {
             Ok(v)
         } else if let Some(r) = written {
@@ -1315,14 +1408,14 @@ impl LiveCache {
         if op.purpose == Purpose::WritebackRead && !ok {
             c.wb_reads.remove(&op.id);
         }
-        if let Some(tx) = c.signals.remove(&op.id) {
+        if let Some(Some(tx)) = c.signals.remove(&op.id) {
             let _ = tx.send(true);
         }
     }
 
     fn journal_cache_write(&self, c: &mut Core, op: &Op, req_offset: Option<u64>) {
         let slot = (op.offset / self.line) as Slot;
-        let Some((line, valid, dirty, meta)) = c.engine.slot_state(slot) else {
+        let Some((line, valid, dirty, meta)) = c.engine.slot_bits(slot) else {
             return;
         };
         // The line this write was for: from the request's offset.
@@ -1340,7 +1433,7 @@ impl LiveCache {
                 }
             }
         }
-        let x = x.intersect(bitmap(&valid));
+        let x = x.intersect(SubBlocks(valid));
         if x.is_empty() {
             return;
         }
@@ -1361,7 +1454,7 @@ impl LiveCache {
             if self.write_policy == WritePolicy::WriteBack && op.purpose == Purpose::WriteCache {
                 x
             } else {
-                x.intersect(bitmap(&dirty))
+                x.intersect(SubBlocks(dirty))
             };
         // Sub-blocks the log already has dirty for this line need no new record
         // (rewriting dirty data in place, rule 2 of tiercache-store).
@@ -1424,7 +1517,7 @@ impl LiveCache {
             if unmapped.iter().any(|&(s, _)| s == slot) {
                 continue;
             }
-            let Some((_, _, dirty, _)) = c.engine.slot_state(slot) else {
+            let Some((_, _, dirty, _)) = c.engine.slot_bits(slot) else {
                 continue;
             };
             let Some(v) = c.view[slot as usize] else {
@@ -1436,7 +1529,7 @@ impl LiveCache {
             let start = op.offset.max(line * self.line);
             let stop = end.min((line + 1) * self.line);
             let (f, l) = self.subs_of(start, stop - start);
-            let clean = range_bits(f, l).minus(bitmap(&dirty)).intersect(v.dirty);
+            let clean = range_bits(f, l).minus(SubBlocks(dirty)).intersect(v.dirty);
             if !clean.is_empty() {
                 Self::append(
                     c,
@@ -1457,12 +1550,20 @@ impl LiveCache {
         self.commit_wanted.notify_one();
     }
 
-    /// Start the background tasks: the committer and the idle-time cleaner.
+    /// Start the background tasks: the committer and the write-back cleaner
+    /// (a rate controller on the dirty line count, full speed when idle).
     pub fn start_background(self: &Arc<Self>) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
             loop {
-                me.commit_wanted.notified().await;
+                tokio::select! {
+                    _ = me.commit_wanted.notified() => {}
+                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {
+                        if me.core.lock().expect("core").pending.is_empty() {
+                            continue;
+                        }
+                    }
+                }
                 if let Err(e) = me.commit(false).await {
                     tracing::error!("background commit failed: {e}");
                 }
@@ -1470,10 +1571,38 @@ impl LiveCache {
         });
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(20));
+            let (target, slots) = {
+                let c = me.core.lock().expect("core");
+                let slots = c.engine.geometry().slots as u64;
+                (
+                    (c.engine.config().dirty_target * slots as f64) as u64,
+                    slots,
+                )
+            };
+            let mut ctl = CleaningRate::new(target, CleaningTuning::for_slots(slots));
+            let mut tick = tokio::time::interval(CLEAN_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last = Instant::now();
+            let mut last_reqs = me.next_req.load(Ordering::Relaxed);
             loop {
                 tick.tick().await;
-                me.clean_step(16, false).await;
+                let now = Instant::now();
+                let dt = now.duration_since(last).as_secs_f64();
+                last = now;
+                let reqs = me.next_req.load(Ordering::Relaxed);
+                let idle = reqs == last_reqs;
+                last_reqs = reqs;
+                let dirty = me.core.lock().expect("core").engine.dirty_lines() as u64;
+                let mut n = ctl.step(dirty, dt);
+                if idle && dirty > target {
+                    n = CLEAN_TICK_MAX_LINES;
+                }
+                me.stats
+                    .cleaning_target_rate
+                    .store(ctl.rate().to_bits(), Ordering::Relaxed);
+                if n > 0 {
+                    me.clean_step(n.min(CLEAN_TICK_MAX_LINES), false).await;
+                }
             }
         });
     }
@@ -1488,7 +1617,11 @@ impl LiveCache {
         let (ops, n) = {
             let mut c = self.core.lock().expect("core");
             let mut out = Vec::new();
-            let n = c.engine.clean(max_lines, force, &mut out);
+            let n = if force {
+                c.engine.clean(max_lines, true, &mut out)
+            } else {
+                c.engine.clean_at_most(max_lines, &mut out)
+            };
             self.register(&mut c, &out);
             tracing::trace!(target: "tiercache::ops", "clean -> {out:?}");
             (out, n)
@@ -1664,10 +1797,16 @@ impl LiveCache {
                     .flush()
                     .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
             };
-            let mut c = c;
-            c.pending.clear();
-            let gen = c.appended_gen;
-            st.checkpoint(tiercache_store::table_entries(&c.view))
+            // Snapshot the view and let requests go on while the checkpoint is
+            // written: records appended from now on wait in `pending` for the
+            // next commit, which appends them after this checkpoint.
+            let (entries, gen) = {
+                let mut c = c;
+                c.pending.clear();
+                let e: Vec<_> = tiercache_store::table_entries(&c.view).collect();
+                (e, c.appended_gen)
+            };
+            st.checkpoint(entries)
                 .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
             me.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
             Ok(gen)

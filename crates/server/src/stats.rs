@@ -20,6 +20,10 @@ pub struct LiveStats {
     pub(crate) cache_errors: AtomicU64,
     pub(crate) backing_errors: AtomicU64,
     pub(crate) cleaned_lines: AtomicU64,
+    /// Lines cleaned by requests under eviction pressure (part of `cleaned_lines`).
+    pub(crate) pressure_cleaned_lines: AtomicU64,
+    /// The cleaning controller's current rate, lines/s (`f64` bits).
+    pub(crate) cleaning_target_rate: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
     /// Lines whose valid clean sub-blocks recovery made dirty after an
     /// unclean shutdown (write-back: clean bits are not trusted then).
@@ -65,6 +69,11 @@ pub struct LiveSnapshot {
     pub backing_errors: u64,
     pub cleaned_lines: u64,
     pub cleaning_rate_lines_per_s: f64,
+    /// Lines cleaned by requests after dirty evictions (part of `cleaned_lines`).
+    pub pressure_cleaned_lines: u64,
+    /// The rate the write-back cleaning controller asks for now (0 at or
+    /// below the dirty target), lines/s.
+    pub cleaning_target_rate_lines_per_s: f64,
     pub commits: u64,
     pub committed_records: u64,
     pub checkpoints: u64,
@@ -88,6 +97,8 @@ impl LiveStats {
             cache_errors: AtomicU64::new(0),
             backing_errors: AtomicU64::new(0),
             cleaned_lines: AtomicU64::new(0),
+            cleaning_target_rate: AtomicU64::new(0f64.to_bits()),
+            pressure_cleaned_lines: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             recovery_dirtied_lines: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -156,6 +167,10 @@ impl LiveStats {
             backing_errors: self.backing_errors.load(Ordering::Relaxed),
             cleaned_lines: cleaned,
             cleaning_rate_lines_per_s: if up > 0.0 { cleaned as f64 / up } else { 0.0 },
+            pressure_cleaned_lines: self.pressure_cleaned_lines.load(Ordering::Relaxed),
+            cleaning_target_rate_lines_per_s: f64::from_bits(
+                self.cleaning_target_rate.load(Ordering::Relaxed),
+            ),
             commits: self.commits.load(Ordering::Relaxed),
             committed_records: self.committed_records.load(Ordering::Relaxed),
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
