@@ -165,10 +165,10 @@ fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed:
             check_file_latest(&backing, &ledger)
                 .unwrap_or_else(|e| fail(format!("after detach: {e}"), &log));
             eprintln!(
-                "[{label}] done: {} writes acked, {} flushes, {} reads checked live; \
+                "[{label}] done: {} writes acked, {} flushes, {} reads checked live ({} overlapped a write and mixed two versions); \
                  {recovered_lines} lines recovered over {rounds} restarts, {survived_newer} unflushed blocks survived; \
                  final stats: evictions {}, writebacks {}, hits {}",
-                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked,
+                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked, ledger.reads_mixed,
                 st["evictions"], st["writebacks"], st["hits"]
             );
             return;
@@ -375,9 +375,10 @@ fn clean_overwrite_rounds(label: &str, policy: &[&str], default_rounds: u64, def
                 "[{label}] no unclean recovery made a clean line dirty"
             );
             eprintln!(
-                "[{label}] done: {} writes acked, {} flushes, {} reads checked live; \
+                "[{label}] done: {} writes acked, {} flushes, {} reads checked live \
+                 ({} overlapped a write and mixed two versions); \
                  {dirtied} lines made dirty by {rounds} unclean recoveries, {newer_total} unflushed blocks survived",
-                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked
+                ledger.writes_acked, ledger.flushes_done, ledger.reads_checked, ledger.reads_mixed
             );
             return;
         }
@@ -405,8 +406,13 @@ fn kill9_write_back_clean_overwrites_4k_lines() {
 
 /// 8 KiB sub-blocks: every 4 KiB write is a partial sub-block write (in place
 /// into a valid sub-block, or to the backing device for an invalid one).
+///
+/// A read of a block that a write overlaps (sent while the read was in
+/// flight) may return a mix of the two versions: a partial write to an
+/// invalid sub-block goes to the backing file, and the read miss before it
+/// reads that file concurrently. NBD, like a disk, does not order
+/// overlapping requests; the checker accepts such a mix word by word.
 #[test]
-#[ignore = "known intermittent issue-3 bug: once in 6 runs on a loaded machine (seed 1592590594, round 3) a read *during load* returned block 172 with a version-48 header but torn content; passes when run alone. Run with --ignored to reproduce."]
 fn kill9_write_back_clean_overwrites_partial_sub_blocks() {
     clean_overwrite_rounds(
         "clean-overwrite-8k-sub",
