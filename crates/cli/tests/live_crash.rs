@@ -20,10 +20,6 @@ use std::time::{Duration, Instant};
 /// 16 MiB of data.
 const BLOCKS: u64 = 4096;
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 fn kill9(pid: u32) {
     let _ = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
@@ -196,12 +192,6 @@ fn crash_rounds(label: &str, policy: &[&str], default_rounds: u64, default_seed:
                 writeln!(f, "=== killed after {kill_after:?} (round {round}) ===")
             });
     }
-}
-
-fn tail(log: &Path) -> String {
-    let s = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
 #[test]

@@ -157,3 +157,20 @@ fn log_structured_layout_refuses_in_place_policy_options() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A new cache is marked as shut down cleanly: its first `serve` is a warm,
+/// clean start (a write-back cache would otherwise start as after a crash).
+#[test]
+fn format_leaves_a_cleanly_shut_down_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = format(dir.path(), "cache.img", &["--write-policy", "write-back"]);
+    assert!(out.status.success(), "{out:?}");
+    let cache = dir.path().join("cache.img");
+    let out = tiercache(&["check", "--cache", cache.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("state: clean shutdown"),
+        "check after format:\n{text}"
+    );
+}

@@ -22,16 +22,6 @@ use std::time::{Duration, Instant};
 /// 16 MiB of data.
 const BLOCKS: u64 = 4096;
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
-fn tail(log: &Path) -> String {
-    let s = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
 fn crash_rounds(label: &str, policy: &str, default_rounds: u64, default_seed: u64) {
     let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
     let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);

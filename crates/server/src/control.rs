@@ -44,7 +44,9 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         "policy": {
             "line_size": cfg.line_bytes, "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),
             "write_policy": cfg.write_policy.to_string(), "admission": cfg.admission.kind.to_string(),
+            "dirty_target": cfg.dirty_target,
         },
+        "dirty_target_lines": (cfg.dirty_target * slots as f64) as u64,
         "filesystem": cache.filesystem(),
         "slots": slots,
         "occupied_lines": used,
@@ -55,7 +57,8 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         "write_hits": core.write_hits, "write_misses": core.write_accesses - core.write_hits,
         "metadata_hits": core.metadata_hits, "metadata_misses": core.metadata_accesses - core.metadata_hits,
         "data_hits": core.read_hits - core.metadata_hits.min(core.read_hits),
-        "fills": core.fills, "evictions": core.evictions, "writebacks": core.writebacks,
+        "fills": core.fills, "evictions": core.evictions, "dirty_evictions": core.dirty_evictions,
+        "writebacks": core.writebacks,
         "admission_rejects": core.admission_rejects,
         "live": live,
     })

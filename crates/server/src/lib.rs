@@ -70,7 +70,16 @@ pub fn format_cache(
         backing: identity,
     };
     tiercache_store::format(&dev, &params, force)?;
-    let opened = tiercache_store::open(&dev, &params.backing)?;
+    let mut opened = tiercache_store::open(&dev, &params.backing)?;
+    // `open` marks the store in use: mark it clean again, so the first
+    // `serve` starts as after a clean shutdown (not as after a crash).
+    opened
+        .store
+        .mark_clean(
+            tiercache_store::table_entries(&opened.table),
+            &params.backing,
+        )
+        .context("marking the new cache clean")?;
     let layout = *opened.store.layout();
     let mut c = cfg.clone();
     c.cache_bytes = layout.slots as u64 * cfg.line_bytes as u64;

@@ -1593,15 +1593,19 @@ impl LiveCache {
                 let idle = reqs == last_reqs;
                 last_reqs = reqs;
                 let dirty = me.core.lock().expect("core").engine.dirty_lines() as u64;
-                let mut n = ctl.step(dirty, dt);
-                if idle && dirty > target {
-                    n = CLEAN_TICK_MAX_LINES;
-                }
+                let paced = ctl.step(dirty, dt);
+                let full = idle && dirty > target;
+                let n = if full { CLEAN_TICK_MAX_LINES } else { paced };
                 me.stats
                     .cleaning_target_rate
                     .store(ctl.rate().to_bits(), Ordering::Relaxed);
                 if n > 0 {
-                    me.clean_step(n.min(CLEAN_TICK_MAX_LINES), false).await;
+                    let got = me.clean_step(n.min(CLEAN_TICK_MAX_LINES), false).await;
+                    if full {
+                        me.stats
+                            .idle_cleaned_lines
+                            .fetch_add(got as u64, Ordering::Relaxed);
+                    }
                 }
             }
         });

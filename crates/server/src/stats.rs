@@ -22,6 +22,8 @@ pub struct LiveStats {
     pub(crate) cleaned_lines: AtomicU64,
     /// Lines cleaned by requests under eviction pressure (part of `cleaned_lines`).
     pub(crate) pressure_cleaned_lines: AtomicU64,
+    /// Lines cleaned at full speed because no request came for a tick (part of `cleaned_lines`).
+    pub(crate) idle_cleaned_lines: AtomicU64,
     /// The cleaning controller's current rate, lines/s (`f64` bits).
     pub(crate) cleaning_target_rate: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
@@ -71,6 +73,9 @@ pub struct LiveSnapshot {
     pub cleaning_rate_lines_per_s: f64,
     /// Lines cleaned by requests after dirty evictions (part of `cleaned_lines`).
     pub pressure_cleaned_lines: u64,
+    /// Lines cleaned at full speed while no request came (part of `cleaned_lines`);
+    /// the rest was paced by the rate controller.
+    pub idle_cleaned_lines: u64,
     /// The rate the write-back cleaning controller asks for now (0 at or
     /// below the dirty target), lines/s.
     pub cleaning_target_rate_lines_per_s: f64,
@@ -99,6 +104,7 @@ impl LiveStats {
             cleaned_lines: AtomicU64::new(0),
             cleaning_target_rate: AtomicU64::new(0f64.to_bits()),
             pressure_cleaned_lines: AtomicU64::new(0),
+            idle_cleaned_lines: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             recovery_dirtied_lines: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -168,6 +174,7 @@ impl LiveStats {
             cleaned_lines: cleaned,
             cleaning_rate_lines_per_s: if up > 0.0 { cleaned as f64 / up } else { 0.0 },
             pressure_cleaned_lines: self.pressure_cleaned_lines.load(Ordering::Relaxed),
+            idle_cleaned_lines: self.idle_cleaned_lines.load(Ordering::Relaxed),
             cleaning_target_rate_lines_per_s: f64::from_bits(
                 self.cleaning_target_rate.load(Ordering::Relaxed),
             ),

@@ -447,9 +447,13 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
         v["metadata_hits"], v["metadata_misses"]
     );
     println!(
-        "cleaning          {} lines written back ({:.1} lines/s)",
+        "cleaning          {} lines written back ({:.1} lines/s on average; now paced at {:.0} lines/s), \
+         {} while idle, {} by requests after dirty evictions",
         l["cleaned_lines"],
-        l["cleaning_rate_lines_per_s"].as_f64().unwrap_or(0.0)
+        l["cleaning_rate_lines_per_s"].as_f64().unwrap_or(0.0),
+        l["cleaning_target_rate_lines_per_s"].as_f64().unwrap_or(0.0),
+        l["idle_cleaned_lines"],
+        l["pressure_cleaned_lines"]
     );
     println!(
         "cache latency     p50 {} µs, p99 {} µs",
@@ -474,14 +478,29 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
 /// `tiercache check`: verify the metadata of a cache that is not in use.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    /// Cache device (or give it with --cache, as the other commands take it).
+    #[arg(value_name = "CACHE", required_unless_present = "cache_opt")]
+    pub cache: Option<PathBuf>,
     /// Cache device.
-    pub cache: PathBuf,
+    #[arg(long = "cache", value_name = "PATH", conflicts_with = "cache")]
+    pub cache_opt: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
+/// What `check` looks at.
+struct CheckOf {
+    cache: PathBuf,
+    json: bool,
+}
+
 pub fn check(a: CheckArgs) -> Result<()> {
+    let cache = a.cache.or(a.cache_opt).expect("clap requires one of them");
+    let a = CheckOf {
+        cache,
+        json: a.json,
+    };
     if tiercache_tiered_volume::is_tiered_volume(&a.cache) {
         return super::tier_live::check(&a.cache, a.json);
     }

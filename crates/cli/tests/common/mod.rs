@@ -722,6 +722,18 @@ pub fn check_file_latest(path: &Path, ledger: &Ledger) -> Result<(), String> {
 // The server process
 
 /// The `tiercache` binary under test.
+/// The last 40 lines of a server log, for failure messages.
+pub fn tail(log: &Path) -> String {
+    let s = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// An integer from the environment (test knobs such as `TIERCACHE_CRASH_ROUNDS`).
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tiercache"))
 }
@@ -802,7 +814,7 @@ impl ServeProc {
         }
     }
 
-    fn try_stats(&self) -> Option<serde_json::Value> {
+    pub fn try_stats(&self) -> Option<serde_json::Value> {
         let out = Command::new(bin())
             .args(["stats", "--json", "--cache"])
             .arg(&self.cache)
