@@ -427,10 +427,14 @@ pub(crate) async fn serve<S>(
             None
         };
         let payload = if has_payload {
-            let mut buf = vec![0u8; data_len as usize];
-            if rd.read_exact(&mut buf).await.is_err() {
-                tracing::debug!("connection closed in the middle of a WRITE payload");
-                break;
+            // Read into spare capacity: no zeroing of a buffer about to be overwritten.
+            let mut buf = Vec::with_capacity(data_len as usize);
+            match (&mut rd).take(data_len as u64).read_to_end(&mut buf).await {
+                Ok(n) if n == data_len as usize => {}
+                _ => {
+                    tracing::debug!("connection closed in the middle of a WRITE payload");
+                    break;
+                }
             }
             Some(buf)
         } else {

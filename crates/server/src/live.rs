@@ -783,6 +783,32 @@ impl LiveCache {
         }
     }
 
+    /// Whether a cache write of `line` into `slot` may start at once: no
+    /// unmap or commit barrier on the slot, no undurable withdrawal of its
+    /// claims, and the durable log claims none of the bytes it overwrites for
+    /// anything else (then `wait_slot_ready` and `guard_overwrite` return at once).
+    fn slot_ready_now(&self, op: &Op, slot: Slot, line: u64) -> bool {
+        let c = self.core.lock().expect("core");
+        if c.pending_unmap.contains_key(&slot)
+            || c.slot_gen.contains_key(&slot)
+            || c.withdrawn.contains_key(&slot)
+        {
+            return false;
+        }
+        match c.view[slot as usize] {
+            Some(v) if v.line != line => false,
+            Some(_) if Self::overwrites_in_place(&c, op) => true,
+            Some(v) => {
+                let (f, l) = self.subs_of(op.offset, op.len);
+                range_bits(f, l)
+                    .intersect(v.valid)
+                    .minus(v.dirty)
+                    .is_empty()
+            }
+            None => true,
+        }
+    }
+
     /// Last check before a cache write of `line`'s data into `slot`: the durable
     /// log must not claim the bytes it overwrites for anything else. Barriers
     /// set at submission cover the usual case; this covers a log that changed
@@ -926,12 +952,18 @@ impl LiveCache {
             }
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
-            self.phase(&op, "slot");
-            self.wait_slot_ready(slot, op.id).await;
-            if let Some(b) = &buf {
-                self.phase(&op, "log");
-                self.guard_overwrite(&op, slot, (b.offset + op.buf_off) / self.line)
-                    .await;
+            let line = buf.as_ref().map(|b| (b.offset + op.buf_off) / self.line);
+            // The usual case under one lock: no barrier on the slot, and the
+            // log claims nothing the write overwrites (what `wait_slot_ready`
+            // and `guard_overwrite` would find, without their two locks).
+            let ready = line.is_some_and(|line| self.slot_ready_now(&op, slot, line));
+            if !ready {
+                self.phase(&op, "slot");
+                self.wait_slot_ready(slot, op.id).await;
+                if let Some(line) = line {
+                    self.phase(&op, "log");
+                    self.guard_overwrite(&op, slot, line).await;
+                }
             }
         }
         self.phase(&op, "io");
@@ -1652,6 +1684,20 @@ impl LiveCache {
         loop {
             let errors = self.stats.backing_errors.load(Ordering::Relaxed);
             let n = self.clean_step(256, true).await;
+            // Writebacks the background cleaner started: their lines count as
+            // clean in the core already, but are clean only once these land
+            // (a failure makes them dirty again).
+            let others: Vec<OpId> = self
+                .core
+                .lock()
+                .expect("core")
+                .wb_write_slots
+                .keys()
+                .copied()
+                .collect();
+            for w in others {
+                self.wait_op(w).await;
+            }
             let dirty = self.core.lock().expect("core").engine.dirty_lines();
             if n == 0 && dirty == 0 {
                 break;
