@@ -102,6 +102,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--dirty-target", help="format's --dirty-target for the write-back cache "
                     "(share of lines that may stay dirty; default: format's default)")
+    ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")
     ap.add_argument("--workloads", default="read,write,hdd",
                     help="comma-separated subset of read,write,hdd to run (default: all)")
     a = ap.parse_args()
@@ -133,7 +134,8 @@ def main():
         sh(tc, "format", "--cache", cache, "--backing", backing, "--size", f"{size + 64 * MIB}",
            "--write-policy", "write-back",
            *(["--dirty-target", a.dirty_target] if a.dirty_target else []))
-        tcs = Proc([tc, "serve", "--cache", cache, "--listen", f"unix:{d}/tc.sock"], f"{d}/tc.sock", log)
+        threads = ["--threads", a.threads] if a.threads else []
+        tcs = Proc([tc, "serve", "--cache", cache, "--listen", f"unix:{d}/tc.sock", *threads], f"{d}/tc.sock", log)
         fill(tcs.uri, data)
         sh("nbdcopy", "--connections=4", tcs.uri, "null:")  # every line read once: all cached
         st0 = stats(tc, cache)

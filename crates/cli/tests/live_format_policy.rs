@@ -174,3 +174,23 @@ fn format_leaves_a_cleanly_shut_down_cache() {
         "check after format:\n{text}"
     );
 }
+
+/// `serve --threads` takes 1 to 1024 and says so otherwise (no panic, no start).
+#[test]
+fn serve_refuses_zero_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(format(dir.path(), "cache.img", &[]).status.success());
+    let cache = dir.path().join("cache.img");
+    let out = tiercache(&[
+        "serve",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--listen",
+        &format!("unix:{}", dir.path().join("s.sock").display()),
+        "--threads",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--threads"), "{err}");
+}

@@ -122,6 +122,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             no_cache: false,
             fs_classify: "off".into(),
             io_engine: "auto".into(),
+            threads: None,
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
