@@ -11,6 +11,12 @@
 //! after every summary that could supersede its blocks is durable and the
 //! backing device was flushed, and its new life is announced by a journal
 //! record before any data lands in it (see `checkpoint` and `recovery`).
+//! Reusing a segment also forgets what its entries superseded: when a block
+//! whose newest entry superseded an older one still in the log (the
+//! checkpoint or a segment logged since) leaves the map (silent eviction,
+//! write-back by segment cleaning, trim, ...), the next segment opened
+//! checkpoints first, or recovery would bring back the older dirty copy
+//! although the backing device holds newer data.
 //!
 //! Requests run one at a time under one lock, with synchronous device I/O.
 
@@ -126,6 +132,19 @@ pub(crate) struct State {
     /// A block bypassed the cache: the next FLUSH checkpoints, so that no
     /// older dirty copy in the log outlives it in a crash.
     need_ckpt: bool,
+    /// One bit per slot: the slot's entry superseded an older entry of its
+    /// block that recovery could still replay (in the checkpoint or in a
+    /// segment logged since). While the slot's segment lives, recovery
+    /// replays this entry after the older one; once the entry is dropped
+    /// from the log (silent eviction, write-back by segment cleaning) and
+    /// its segment reused, only the older copy would be left. Cleared by a
+    /// checkpoint, after which no older entry is replayed.
+    shadows: Vec<u64>,
+    /// An entry that superseded older ones left the map (see `shadows`),
+    /// or recovery found superseded entries: the next segment opened
+    /// checkpoints first, so that reusing a segment never lets recovery
+    /// bring back a dirty copy older than the backing device's.
+    pub(crate) ckpt_before_reuse: bool,
     clean_cursor: u64,
     degraded: Option<String>,
     closed: bool,
@@ -146,6 +165,7 @@ impl State {
             .filter(|(_, s)| s.state == SegState::Free)
             .map(|(i, _)| i as u32)
             .collect();
+        let shadows = vec![0; (sb.slots() as usize).div_ceil(64)];
         State {
             sb,
             map,
@@ -157,12 +177,22 @@ impl State {
             journal_next: 0,
             backing_dirty: false,
             need_ckpt: false,
+            shadows,
+            ckpt_before_reuse: false,
             clean_cursor: 0,
             degraded: None,
             closed: false,
             stats: Counters::default(),
         }
     }
+}
+
+fn shadows(st: &State, slot: u32) -> bool {
+    st.shadows[slot as usize / 64] >> (slot % 64) & 1 != 0
+}
+fn set_shadows(st: &mut State, slot: u32, on: bool) {
+    let (w, b) = (slot as usize / 64, slot % 64);
+    st.shadows[w] = st.shadows[w] & !(1 << b) | (on as u64) << b;
 }
 
 /// A log-structured cache over a cache device and a backing device.
@@ -275,18 +305,38 @@ impl LogCache {
         err(format!("backing device: {what}: {e}"))
     }
 
-    /// Point `lba` at `slot`, keeping the segments' live counts.
+    /// Point `lba` at `slot` (a new entry of the log), keeping the
+    /// segments' live counts and whether the entry supersedes another.
     fn map_to(&self, st: &mut State, lba: u64, slot: u32, dirty: bool) -> Res<()> {
         let old = st.map.insert(lba, Entry { slot, dirty }).map_err(err)?;
         if let Some(o) = old {
             st.segs[(o.slot / self.data_blocks) as usize].live -= 1;
         }
         st.segs[(slot / self.data_blocks) as usize].live += 1;
+        set_shadows(st, slot, old.is_some());
         Ok(())
     }
+    /// Unmap `lba` while its entry stays in the log (trim, bypass, errors,
+    /// write-through): a later entry of the block supersedes this one
+    /// without knowing it, so in write-back the next segment opened
+    /// checkpoints first (see `State::ckpt_before_reuse`).
     fn unmap(&self, st: &mut State, lba: u64) -> Option<Entry> {
+        let o = self.evict(st, lba)?;
+        if self.policy == WritePolicy::WriteBack {
+            st.ckpt_before_reuse = true;
+        }
+        Some(o)
+    }
+    /// Unmap `lba` because its segment is being cleaned (the segment is
+    /// reused after every segment freed before it, free segments being
+    /// reused in order). If its entry superseded older ones that recovery
+    /// could replay, the next segment opened checkpoints first.
+    fn evict(&self, st: &mut State, lba: u64) -> Option<Entry> {
         let o = st.map.remove(lba)?;
         st.segs[(o.slot / self.data_blocks) as usize].live -= 1;
+        if shadows(st, o.slot) {
+            st.ckpt_before_reuse = true;
+        }
         Some(o)
     }
 
@@ -339,9 +389,10 @@ impl LogCache {
             }
             st.backing_dirty = false;
         }
-        if st.journal_next >= st.sb.journal_records {
+        if st.journal_next >= st.sb.journal_records || st.ckpt_before_reuse {
             self.checkpoint(st)?;
         }
+        // Free segments are reused in the order they were freed (`evict`).
         let Some(seg) = st.free.pop_front() else {
             return Err(err("no free segment (cleaning could not free one)"));
         };
@@ -539,7 +590,7 @@ impl LogCache {
             if st.map.get(lba).is_some_and(|e| e.dirty) {
                 dirty.push((lba, slot));
             } else {
-                self.unmap(st, lba);
+                self.evict(st, lba);
                 st.stats.silent_evictions += 1;
             }
         }
@@ -563,6 +614,13 @@ impl LogCache {
                 && self.room(st) >= lbas.len()
                 && self.append_into_open(st, &lbas, &data, true)?;
             if moved {
+                // A moved copy supersedes what its old copy superseded, and
+                // the old copy itself, which holds the same data.
+                for &(lba, old) in &dirty {
+                    let slot = st.map.get(lba).expect("moved block is mapped").slot;
+                    let s = shadows(st, old);
+                    set_shadows(st, slot, s);
+                }
                 st.stats.moved_dirty += lbas.len() as u64;
             } else {
                 for (i, &lba) in lbas.iter().enumerate() {
@@ -573,7 +631,7 @@ impl LogCache {
                         return Err(self.backing_error(st, "writing back a dirty block", e));
                     }
                     st.backing_dirty = true;
-                    self.unmap(st, lba);
+                    self.evict(st, lba);
                     st.stats.cleaning_written_back += 1;
                 }
             }
@@ -694,6 +752,8 @@ impl LogCache {
         st.epoch += 1;
         st.journal_next = 0;
         st.need_ckpt = false;
+        st.shadows.fill(0);
+        st.ckpt_before_reuse = false;
         st.stats.checkpoints += 1;
         Ok(())
     }
@@ -1083,5 +1143,120 @@ impl LogCache {
                 "dirty_blocks": r.dirty_blocks,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{format, FormatOptions};
+    use crate::recovery::open_with_devices;
+    use tiercache_io::{FileDev, FileDevOptions};
+
+    fn dev(p: &Path) -> Arc<dyn BlockDev> {
+        Arc::new(FileDev::open(p, FileDevOptions::default()).unwrap())
+    }
+
+    /// Block `b` at version `v`.
+    fn block(b: u64, v: u64) -> Vec<u8> {
+        let mut d = vec![0u8; BLOCK as usize];
+        for w in d.chunks_mut(16) {
+            w[..8].copy_from_slice(&b.to_le_bytes());
+            w[8..].copy_from_slice(&v.to_le_bytes());
+        }
+        d
+    }
+    fn version(b: u64, d: &[u8]) -> u64 {
+        assert_eq!(&d[..8], &b.to_le_bytes(), "block {b} holds another block");
+        u64::from_le_bytes(d[8..16].try_into().unwrap())
+    }
+
+    /// A write-back cache (64 KiB segments: 14 slots) over 1024 blocks at version 0.
+    fn setup(dir: &Path) -> (PathBuf, PathBuf) {
+        let backing = dir.join("backing.img");
+        let data: Vec<u8> = (0..1024).flat_map(|b| block(b, 0)).collect();
+        std::fs::write(&backing, data).unwrap();
+        let cache = dir.join("cache.img");
+        format(&FormatOptions {
+            cache: cache.clone(),
+            backing: backing.clone(),
+            create_size: Some(1 << 20),
+            write_policy: WritePolicy::WriteBack,
+            dirty_target: 0.9,
+            seg_bytes: 64 << 10,
+            force: false,
+        })
+        .unwrap();
+        (cache, backing)
+    }
+
+    fn write(c: &LogCache, first: u64, n: u64, v: u64) {
+        let d: Vec<u8> = (first..first + n).flat_map(|b| block(b, v)).collect();
+        c.write(first * BLOCK, &d, false).unwrap();
+    }
+
+    /// Block 32 is written (v1, segment A), overwritten and flushed (v2,
+    /// segment B), written back by write-back cleaning; segment cleaning then
+    /// drops its clean copy from B and B is reused. A crash must not bring
+    /// back A's older dirty copy: the backing device holds v2. With
+    /// `restart`, the cache is killed and recovered between the flush and
+    /// the cleaning (recovery replays both copies, B's last); with
+    /// `checkpoint`, A's copy is in the checkpoint rather than the journal.
+    fn older_dirty_copy_stays_buried(restart: bool, checkpoint: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, backing) = setup(dir.path());
+        let mut c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+        write(&c, 32, 1, 1); // segment A: 32 v1 ...
+        write(&c, 100, 13, 1); // ... and 13 more: A is full
+        if checkpoint {
+            let mut st = c.lock().unwrap();
+            c.checkpoint(&mut st).unwrap();
+        }
+        write(&c, 32, 1, 2); // segment B: 32 v2 ...
+        write(&c, 200, 13, 1); // ... B is full
+        write(&c, 300, 1, 1); // B sealed
+        c.flush().unwrap();
+        if restart {
+            drop(c); // kill -9
+            c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+            assert_eq!(version(32, &c.read(32 * BLOCK, BLOCK as usize).unwrap()), 2);
+        }
+        {
+            let mut st = c.lock().unwrap();
+            let st = &mut *st;
+            let b = st.map.get(32).unwrap().slot / c.data_blocks;
+            // Write-back cleaning: everything clean (no checkpoint).
+            while c.write_back_some(st, 1024).unwrap() > 0 {}
+            assert_eq!(st.map.dirty(), 0);
+            // Segment cleaning of B drops its clean copy of block 32.
+            c.clean_segment(st, b).unwrap();
+            assert!(st.map.get(32).is_none());
+            // Open segments until B's next life begins.
+            while st.free.front() != Some(&b) {
+                c.roll(st).unwrap();
+            }
+            c.roll(st).unwrap();
+            assert_eq!(st.open.as_ref().unwrap().seg, b);
+        }
+        assert_eq!(version(32, &c.read(32 * BLOCK, BLOCK as usize).unwrap()), 2);
+        drop(c); // kill -9
+        let c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+        let got = version(32, &c.read(32 * BLOCK, BLOCK as usize).unwrap());
+        assert_eq!(got, 2, "block 32 after the crash: stale version {got}");
+    }
+
+    #[test]
+    fn reusing_a_segment_never_resurrects_an_older_dirty_copy() {
+        older_dirty_copy_stays_buried(false, false);
+    }
+
+    #[test]
+    fn reusing_a_segment_never_resurrects_an_older_checkpointed_copy() {
+        older_dirty_copy_stays_buried(false, true);
+    }
+
+    #[test]
+    fn reusing_a_segment_after_a_restart_never_resurrects_an_older_dirty_copy() {
+        older_dirty_copy_stays_buried(true, false);
     }
 }

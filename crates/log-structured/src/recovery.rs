@@ -14,7 +14,10 @@
 //!    after an unclean shutdown unmaps it (the backing copy is as new).
 //! 4. The superblock says "open"; the journal continues after its last
 //!    record (no checkpoint is needed: the next recovery reads the same
-//!    checkpoint and journal and reaches the same state).
+//!    checkpoint and journal and reaches the same state). If a replayed
+//!    entry superseded another mapping of its block, the first segment
+//!    opened checkpoints before it: reusing the segment of the newer entry
+//!    must not leave the older one to the next recovery.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -94,6 +97,9 @@ pub fn open_with_devices(
     sb.clean = false;
     let mut st = State::new(sb.clone(), r.map, r.segs, r.next_seq, r.epoch);
     st.journal_next = r.journal_len;
+    // Older copies that replayed entries supersede stay in the log: the
+    // first segment opened checkpoints before one of them can be reused.
+    st.ckpt_before_reuse = r.superseded;
     let lc = LogCache::new(
         Arc::clone(&cache),
         backing,
@@ -113,6 +119,9 @@ pub(crate) struct Rebuilt {
     pub(crate) next_seq: u64,
     pub(crate) epoch: u64,
     pub(crate) journal_len: u32,
+    /// A replayed entry superseded an older mapping of its block (which
+    /// the next recovery replays again, before it).
+    pub(crate) superseded: bool,
     pub(crate) info: RecoveryInfo,
 }
 
@@ -171,6 +180,7 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
     }
     replay.extend(journal.iter().map(|r| (r.seg, r.seq, 0)));
     let mut next_seq = ck.next_seq;
+    let mut superseded = false;
     let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
     for (seg, seq, from) in replay {
         next_seq = next_seq.max(seq + 1);
@@ -188,12 +198,13 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
             };
             info.replayed_entries += 1;
             let slot = seg * d + k as u32;
-            if dirty || !unclean {
+            let old = if dirty || !unclean {
                 map.insert(lba, Entry { slot, dirty })
-                    .map_err(|e| bad(format!("segment {seg}: {e}")))?;
+                    .map_err(|e| bad(format!("segment {seg}: {e}")))?
             } else {
-                map.remove(lba);
-            }
+                map.remove(lba)
+            };
+            superseded |= old.is_some();
         }
     }
     let mut segs: Vec<SegInfo> = seqs
@@ -220,6 +231,7 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
         next_seq,
         epoch: ck.epoch,
         journal_len: journal.len() as u32,
+        superseded,
         info,
     })
 }
