@@ -405,7 +405,15 @@ impl LogCache {
             seg,
             seq,
         };
-        let mut r = Ok(());
+        // The journal record first, flushed, then the new life's summaries:
+        // a crash in between leaves a record whose segment still holds its
+        // old summary (recovery skips it and drops the checkpoint's entries
+        // into it), never a new summary that no record names while the
+        // checkpoint still maps blocks into the old life.
+        let mut r = self
+            .cache
+            .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
+            .and_then(|_| self.cache.flush());
         for v in 0..2u64 {
             let s = Summary {
                 seg,
@@ -420,12 +428,7 @@ impl LogCache {
                 )
             });
         }
-        let r = r
-            .and_then(|_| {
-                self.cache
-                    .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
-            })
-            .and_then(|_| self.cache.flush());
+        let r = r.and_then(|_| self.cache.flush());
         st.journal_next += 1;
         st.segs[seg as usize] = SegInfo {
             state: SegState::Open,
