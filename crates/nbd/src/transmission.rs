@@ -428,13 +428,24 @@ pub(crate) async fn serve<S>(
         };
         let payload = if has_payload {
             // Read into spare capacity: no zeroing of a buffer about to be overwritten.
-            let mut buf = Vec::with_capacity(data_len as usize);
-            match (&mut rd).take(data_len as u64).read_to_end(&mut buf).await {
-                Ok(n) if n == data_len as usize => {}
-                _ => {
-                    tracing::debug!("connection closed in the middle of a WRITE payload");
-                    break;
+            // (`read_buf` fills exactly the reserved capacity; `read_to_end`
+            // would grow the buffer once more to look for the end.)
+            let want = data_len as usize;
+            let mut buf = Vec::with_capacity(want);
+            let mut complete = true;
+            while buf.len() < want {
+                let left = (want - buf.len()) as u64;
+                match (&mut rd).take(left).read_buf(&mut buf).await {
+                    Ok(n) if n > 0 => {}
+                    _ => {
+                        complete = false;
+                        break;
+                    }
                 }
+            }
+            if !complete {
+                tracing::debug!("connection closed in the middle of a WRITE payload");
+                break;
             }
             Some(buf)
         } else {

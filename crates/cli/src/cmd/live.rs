@@ -199,9 +199,9 @@ pub struct ServeArgs {
     /// blocking pool), or auto (io_uring if the kernel allows, else pool).
     #[arg(long, default_value = "auto")]
     pub io_engine: String,
-    /// Threads that run requests (the I/O engine has its own) [default: the
-    /// number of CPUs]. With the client on the same small machine, one fewer
-    /// than the CPUs can be faster: fewer thread switches.
+    /// Threads that run requests (the I/O engine has its own) [default: one
+    /// fewer than the CPUs, at least 1: a CPU is left for the client and the
+    /// kernel's I/O work, and fewer threads switch less].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
 }
@@ -211,11 +211,17 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 fn runtime_with(threads: Option<u16>) -> Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = threads {
-        b.worker_threads(n as usize);
-    }
-    Ok(b.enable_all().build()?)
+    let n = match threads {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism()
+            .map(|c| c.get().saturating_sub(1))
+            .unwrap_or(1)
+            .max(1),
+    };
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(n)
+        .enable_all()
+        .build()?)
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
