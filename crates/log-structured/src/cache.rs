@@ -375,8 +375,9 @@ impl LogCache {
     }
 
     /// Seal the open segment and open a free one: the sealed summary and a
-    /// backing flush are durable before the new segment's summaries and
-    /// journal record, which are durable before any data goes into it.
+    /// backing flush are durable first; then the journal record naming the new
+    /// segment, then its two summaries (a crash between them leaves a record
+    /// that recovery skips); all of it before any data goes into the segment.
     fn roll(&self, st: &mut State) -> Res<()> {
         if st.open.is_some() {
             self.persist_summary(st)?;
