@@ -24,17 +24,7 @@ fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
     init_backing(&backing, BLOCKS);
     // The cache holds the whole data set: no evictions, so no request ever
     // has to clean; all cleaning is the background cleaner's.
-    tiercache(&[
-        "format",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--backing",
-        backing.to_str().unwrap(),
-        "--size",
-        "32MiB",
-        "--write-policy",
-        "write-back",
-    ]);
+    format_cache(&cache, &backing, "32MiB", &["--write-policy", "write-back"]);
     let mut srv = ServeProc::start(&cache, &sock, &log);
     let st0 = srv.stats();
     let target = st0["dirty_target_lines"]

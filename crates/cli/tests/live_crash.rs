@@ -50,19 +50,12 @@ fn crash_files(label: &str, policy: &[&str], blocks: u64) -> CrashFiles {
     };
     let (backing, cache) = (root.join("backing.img"), root.join("cache.img"));
     init_backing(&backing, blocks);
-    let mut args = vec![
-        "format",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--backing",
-        backing.to_str().unwrap(),
-        "--size",
+    let formatted = format_cache(
+        &cache,
+        &backing,
         "6MiB",
-        "--write-policy",
-        "write-back",
-    ];
-    args.extend_from_slice(policy);
-    let formatted = tiercache(&args);
+        &[&["--write-policy", "write-back"], policy].concat(),
+    );
     CrashFiles {
         _keep,
         sock: root.join("nbd.sock"),

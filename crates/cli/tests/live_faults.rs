@@ -47,17 +47,7 @@ impl Fixture {
         let cache = dir.path().join("cache.img");
         let sock = dir.path().join("nbd.sock");
         init_backing(&backing, BLOCKS);
-        let mut args = vec![
-            "format",
-            "--cache",
-            cache.to_str().unwrap(),
-            "--backing",
-            backing.to_str().unwrap(),
-            "--size",
-            "6MiB",
-        ];
-        args.extend_from_slice(policy);
-        tiercache(&args);
+        format_cache(&cache, &backing, "6MiB", policy);
         let open = |p: &PathBuf| -> Arc<dyn BlockDev> {
             Arc::new(FileDev::open(p, FileDevOptions::default()).expect("open device"))
         };

@@ -295,6 +295,11 @@ impl Engine {
     pub fn mapping(&self) -> &Mapping {
         &self.map
     }
+    /// Dirty lines above which cleaning runs (the dirty target share of the slots).
+    pub fn dirty_target_lines(&self) -> usize {
+        self.dirty_target_lines
+    }
+
     /// Lines with dirty data.
     pub fn dirty_lines(&self) -> usize {
         self.dirty.len()

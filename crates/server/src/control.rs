@@ -26,7 +26,7 @@ pub fn default_path(cache: &Path) -> std::path::PathBuf {
 
 /// Statistics of the core and the live cache as JSON.
 pub fn stats_json(cache: &LiveCache) -> Value {
-    let (core, dirty, used, slots, degraded, cfg) = {
+    let (core, dirty, used, slots, degraded, cfg, target) = {
         let c = cache.core.lock().expect("core");
         let e = &c.engine;
         (
@@ -36,6 +36,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
             e.geometry().slots,
             e.is_degraded(),
             e.config().clone(),
+            e.dirty_target_lines(),
         )
     };
     let live = cache.stats.snapshot();
@@ -46,7 +47,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
             "write_policy": cfg.write_policy.to_string(), "admission": cfg.admission.kind.to_string(),
             "dirty_target": cfg.dirty_target,
         },
-        "dirty_target_lines": (cfg.dirty_target * slots as f64) as u64,
+        "dirty_target_lines": target,
         "filesystem": cache.filesystem(),
         "slots": slots,
         "occupied_lines": used,

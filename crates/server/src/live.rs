@@ -783,6 +783,12 @@ impl LiveCache {
         }
     }
 
+    /// Clean valid sub-blocks of the durable slot state `v` that cache write `op` overwrites.
+    fn clean_overwritten(&self, op: &Op, v: LineMeta) -> SubBlocks {
+        let (f, l) = self.subs_of(op.offset, op.len);
+        range_bits(f, l).intersect(v.valid).minus(v.dirty)
+    }
+
     /// Whether a cache write of `line` into `slot` may start at once: no
     /// unmap or commit barrier on the slot, no undurable withdrawal of its
     /// claims, and the durable log claims none of the bytes it overwrites for
@@ -798,13 +804,7 @@ impl LiveCache {
         match c.view[slot as usize] {
             Some(v) if v.line != line => false,
             Some(_) if Self::overwrites_in_place(&c, op) => true,
-            Some(v) => {
-                let (f, l) = self.subs_of(op.offset, op.len);
-                range_bits(f, l)
-                    .intersect(v.valid)
-                    .minus(v.dirty)
-                    .is_empty()
-            }
+            Some(v) => self.clean_overwritten(op, v).is_empty(),
             None => true,
         }
     }
@@ -838,8 +838,7 @@ impl LiveCache {
                     }
                     Some(_) if Self::overwrites_in_place(&c, op) => (None, None),
                     Some(v) => {
-                        let (f, l) = self.subs_of(op.offset, op.len);
-                        let over = range_bits(f, l).intersect(v.valid).minus(v.dirty);
+                        let over = self.clean_overwritten(op, v);
                         if over.is_empty() {
                             (None, None)
                         } else {
@@ -1605,10 +1604,9 @@ impl LiveCache {
         tokio::spawn(async move {
             let (target, slots) = {
                 let c = me.core.lock().expect("core");
-                let slots = c.engine.geometry().slots as u64;
                 (
-                    (c.engine.config().dirty_target * slots as f64) as u64,
-                    slots,
+                    c.engine.dirty_target_lines() as u64,
+                    c.engine.geometry().slots as u64,
                 )
             };
             let mut ctl = CleaningRate::new(target, CleaningTuning::for_slots(slots));

@@ -734,6 +734,22 @@ pub fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// `tiercache format` of `cache` (created with `size`) in front of
+/// `backing`, with `extra` policy options; returns what it printed.
+pub fn format_cache(cache: &Path, backing: &Path, size: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "format",
+        "--cache",
+        cache.to_str().expect("utf-8 path"),
+        "--backing",
+        backing.to_str().expect("utf-8 path"),
+        "--size",
+        size,
+    ];
+    args.extend_from_slice(extra);
+    tiercache(&args)
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tiercache"))
 }
