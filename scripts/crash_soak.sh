@@ -2,7 +2,7 @@
 # Crash soak of the live server: many kill -9 rounds under a write-back load
 # with a cache much smaller than the data, each followed by a restart and a
 # full check of every block against the client's ledger (see
-# crates/cli/tests/live_crash.rs for what is checked).
+# crates/apps/cli/tests/live_crash.rs for what is checked).
 #
 # Usage: scripts/crash_soak.sh [ROUNDS_PER_CONFIG] [SEED]
 #   ROUNDS_PER_CONFIG  kill -9 rounds per cache configuration (default 100;

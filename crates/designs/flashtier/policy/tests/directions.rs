@@ -9,7 +9,7 @@ use tiercache_flash::reproduce::{
 use tiercache_flash::workload::ZipfParams;
 use tiercache_flash::FtlKind;
 
-const IOZONE: &str = "../../../shared/traces/disksim/ssd-iozone-aligned2-100K.trace";
+const IOZONE: &str = "../../../../../shared/traces/disksim/ssd-iozone-aligned2-100K.trace";
 
 fn iozone() -> Option<Workload> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(IOZONE);
