@@ -70,8 +70,11 @@ impl Fixture {
         let handle = rt.block_on(async {
             live.start_background();
             let export: Arc<dyn tiercache_nbd::Backend> =
-                Arc::new(tiercache_server::backend::Export {
-                    cache: Arc::clone(&live),
+                Arc::new(tiercache_runtime::export::Export {
+                    design: Arc::new(tiercache_server::design::SsdCache {
+                        cache: Arc::clone(&live),
+                        backing: backing.clone(),
+                    }),
                     read_only: false,
                 });
             Server::new([("tiercache", export)])
@@ -97,7 +100,7 @@ impl Fixture {
     }
 
     fn stats(&self) -> serde_json::Value {
-        tiercache_server::control::stats_json(&self.live)
+        tiercache_server::design::stats_json(&self.live)
     }
 
     /// `tiercache flush`: write back every dirty line (bounded: fails the test after 60 s).

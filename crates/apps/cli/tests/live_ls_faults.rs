@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_log_structured::{export::Export, open_with_devices, LogCache, Superblock};
+use tiercache_log_structured::{open_with_devices, LogCache, Superblock};
+use tiercache_runtime::export::Export;
 use tiercache_nbd::{Server, ServerHandle};
 
 /// 16 MiB of data in front of a 6 MiB cache.
@@ -90,7 +91,7 @@ impl Fixture {
         .expect("open cache");
         self.cache = Some(Arc::clone(&cache));
         let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-            cache,
+            design: Arc::new(tiercache_log_structured::LogStructured(cache)),
             read_only: false,
         });
         let sock = self.sock.clone();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_three_level::export::Export;
+use tiercache_runtime::export::Export;
 use tiercache_three_level::{open_with_devices, Role};
 
 const DATA: &str = "48M";
@@ -111,7 +111,7 @@ fn fail_under_fio(role: Role, removal: bool) {
         .build()
         .expect("runtime");
     let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-        cache: Arc::clone(&cache),
+        design: Arc::new(tiercache_three_level::Tica(Arc::clone(&cache))),
         read_only: false,
     });
     let server = tiercache_nbd::Server::new([("tiercache".to_string(), export)]).unwrap();

@@ -96,7 +96,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         // Uncached: the emulated disk alone.
         let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(&backing, FileDevOptions::default())?);
         let model = tiercache_model::Profile::default().hdd_model().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let hdd: Arc<dyn tiercache_nbd::Backend> = Arc::new(tiercache_server::backend::PassThrough { dev: Arc::new(EmulatedHdd::new(dev, model)) });
+        let hdd: Arc<dyn tiercache_nbd::Backend> = Arc::new(tiercache_server::passthrough::PassThrough { dev: Arc::new(EmulatedHdd::new(dev, model)) });
         let sock = dir.path().join("hdd.sock");
         let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
         let h = server.serve_unix(&sock).await?;
@@ -123,6 +123,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             fs_classify: "off".into(),
             io_engine: "auto".into(),
             threads: None,
+            limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
@@ -134,8 +135,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
             move || fio(&uri, s, "cached")
         })
         .await??;
-        let st = tiercache_server::control::request(&dir.path().join("ctl.sock"), "stats").await?;
-        let d = tiercache_server::control::request(&dir.path().join("ctl.sock"), "detach").await?;
+        let st = tiercache_runtime::control::request(&dir.path().join("ctl.sock"), "stats").await?;
+        let d = tiercache_runtime::control::request(&dir.path().join("ctl.sock"), "detach").await?;
         let _ = server.await;
         println!();
         println!("                     IOPS    mean latency");

@@ -718,6 +718,24 @@ pub fn check_file_latest(path: &Path, ledger: &Ledger) -> Result<(), String> {
     Ok(())
 }
 
+/// Compare a file (the backing device after detach) with the ledger: every
+/// block holds its newest acknowledged version or a newer one the client
+/// sent (a write the server never read may or may not have landed).
+pub fn check_file_acked(path: &Path, ledger: &Ledger) -> Result<(), String> {
+    let data = std::fs::read(path).map_err(|e| e.to_string())?;
+    for (b, s) in ledger.blocks.iter().enumerate() {
+        let got = parse_block(b as u64, &data[b * BLOCK..(b + 1) * BLOCK])
+            .map_err(|e| format!("backing block {b}: {e}"))?;
+        if got < s.acked.max(s.base) || (got != s.base && !s.issued.contains(&got)) {
+            return Err(format!(
+                "backing block {b} holds version {got}; the newest acknowledged write was version {}",
+                s.acked
+            ));
+        }
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // The server process
 
@@ -789,6 +807,11 @@ pub struct ServeProc {
 impl ServeProc {
     /// Start the server and wait until both its NBD and control sockets answer.
     pub fn start(cache: &Path, sock: &Path, log: &Path) -> ServeProc {
+        Self::start_with(cache, sock, log, &[])
+    }
+
+    /// Like `start`, with more `serve` options.
+    pub fn start_with(cache: &Path, sock: &Path, log: &Path, extra: &[&str]) -> ServeProc {
         let logf = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -800,6 +823,7 @@ impl ServeProc {
             .arg(cache)
             .arg("--listen")
             .arg(format!("unix:{}", sock.display()))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(logf)
             .spawn()

@@ -4,13 +4,13 @@
 //!   regions, data region) on a file or block device for one backing device;
 //! - [`open_cache`] recovers it (newest checkpoint plus log) and builds the
 //!   [`live::LiveCache`] that runs the policy core on the real devices;
-//! - [`backend::Export`] exports it over NBD;
-//! - [`control`] is the Unix-socket control channel behind `tiercache stats`,
-//!   `flush` and `detach`.
+//! - [`design::SsdCache`] plugs it into the live runtime (`tiercache-runtime`:
+//!   NBD export, control socket behind `tiercache stats`, `flush` and
+//!   `detach`, lifecycle).
 
-pub mod backend;
 pub mod classify;
-pub mod control;
+pub mod design;
+pub mod passthrough;
 pub mod live;
 pub mod stats;
 

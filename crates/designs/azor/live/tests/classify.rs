@@ -67,7 +67,7 @@ async fn ext4_metadata_is_classified_through_the_cache() {
     }
     assert_eq!(live.filesystem().as_deref(), Some("ext4"));
     let meta = |l: &std::sync::Arc<tiercache_server::live::LiveCache>| {
-        let v = tiercache_server::control::stats_json(l);
+        let v = tiercache_server::design::stats_json(l);
         (
             v["metadata_hits"].as_u64().unwrap() + v["metadata_misses"].as_u64().unwrap(),
             v["read_hits"].as_u64().unwrap(),

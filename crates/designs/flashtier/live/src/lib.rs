@@ -15,7 +15,8 @@
 //!   clean blocks, write-back cleaning at a dirty target, FLUSH and FUA,
 //!   device failures.
 //! - [`recovery`]: open after a clean shutdown or a crash.
-//! - [`export`], [`control`], [`serve`]: NBD export, control socket, `serve`.
+//! - [`design`]: the store as a design of the live runtime (`tiercache-runtime`
+//!   serves it: NBD export, control socket, lifecycle).
 //!
 //! Guarantees (FlashTier Table II and 4.2, NBD semantics): a write
 //! acknowledged before a completed FLUSH (or written with FUA) survives a
@@ -25,18 +26,16 @@
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaning;
-pub mod control;
-pub mod export;
+pub mod design;
 pub mod layout;
 pub mod map;
 mod meta;
 pub mod recovery;
 pub mod segment;
-pub mod serve;
 
 pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
 pub use cleaning::VictimPolicy;
 pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
 pub use recovery::{check, open, open_with_devices, CheckReport, OpenOptions};
 pub use segment::BLOCK;
-pub use serve::{serve, serve_cache, ServeOptions};
+pub use design::LogStructured;

@@ -10,16 +10,15 @@
 //!   the fast tier);
 //! - [`journal`]: mapping checkpoints and the durable migration log, recovery;
 //! - [`volume`]: format, open, the request path and the migration worker;
-//! - [`export`]: the NBD [`tiercache_nbd::Backend`];
-//! - [`control`]: the control socket behind `tiercache stats`.
+//! - [`design`]: the volume as a design of the live runtime (`tiercache-runtime`
+//!   serves it: NBD export, control socket, lifecycle).
 
-pub mod control;
-pub mod export;
+pub mod design;
 pub mod journal;
 pub mod superblock;
 pub mod volume;
 
-pub use export::TierExport;
+pub use design::Tiered;
 pub use journal::RecoveryReport;
 pub use superblock::{is_tiered_volume, Superblock};
 pub use volume::{

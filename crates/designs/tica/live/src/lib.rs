@@ -10,7 +10,8 @@
 //! - [`cache`]: the cache: the policy's ops executed on the devices, the
 //!   flusher, FLUSH, failure handling and the degraded mode, stats.
 //! - [`open`]: recovery after a clean shutdown or a crash.
-//! - [`export`], [`control`], [`serve`]: NBD export, control socket, `serve`.
+//! - [`design`]: the cache as a design of the live runtime (`tiercache-runtime`
+//!   serves it: NBD export, control socket, lifecycle).
 //!
 //! Safety in one line: a write is acknowledged when it is in DRAM and on the
 //! WO-SSD (durable at the next FLUSH), dirty data is always on two devices,
@@ -18,14 +19,12 @@
 //! acknowledged and flushed write.
 
 pub mod cache;
-pub mod control;
-pub mod export;
+pub mod design;
 pub mod open;
 pub mod pair;
-pub mod serve;
 pub mod ssd;
 
 pub use cache::{CacheError, Degraded, ThreeLevel};
 pub use open::{open, open_with_devices, OpenOptions};
 pub use pair::{detect, format, FormatOptions, FormatReport, PairInfo, Role, PAGE};
-pub use serve::{serve, serve_cache, ServeOptions};
+pub use design::Tica;

@@ -2,41 +2,13 @@
 //! the logic is in `tiercache-tiered-volume`.
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tiercache_sim::units::{format_bytes, parse_bytes};
-use tiercache_tiered_volume::{
-    control, format_volume, open_volume, OpenOptions, TierExport, VolumeConfig,
-};
-use tiercache_tiering::policy::PolicyKind;
+use tiercache_tiered_volume::{format_volume, open_volume, OpenOptions, VolumeConfig};
 
-/// `format` options of a tiered volume.
-#[derive(Args, Debug, Clone)]
-pub struct TierFormatArgs {
-    /// What to format: cache (the SSD cache: --cache, --backing; --layout
-    /// log-structured for the FlashTier-style store), tier (a tiered volume:
-    /// --tiers) or tica (a three-level cache: --ro-ssd, --wo-ssd, --backing,
-    /// --dram-size).
-    #[arg(long, default_value = "cache")]
-    pub mode: String,
-    /// Tiered volume: FAST,SLOW (files or block devices). The volume is the
-    /// slow tier's size and starts with its contents; metadata goes on FAST.
-    #[arg(long, value_delimiter = ',')]
-    pub tiers: Option<Vec<PathBuf>>,
-    /// Tiered volume: block size, a power of two from 4KiB to 4MiB.
-    #[arg(long, default_value = "1MiB")]
-    pub block_size: String,
-    /// Tiered volume: placement policy: oodt, frequency, hystor, raf.
-    #[arg(long, default_value = "oodt")]
-    pub tier_policy: String,
-    /// Tiered volume: run the planner every N requests (and when idle).
-    #[arg(long, default_value_t = 1000)]
-    pub plan_every: u64,
-    /// Tiered volume: most bytes migrated per second.
-    #[arg(long, default_value = "64MiB")]
-    pub migrate_rate: String,
-}
+use super::super::args::{ServeArgs, TierFormatArgs};
+use tiercache_tiering::policy::PolicyKind;
 
 /// `tiercache format --mode tier`; `None` when formatting a cache.
 pub fn format(a: &TierFormatArgs, size: Option<&str>, force: bool) -> Option<Result<()>> {
@@ -89,76 +61,10 @@ fn format_tiered(
     Ok(())
 }
 
-/// Whether `serve --cache PATH` names the fast tier of a tiered volume.
-pub fn is_tiered(a: &super::live::ServeArgs) -> bool {
-    tiercache_tiered_volume::is_tiered_volume(&a.cache)
-}
 
-/// `tiercache serve` on a tiered volume, until SIGINT/SIGTERM. Honours
-/// `--backing` (the slow tier, if it moved), `--listen`, `--export`,
-/// `--read-only`, `--control`, `--direct` and `--emulate-hdd` (on the slow
-/// tier); data I/O runs on tokio's blocking pool.
-pub async fn serve(
-    a: super::live::ServeArgs,
-    ready: Option<tokio::sync::oneshot::Sender<String>>,
-) -> Result<()> {
-    let volume = open_volume(&OpenOptions {
-        fast: a.cache.clone(),
-        slow: a.backing.clone(),
-        direct: a.direct,
-        emulate_hdd: a.emulate_hdd,
-    })?;
-    volume.start_background();
-    let r = volume.recovery();
-    eprintln!(
-        "tiercache: opened tiered volume {} ({} and {}), recovered in {:.1} ms: checkpoint {}, {} log records, {} migrations completed ({} after their switch), {} rolled back",
-        a.cache.display(),
-        volume.superblock().tiers[0].identity.path,
-        volume.superblock().tiers[1].identity.path,
-        r.duration.as_secs_f64() * 1000.0,
-        r.checkpoint_seq,
-        r.log_records,
-        r.completed,
-        r.completed_after_switch,
-        r.rolled_back
-    );
-    let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(TierExport {
-        volume: Arc::clone(&volume),
-        read_only: a.read_only,
-    });
-    let server = tiercache_nbd::Server::new([(a.export.clone(), export)])
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let handle = super::live::listen(server, &a.listen).await?;
-    let uri = handle.uri();
-    eprintln!("tiercache: serving export '{}' at {uri}", a.export);
-    let ctl = a
-        .control
-        .clone()
-        .unwrap_or_else(|| tiercache_server::control::default_path(&a.cache));
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let ctl_task = {
-        let (v, s) = (Arc::clone(&volume), Arc::clone(&stop));
-        tokio::spawn(async move { control::serve(&ctl, v, s).await })
-    };
-    if let Some(r) = ready {
-        let _ = r.send(uri);
-    }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
-    handle.shutdown().await;
-    stop.notify_waiters();
-    let _ = ctl_task.await;
-    let v = Arc::clone(&volume);
-    tokio::task::spawn_blocking(move || v.shutdown()).await??;
-    eprintln!("tiercache: clean shutdown (mapping checkpoint written)");
-    Ok(())
-}
 
 /// Print `tiercache stats` of a tiered volume (the control answer `v`).
-pub fn print_stats(v: &serde_json::Value) {
+fn print_stats(v: &serde_json::Value) {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     println!("status            {}", v["status"].as_str().unwrap_or("?"));
     println!(
@@ -201,7 +107,7 @@ pub fn print_stats(v: &serde_json::Value) {
 }
 
 /// `tiercache check FAST` on a tiered volume that is not being served.
-pub fn check(fast: &std::path::Path, json: bool) -> Result<()> {
+fn check(fast: &std::path::Path, json: bool) -> Result<()> {
     let r = tiercache_tiered_volume::check_volume(fast)?;
     if json {
         println!(
@@ -215,4 +121,62 @@ pub fn check(fast: &std::path::Path, json: bool) -> Result<()> {
         bail!("{} has metadata problems", fast.display());
     }
     Ok(())
+}
+
+/// The OODT tiered volume.
+pub struct Tiered;
+
+impl super::LiveDesign for Tiered {
+    fn name(&self) -> &'static str {
+        "tier"
+    }
+    fn detect(&self, path: &std::path::Path) -> bool {
+        tiercache_tiered_volume::is_tiered_volume(path)
+    }
+    fn validate(&self, a: &ServeArgs) -> Result<()> {
+        if a.fs_classify != "off" {
+            bail!("--fs-classify is not supported by the tiered volume");
+        }
+        Ok(())
+    }
+    fn devices(&self, a: &ServeArgs) -> Result<Vec<(&'static str, PathBuf)>> {
+        let slow = match &a.backing {
+            Some(b) => b.clone(),
+            None => PathBuf::from(
+                &tiercache_tiered_volume::Superblock::read(&a.cache)?.tiers[1]
+                    .identity
+                    .path,
+            ),
+        };
+        Ok(vec![("slow tier", slow)])
+    }
+    fn open(&self, a: &ServeArgs) -> Result<Arc<dyn tiercache_runtime::Design>> {
+        let volume = open_volume(&OpenOptions {
+            fast: a.cache.clone(),
+            slow: a.backing.clone(),
+            direct: a.direct,
+            emulate_hdd: a.emulate_hdd,
+        })?;
+        volume.start_background();
+        let r = volume.recovery();
+        eprintln!(
+            "tiercache: opened tiered volume {} ({} and {}), recovered in {:.1} ms: checkpoint {}, {} log records, {} migrations completed ({} after their switch), {} rolled back",
+            a.cache.display(),
+            volume.superblock().tiers[0].identity.path,
+            volume.superblock().tiers[1].identity.path,
+            r.duration.as_secs_f64() * 1000.0,
+            r.checkpoint_seq,
+            r.log_records,
+            r.completed,
+            r.completed_after_switch,
+            r.rolled_back
+        );
+        Ok(Arc::new(tiercache_tiered_volume::Tiered(volume)))
+    }
+    fn check(&self, path: &std::path::Path, json: bool) -> Result<()> {
+        check(path, json)
+    }
+    fn print_stats(&self, v: &serde_json::Value) {
+        print_stats(v)
+    }
 }

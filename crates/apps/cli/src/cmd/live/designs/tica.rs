@@ -2,27 +2,12 @@
 //! (`--mode tica`); the logic is in `tiercache-three-level`.
 
 use anyhow::{bail, Result};
-use clap::Args;
 use std::path::{Path, PathBuf};
 use tiercache_sim::units::{format_bytes, parse_bytes};
+use std::sync::Arc;
 use tiercache_three_level as three;
 
-/// `format` options of a three-level cache.
-#[derive(Args, Debug, Clone)]
-pub struct TicaFormatArgs {
-    /// Three-level cache (--mode tica): the read-optimized SSD (file or block device).
-    #[arg(long)]
-    pub ro_ssd: Option<PathBuf>,
-    /// Three-level cache: the write-optimized SSD (file or block device).
-    #[arg(long)]
-    pub wo_ssd: Option<PathBuf>,
-    /// Three-level cache: size of the DRAM level (e.g. 64MiB).
-    #[arg(long)]
-    pub dram_size: Option<String>,
-    /// Three-level cache: TICA policy: adaptive, ef or wed.
-    #[arg(long, default_value = "adaptive")]
-    pub tica_policy: String,
-}
+use super::super::args::{ServeArgs, TicaFormatArgs};
 
 /// `tiercache format --mode tica`; `None` for any other mode.
 pub fn format(
@@ -82,33 +67,10 @@ fn format_tica(
     Ok(())
 }
 
-/// Whether `serve --cache PATH` names an SSD of a three-level cache.
-pub fn is_tica(cache: &Path) -> bool {
-    three::detect(cache).is_some()
-}
 
-/// `tiercache serve` on a three-level cache.
-pub async fn serve(
-    a: super::live::ServeArgs,
-    ready: Option<tokio::sync::oneshot::Sender<String>>,
-) -> Result<()> {
-    if a.emulate_hdd || a.no_cache || a.fs_classify != "off" {
-        bail!("--emulate-hdd, --no-cache and --fs-classify are not supported by the three-level cache");
-    }
-    let o = three::ServeOptions {
-        ssd: a.cache.clone(),
-        backing: a.backing.clone(),
-        listen: a.listen.clone(),
-        export: a.export.clone(),
-        read_only: a.read_only,
-        control: a.control.clone(),
-        direct: a.direct,
-    };
-    three::serve(o, ready).await
-}
 
 /// Print `tiercache stats` of a three-level cache (the control answer `v`).
-pub fn print_stats(v: &serde_json::Value) {
+fn print_stats(v: &serde_json::Value) {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     let p = &v["policy"];
     println!("status            {}", v["status"].as_str().unwrap_or("?"));
@@ -152,4 +114,70 @@ pub fn print_stats(v: &serde_json::Value) {
         r["ro_pages"],
         r["written_back"]
     );
+}
+
+/// The TICA three-level cache.
+pub struct Tica;
+
+impl super::LiveDesign for Tica {
+    fn name(&self) -> &'static str {
+        "tica"
+    }
+    fn detect(&self, path: &Path) -> bool {
+        three::detect(path).is_some()
+    }
+    fn validate(&self, a: &ServeArgs) -> Result<()> {
+        if a.emulate_hdd || a.fs_classify != "off" {
+            bail!("--emulate-hdd and --fs-classify are not supported by the three-level cache");
+        }
+        Ok(())
+    }
+    fn devices(&self, a: &ServeArgs) -> Result<Vec<(&'static str, PathBuf)>> {
+        let f = std::fs::File::open(&a.cache)?;
+        let Some((sb, info)) = three::pair::read_info(&f) else {
+            bail!("{} is not an SSD of a three-level (TICA) cache", a.cache.display());
+        };
+        let me = std::fs::canonicalize(&a.cache)?;
+        let mut v = Vec::new();
+        for (role, r) in [("RO-SSD", three::Role::RoSsd), ("WO-SSD", three::Role::WoSsd)] {
+            let p = info.path_of(r);
+            if std::fs::canonicalize(&p).ok().as_ref() != Some(&me) {
+                v.push((role, p));
+            }
+        }
+        v.push((
+            "backing device",
+            a.backing.clone().unwrap_or_else(|| PathBuf::from(&sb.backing.path)),
+        ));
+        Ok(v)
+    }
+    fn open(&self, a: &ServeArgs) -> Result<Arc<dyn tiercache_runtime::Design>> {
+        let cache = three::open(&three::OpenOptions {
+            ssd: a.cache.clone(),
+            backing: a.backing.clone(),
+            direct: a.direct,
+        })?;
+        cache.start_background();
+        let info = cache.info();
+        let r = cache.stats_json();
+        eprintln!(
+            "tiercache: opened three-level cache: RO-SSD {}, WO-SSD {}, DRAM {} pages, policy {} (backing {}); \
+             recovered in {:.1} ms: {}",
+            info.ro_ssd,
+            info.wo_ssd,
+            r["policy"]["dram_pages"],
+            info.tica_policy,
+            cache.backing_path().display(),
+            r["recovery"]["duration_ms"].as_f64().unwrap_or(0.0),
+            r["recovery"]
+        );
+        Ok(Arc::new(three::Tica(cache)))
+    }
+    fn check(&self, path: &Path, json: bool) -> Result<()> {
+        // Each SSD of the pair keeps its own `tiercache-store` metadata.
+        super::ssd_cache::check_store(path, json)
+    }
+    fn print_stats(&self, v: &serde_json::Value) {
+        print_stats(v)
+    }
 }

@@ -2,26 +2,16 @@
 //! `serve` and `stats`; the logic is in `tiercache-log-structured`.
 
 use anyhow::{bail, Result};
-use clap::Args;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::super::args::{FormatArgs, ServeArgs};
 use tiercache_log_structured as ls;
 use tiercache_sim::units::{format_bytes, parse_bytes};
 
-/// `format` options of the cache layout.
-#[derive(Args, Debug, Clone)]
-pub struct LsFormatArgs {
-    /// Cache layout: in-place (slots rewritten in place) or log-structured
-    /// (FlashTier's design: segments written sequentially, a unified sparse
-    /// map, cleaning that drops clean data and moves only dirty data).
-    #[arg(long, default_value = "in-place")]
-    pub layout: String,
-    /// Log-structured layout: segment size (erase-block sized), 64KiB to 64MiB.
-    #[arg(long, default_value = "1MiB")]
-    pub segment_size: String,
-}
 
 /// `tiercache format --layout log-structured`; `None` for the in-place layout.
-pub fn format(a: &super::live::FormatArgs) -> Option<Result<()>> {
+pub fn format(a: &FormatArgs) -> Option<Result<()>> {
     match a.ls.layout.as_str() {
         "in-place" => None,
         "log-structured" => Some(format_ls(a)),
@@ -31,7 +21,7 @@ pub fn format(a: &super::live::FormatArgs) -> Option<Result<()>> {
     }
 }
 
-fn format_ls(a: &super::live::FormatArgs) -> Result<()> {
+fn format_ls(a: &FormatArgs) -> Result<()> {
     let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
         bail!("--layout log-structured needs --cache PATH and --backing PATH");
     };
@@ -94,33 +84,10 @@ fn format_ls(a: &super::live::FormatArgs) -> Result<()> {
     Ok(())
 }
 
-/// Whether `serve --cache PATH` names a log-structured cache.
-pub fn is_log_structured(cache: &Path) -> bool {
-    ls::detect(cache)
-}
 
-/// `tiercache serve` on a log-structured cache.
-pub async fn serve(
-    a: super::live::ServeArgs,
-    ready: Option<tokio::sync::oneshot::Sender<String>>,
-) -> Result<()> {
-    if a.emulate_hdd || a.fs_classify != "off" {
-        bail!("--emulate-hdd and --fs-classify are not supported by the log-structured cache");
-    }
-    let o = ls::ServeOptions {
-        cache: a.cache.clone(),
-        backing: a.backing.clone(),
-        listen: a.listen.clone(),
-        export: a.export.clone(),
-        read_only: a.read_only,
-        control: a.control.clone(),
-        direct: a.direct,
-    };
-    ls::serve(o, ready).await
-}
 
 /// Print `tiercache stats` of a log-structured cache (the control answer `v`).
-pub fn print_stats(v: &serde_json::Value) {
+fn print_stats(v: &serde_json::Value) {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     let (s, c, m, r) = (&v["segments"], &v["cleaning"], &v["map"], &v["recovery"]);
     println!("status            {}", v["status"].as_str().unwrap_or("?"));
@@ -180,7 +147,7 @@ pub fn print_stats(v: &serde_json::Value) {
 }
 
 /// `tiercache check` on a stopped log-structured cache.
-pub fn check(cache: &Path, json: bool) -> Result<()> {
+fn check(cache: &Path, json: bool) -> Result<()> {
     let r = ls::check(cache)?;
     if json {
         println!(
@@ -194,4 +161,64 @@ pub fn check(cache: &Path, json: bool) -> Result<()> {
         bail!("{} has metadata problems", cache.display());
     }
     Ok(())
+}
+
+/// The log-structured cache (FlashTier's design on a commodity SSD).
+pub struct LogStructured;
+
+impl super::LiveDesign for LogStructured {
+    fn name(&self) -> &'static str {
+        "log-structured"
+    }
+    fn detect(&self, path: &Path) -> bool {
+        ls::detect(path)
+    }
+    fn validate(&self, a: &ServeArgs) -> Result<()> {
+        if a.emulate_hdd || a.fs_classify != "off" {
+            bail!("--emulate-hdd and --fs-classify are not supported by the log-structured cache");
+        }
+        Ok(())
+    }
+    fn devices(&self, a: &ServeArgs) -> Result<Vec<(&'static str, PathBuf)>> {
+        let backing = match &a.backing {
+            Some(b) => b.clone(),
+            None => {
+                let dev = tiercache_io::FileDev::open(&a.cache, Default::default())?;
+                let Some(sb) = ls::Superblock::read(&dev) else {
+                    bail!("{} holds no log-structured cache", a.cache.display());
+                };
+                PathBuf::from(&sb.backing_path)
+            }
+        };
+        Ok(vec![("backing device", backing)])
+    }
+    fn open(&self, a: &ServeArgs) -> Result<Arc<dyn tiercache_runtime::Design>> {
+        let cache = ls::open(&ls::OpenOptions {
+            cache: a.cache.clone(),
+            backing: a.backing.clone(),
+            direct: a.direct,
+        })?;
+        let r = cache.recovery();
+        eprintln!(
+            "tiercache: opened log-structured {} cache {} (backing {}); recovered in {:.1} ms: {} blocks mapped ({} dirty), \
+             {} from the checkpoint, {} segments replayed, {} clean blocks dropped, clean shutdown {}",
+            cache.write_policy(),
+            a.cache.display(),
+            cache.backing_path().display(),
+            r.duration.as_secs_f64() * 1000.0,
+            r.mapped_blocks,
+            r.dirty_blocks,
+            r.checkpoint_entries,
+            r.replayed_segments,
+            r.dropped_clean,
+            r.clean_shutdown
+        );
+        Ok(Arc::new(ls::LogStructured(cache)))
+    }
+    fn check(&self, path: &Path, json: bool) -> Result<()> {
+        check(path, json)
+    }
+    fn print_stats(&self, v: &serde_json::Value) {
+        print_stats(v)
+    }
 }

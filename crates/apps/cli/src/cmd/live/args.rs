@@ -1,0 +1,306 @@
+//! The options of the live commands (`format`, `serve`, `stats`, `flush`,
+//! `detach`, `check`), shared by every design.
+
+use clap::Args;
+use std::path::PathBuf;
+
+/// Policy options, spelled as in `tiercache sim` (one value each).
+#[derive(Args, Debug, Clone)]
+pub struct PolicyArgs {
+    /// Cache line size: a power of two from 4KiB to 1MiB.
+    #[arg(long, default_value = "4KiB")]
+    pub line_size: String,
+    /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
+    #[arg(long)]
+    pub sub_block: Option<String>,
+    /// Associativity: direct, N-way (e.g. 8-way), full.
+    #[arg(long, default_value = "full")]
+    pub assoc: String,
+    /// Eviction policy: lru, fifo, arc, s3fifo.
+    #[arg(long, default_value = "lru")]
+    pub eviction: String,
+    /// Write policy: write-back, write-through, write-hdd-upd, write-hdd-inv, read-only.
+    #[arg(long, default_value = "write-back")]
+    pub write_policy: String,
+    /// Do not allocate lines on write misses.
+    #[arg(long)]
+    pub no_write_allocate: bool,
+    /// Admission policy: always, seq-cutoff, nhit, 2lbs.
+    #[arg(long, default_value = "always")]
+    pub admission: String,
+    /// Sequential cutoff threshold.
+    #[arg(long, default_value = "4MiB")]
+    pub seq_cutoff: String,
+    /// n-hit threshold.
+    #[arg(long, default_value_t = 3)]
+    pub nhit_threshold: u32,
+    /// 2LBS levels: metadata, frequency, or both (comma-separated).
+    #[arg(
+        long = "2lbs-levels",
+        value_delimiter = ',',
+        default_value = "metadata,frequency"
+    )]
+    pub twolbs_levels: Vec<String>,
+    /// Write-back: share of lines that may be dirty before cleaning speeds up (0.0-1.0).
+    #[arg(long, default_value_t = 0.2)]
+    pub dirty_target: f64,
+}
+
+/// `tiercache format`: write a new cache on a file or block device.
+#[derive(Args, Debug)]
+pub struct FormatArgs {
+    /// Cache device (file or block device; a file is created with --size).
+    #[arg(long, required_unless_present_any = ["tiers", "ro_ssd"])]
+    pub cache: Option<PathBuf>,
+    /// Backing device the cache will front (file or block device).
+    #[arg(long, required_unless_present = "tiers")]
+    pub backing: Option<PathBuf>,
+    /// Size of a cache file to create (e.g. 1GiB).
+    #[arg(long)]
+    pub size: Option<String>,
+    /// Overwrite an existing tiercache cache or a device holding a filesystem.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub tier: TierFormatArgs,
+    #[command(flatten)]
+    pub tica: TicaFormatArgs,
+    #[command(flatten)]
+    pub ls: LsFormatArgs,
+}
+
+/// `format` options of a tiered volume.
+#[derive(Args, Debug, Clone)]
+pub struct TierFormatArgs {
+    /// What to format: cache (the SSD cache: --cache, --backing; --layout
+    /// log-structured for the FlashTier-style store), tier (a tiered volume:
+    /// --tiers) or tica (a three-level cache: --ro-ssd, --wo-ssd, --backing,
+    /// --dram-size).
+    #[arg(long, default_value = "cache")]
+    pub mode: String,
+    /// Tiered volume: FAST,SLOW (files or block devices). The volume is the
+    /// slow tier's size and starts with its contents; metadata goes on FAST.
+    #[arg(long, value_delimiter = ',')]
+    pub tiers: Option<Vec<PathBuf>>,
+    /// Tiered volume: block size, a power of two from 4KiB to 4MiB.
+    #[arg(long, default_value = "1MiB")]
+    pub block_size: String,
+    /// Tiered volume: placement policy: oodt, frequency, hystor, raf.
+    #[arg(long, default_value = "oodt")]
+    pub tier_policy: String,
+    /// Tiered volume: run the planner every N requests (and when idle).
+    #[arg(long, default_value_t = 1000)]
+    pub plan_every: u64,
+    /// Tiered volume: most bytes migrated per second.
+    #[arg(long, default_value = "64MiB")]
+    pub migrate_rate: String,
+}
+
+/// `format` options of a three-level cache.
+#[derive(Args, Debug, Clone)]
+pub struct TicaFormatArgs {
+    /// Three-level cache (--mode tica): the read-optimized SSD (file or block device).
+    #[arg(long)]
+    pub ro_ssd: Option<PathBuf>,
+    /// Three-level cache: the write-optimized SSD (file or block device).
+    #[arg(long)]
+    pub wo_ssd: Option<PathBuf>,
+    /// Three-level cache: size of the DRAM level (e.g. 64MiB).
+    #[arg(long)]
+    pub dram_size: Option<String>,
+    /// Three-level cache: TICA policy: adaptive, ef or wed.
+    #[arg(long, default_value = "adaptive")]
+    pub tica_policy: String,
+}
+
+/// `format` options of the cache layout.
+#[derive(Args, Debug, Clone)]
+pub struct LsFormatArgs {
+    /// Cache layout: in-place (slots rewritten in place) or log-structured
+    /// (FlashTier's design: segments written sequentially, a unified sparse
+    /// map, cleaning that drops clean data and moves only dirty data).
+    #[arg(long, default_value = "in-place")]
+    pub layout: String,
+    /// Log-structured layout: segment size (erase-block sized), 64KiB to 64MiB.
+    #[arg(long, default_value = "1MiB")]
+    pub segment_size: String,
+}
+/// `tiercache serve`: export a cache over NBD.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Cache device written by `tiercache format`.
+    #[arg(long)]
+    pub cache: PathBuf,
+    /// Backing device [default: the one recorded at format time].
+    #[arg(long)]
+    pub backing: Option<PathBuf>,
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback unless told otherwise).
+    #[arg(long, default_value = "tcp:127.0.0.1:10809")]
+    pub listen: String,
+    /// Export name (the empty default name is answered too).
+    #[arg(long, default_value = "tiercache")]
+    pub export: String,
+    /// Refuse writes.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Control socket [default: CACHE.ctl].
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+    /// Delay backing I/O by the HDD model: an emulated slow disk, for demos and benchmarks.
+    #[arg(long)]
+    pub emulate_hdd: bool,
+    /// Open devices with O_DIRECT where they allow it.
+    #[arg(long)]
+    pub direct: bool,
+    /// Serve the backing device alone, without the cache (a baseline for benchmarks).
+    #[arg(long, hide = true)]
+    pub no_cache: bool,
+    /// Classify requests by the ext4 or XFS filesystem on the device (metadata,
+    /// journal, data) for metadata-first admission and per-class stats: auto
+    /// (detect and classify) or off. Experimental, hence off by default.
+    #[arg(long, default_value = "off")]
+    pub fs_classify: String,
+    /// I/O engine for data: uring (io_uring, with O_DIRECT where the device allows
+    /// it under --direct), pool (pread/pwrite thread pool), blocking (tokio's
+    /// blocking pool), or auto (io_uring if the kernel allows, else pool).
+    #[arg(long, default_value = "auto")]
+    pub io_engine: String,
+    /// Threads that run requests (the I/O engine has its own) [default: one
+    /// fewer than the CPUs, at least 1: a CPU is left for the client and the
+    /// kernel's I/O work, and fewer threads switch less].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Options of the commands that talk to a running server.
+#[derive(Args, Debug)]
+pub struct CtlArgs {
+    /// Cache device of the running server (its control socket is CACHE.ctl).
+    #[arg(long, required_unless_present = "control")]
+    pub cache: Option<PathBuf>,
+    /// Control socket of the running server.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl CtlArgs {
+    /// The control socket: `--control`, or `CACHE.ctl`.
+    pub fn socket(&self) -> PathBuf {
+        self.control.clone().unwrap_or_else(|| {
+            tiercache_runtime::control::default_path(
+                self.cache.as_deref().unwrap_or(std::path::Path::new("cache")),
+            )
+        })
+    }
+}
+
+/// `tiercache check`: verify the metadata of a cache that is not in use.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Cache device (or give it with --cache, as the other commands take it).
+    #[arg(value_name = "CACHE", required_unless_present = "cache_opt")]
+    pub cache: Option<PathBuf>,
+    /// Cache device.
+    #[arg(long = "cache", value_name = "PATH", conflicts_with = "cache")]
+    pub cache_opt: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+
+/// Limits of the NBD server (see the README, "Limits"), with the defaults
+/// QEMU and nbdkit settled on after their CVEs.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most client connections at once (handshaking or serving); more are closed at once.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_connections: u32,
+    /// A client must finish the NBD handshake within this time (e.g. 10s, 500ms).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub handshake_timeout: std::time::Duration,
+    /// A client stalled this long in a write payload, or not reading its replies, is cut off.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub io_timeout: std::time::Duration,
+    /// Close a connection with no request for this long [default: never; 0 also means never].
+    #[arg(long, value_parser = parse_duration)]
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Most request payload bytes held in memory across all connections (back-pressure beyond it).
+    #[arg(long, default_value = "256MiB")]
+    pub max_in_flight: String,
+    /// On SIGTERM or detach, how long clients get to read the replies of requests in flight.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: std::time::Duration,
+}
+
+impl Default for LimitArgs {
+    /// The same defaults as the command line's.
+    fn default() -> Self {
+        LimitArgs {
+            max_connections: 100,
+            handshake_timeout: std::time::Duration::from_secs(10),
+            io_timeout: std::time::Duration::from_secs(30),
+            idle_timeout: None,
+            max_in_flight: "256MiB".into(),
+            shutdown_grace: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+impl LimitArgs {
+    /// The NBD server limits these options give.
+    pub fn limits(&self) -> anyhow::Result<tiercache_nbd::Limits> {
+        let total = tiercache_sim::units::parse_bytes(&self.max_in_flight)
+            .map_err(|e| anyhow::anyhow!("--max-in-flight: {e}"))?;
+        let d = tiercache_nbd::Limits::default();
+        if total < d.max_payload as u64 {
+            anyhow::bail!(
+                "--max-in-flight {}: must be at least the largest request, {} MiB",
+                self.max_in_flight,
+                d.max_payload >> 20
+            );
+        }
+        let total = usize::try_from(total)
+            .ok()
+            .filter(|t| *t <= tokio::sync::Semaphore::MAX_PERMITS)
+            .ok_or_else(|| anyhow::anyhow!("--max-in-flight {} is too large", self.max_in_flight))?;
+        Ok(tiercache_nbd::Limits {
+            max_connections: self.max_connections as usize,
+            handshake_timeout: self.handshake_timeout,
+            io_timeout: self.io_timeout,
+            idle_timeout: self.idle_timeout.filter(|d| !d.is_zero()),
+            max_total_in_flight_bytes: total,
+            max_in_flight_bytes: d.max_in_flight_bytes.min(total),
+            shutdown_grace: self.shutdown_grace,
+            ..d
+        })
+    }
+}
+
+/// A duration with a unit: `10s`, `500ms`, `2m`, `1h` (a plain number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => return Err(format!("'{s}': unknown unit '{u}' (allowed: ms, s, m, h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}

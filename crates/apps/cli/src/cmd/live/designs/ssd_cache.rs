@@ -1,0 +1,245 @@
+//! The SSD cache (Azor, in-place layout) in the live commands; the logic is
+//! in `tiercache-server`.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_core::eviction::EvictionKind;
+use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_server::{open_cache, OpenOptions};
+use tiercache_sim::units::{format_bytes, parse_bytes};
+
+use super::super::args::{FormatArgs, PolicyArgs, ServeArgs};
+
+/// The SSD cache.
+pub struct SsdCache;
+
+impl PolicyArgs {
+    pub fn config(&self) -> Result<CacheConfig> {
+        let (lv_meta, lv_freq) = crate::cmd::sim::parse_2lbs_levels(&self.twolbs_levels)?;
+        let line = parse_bytes(&self.line_size).map_err(anyhow::Error::msg)?;
+        let line = u32::try_from(line).context("line size too large")?;
+        let sub = match &self.sub_block {
+            Some(s) => u32::try_from(parse_bytes(s).map_err(anyhow::Error::msg)?)
+                .context("sub-block too large")?,
+            None => line.min(4096),
+        };
+        let cfg = CacheConfig {
+            // A placeholder large enough for any associativity: format derives the real size from the device.
+            cache_bytes: (line as u64) << 20,
+            line_bytes: line,
+            sub_block_bytes: sub,
+            assoc: self.assoc.parse::<Assoc>().map_err(anyhow::Error::msg)?,
+            eviction: self
+                .eviction
+                .parse::<EvictionKind>()
+                .map_err(anyhow::Error::msg)?,
+            write_policy: self
+                .write_policy
+                .parse::<WritePolicy>()
+                .map_err(anyhow::Error::msg)?,
+            write_allocate: !self.no_write_allocate,
+            admission: AdmissionConfig {
+                kind: self
+                    .admission
+                    .parse::<AdmissionKind>()
+                    .map_err(anyhow::Error::msg)?,
+                seq_cutoff_bytes: parse_bytes(&self.seq_cutoff).map_err(anyhow::Error::msg)?,
+                nhit_threshold: self.nhit_threshold,
+                twolbs_metadata: lv_meta,
+                twolbs_frequency: lv_freq,
+                ..AdmissionConfig::default()
+            },
+            dirty_target: self.dirty_target,
+        };
+        cfg.geometry().map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(cfg)
+    }
+}
+
+
+/// `tiercache format` of an SSD cache (`--mode cache --layout in-place`).
+pub fn format(a: &FormatArgs) -> Result<()> {
+    let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
+        bail!("format needs --cache and --backing (or --mode tier --tiers FAST,SLOW)");
+    };
+    let cfg = a.policy.config()?;
+    let size = a
+        .size
+        .as_deref()
+        .map(parse_bytes)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let layout = tiercache_server::format_cache(cache, backing, &cfg, size, a.force)?;
+    println!(
+        "formatted {}: {} lines of {} ({} of cache), {} {} {} admission {}, for backing {}",
+        cache.display(),
+        layout.slots,
+        format_bytes(cfg.line_bytes as u64),
+        format_bytes(layout.slots as u64 * cfg.line_bytes as u64),
+        cfg.assoc,
+        cfg.eviction,
+        cfg.write_policy,
+        cfg.admission.kind,
+        backing.display()
+    );
+    Ok(())
+}
+
+/// The I/O engine `--io-engine` names (checked before anything is opened).
+fn io_engine(name: &str) -> Result<Option<Arc<dyn tiercache_io::Engine>>> {
+    Ok(match name {
+        "auto" => Some(tiercache_io::auto_engine(256, 4)?),
+        "uring" => Some(Arc::new(
+            tiercache_io::UringEngine::new(256, 4).context("io_uring engine")?,
+        )),
+        "pool" => Some(Arc::new(tiercache_io::PoolEngine::new(8, 256)?)),
+        "blocking" => None,
+        x => bail!("--io-engine '{x}' is not understood (allowed: auto, uring, pool, blocking)"),
+    })
+}
+
+/// The backing device recorded in the cache's superblock.
+pub fn recorded_backing(cache: &Path) -> Result<PathBuf> {
+    let f = std::fs::File::open(cache).with_context(|| format!("opening {}", cache.display()))?;
+    let (sb, _) = tiercache_store::Superblock::read(&f).with_context(|| {
+        format!(
+            "{} is not a tiercache cache (run tiercache format first)",
+            cache.display()
+        )
+    })?;
+    Ok(PathBuf::from(&sb.backing.path))
+}
+
+/// `tiercache check` of a device with `tiercache-store` metadata.
+pub fn check_store(path: &Path, json: bool) -> Result<()> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let r = tiercache_store::check(&f)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"ok": r.is_ok(), "report": r.to_string()})
+        );
+    } else {
+        println!("{r}");
+    }
+    if !r.is_ok() {
+        bail!("{} has metadata problems", path.display());
+    }
+    Ok(())
+}
+
+impl super::LiveDesign for SsdCache {
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+    fn detect(&self, path: &Path) -> bool {
+        std::fs::File::open(path)
+            .ok()
+            .is_some_and(|f| tiercache_store::Superblock::read(&f).is_ok())
+    }
+    fn validate(&self, a: &ServeArgs) -> Result<()> {
+        if !matches!(a.io_engine.as_str(), "auto" | "uring" | "pool" | "blocking") {
+            bail!(
+                "--io-engine '{}' is not understood (allowed: auto, uring, pool, blocking)",
+                a.io_engine
+            );
+        }
+        if !matches!(a.fs_classify.as_str(), "auto" | "off") {
+            bail!("--fs-classify '{}' is not understood (allowed: auto, off)", a.fs_classify);
+        }
+        Ok(())
+    }
+    fn devices(&self, a: &ServeArgs) -> Result<Vec<(&'static str, PathBuf)>> {
+        let backing = match &a.backing {
+            Some(b) => b.clone(),
+            None => recorded_backing(&a.cache)?,
+        };
+        Ok(vec![("backing device", backing)])
+    }
+    fn open(&self, a: &ServeArgs) -> Result<Arc<dyn tiercache_runtime::Design>> {
+        let engine = io_engine(&a.io_engine)?;
+        let opened = open_cache(&OpenOptions {
+            cache: a.cache.clone(),
+            backing: a.backing.clone(),
+            emulate_hdd: a.emulate_hdd,
+            direct: a.direct,
+        })?;
+        let cache = opened.cache;
+        cache.start_background();
+        if let Some(e) = engine {
+            cache.set_io_engine(e);
+        }
+        if a.fs_classify == "auto" {
+            cache.enable_classification();
+        }
+        eprintln!(
+            "tiercache: opened {} (backing {}{}), recovered in {:.1} ms: {}",
+            a.cache.display(),
+            opened.backing_path.display(),
+            if a.emulate_hdd { ", emulated HDD" } else { "" },
+            opened.recovery.duration.as_secs_f64() * 1000.0,
+            opened.recovery
+        );
+        Ok(Arc::new(tiercache_server::design::SsdCache {
+            cache,
+            backing: opened.backing_path,
+        }))
+    }
+    fn check(&self, path: &Path, json: bool) -> Result<()> {
+        check_store(path, json)
+    }
+    fn print_stats(&self, v: &serde_json::Value) {
+    let l = &v["live"];
+    println!("status            {}", v["status"].as_str().unwrap_or("?"));
+    println!("policy            {}", v["policy"]);
+    println!(
+        "occupancy         {:.1} % ({} of {} lines), dirty {}",
+        v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
+        v["occupied_lines"],
+        v["slots"],
+        v["dirty_lines"]
+    );
+    println!(
+        "hit ratio         {:.2} % (hits {}, misses {})",
+        v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0,
+        v["hits"],
+        v["misses"]
+    );
+    println!(
+        "reads / writes    {} / {} hits, {} / {} misses",
+        v["read_hits"], v["write_hits"], v["read_misses"], v["write_misses"]
+    );
+    println!(
+        "metadata          {} hits, {} misses",
+        v["metadata_hits"], v["metadata_misses"]
+    );
+    println!(
+        "cleaning          {} lines written back ({:.1} lines/s on average; now paced at {:.0} lines/s), \
+         {} while idle, {} by requests after dirty evictions",
+        l["cleaned_lines"],
+        l["cleaning_rate_lines_per_s"].as_f64().unwrap_or(0.0),
+        l["cleaning_target_rate_lines_per_s"].as_f64().unwrap_or(0.0),
+        l["idle_cleaned_lines"],
+        l["pressure_cleaned_lines"]
+    );
+    println!(
+        "cache latency     p50 {} µs, p99 {} µs",
+        l["cache_latency"]["p50_us"], l["cache_latency"]["p99_us"]
+    );
+    println!(
+        "backing latency   p50 {} µs, p99 {} µs",
+        l["backing_latency"]["p50_us"], l["backing_latency"]["p99_us"]
+    );
+    println!(
+        "errors            cache {}, backing {}",
+        l["cache_errors"], l["backing_errors"]
+    );
+    println!(
+        "recovery          {:.1} ms, {} lines made dirty (unclean shutdown of a write-back cache)",
+        l["recovery_ms"].as_f64().unwrap_or(0.0),
+        l["recovery_dirtied_lines"].as_u64().unwrap_or(0)
+    );
+    }
+}

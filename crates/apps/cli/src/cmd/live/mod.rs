@@ -1,0 +1,240 @@
+//! The live device commands: `format`, `serve`, `stats`, `flush`, `detach`,
+//! `check`, for every design. Which design a device holds is decided by the
+//! registry in [`designs`]; the runtime (`tiercache-runtime`) serves it.
+
+pub mod args;
+pub mod designs;
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tiercache_runtime::{Access, Claims, ListenSpec, Prepared, ServeConfig};
+
+pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs};
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    runtime_with(None)
+}
+
+fn runtime_with(threads: Option<u16>) -> Result<tokio::runtime::Runtime> {
+    let n = match threads {
+        Some(n) => n as usize,
+        None => std::thread::available_parallelism()
+            .map(|c| c.get().saturating_sub(1))
+            .unwrap_or(1)
+            .max(1),
+    };
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(n)
+        .enable_all()
+        .build()?)
+}
+
+/// `tiercache format`: claim every named device that exists (a device in
+/// use is refused), format, and remove a cache file this command created if
+/// formatting fails.
+pub fn format(a: FormatArgs) -> Result<()> {
+    let mut named: Vec<(&str, &Path)> = [
+        ("cache device", a.cache.as_deref()),
+        ("backing device", a.backing.as_deref()),
+        ("RO-SSD", a.tica.ro_ssd.as_deref()),
+        ("WO-SSD", a.tica.wo_ssd.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(r, p)| p.map(|p| (r, p)))
+    .collect();
+    for (i, t) in a.tier.tiers.iter().flatten().enumerate() {
+        named.push((if i == 0 { "fast tier" } else { "slow tier" }, t.as_path()));
+    }
+    let created: Vec<PathBuf> = named
+        .iter()
+        .filter(|(_, p)| !p.exists())
+        .map(|(_, p)| p.to_path_buf())
+        .collect();
+    let existing: Vec<(&str, &Path)> = named.into_iter().filter(|(_, p)| p.exists()).collect();
+    let _claims = Claims::acquire(existing, Access::Exclusive)?;
+    let r = format_design(&a);
+    if r.is_err() {
+        for p in created.iter().filter(|p| p.exists()) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    r
+}
+
+fn format_design(a: &FormatArgs) -> Result<()> {
+    if let Some(r) = designs::log_structured::format(a) {
+        return r;
+    }
+    if let Some(r) = designs::tica::format(
+        &a.tier.mode,
+        &a.tica,
+        a.backing.as_deref(),
+        a.size.as_deref(),
+        a.force,
+    ) {
+        return r;
+    }
+    if let Some(r) = designs::tiered::format(&a.tier, a.size.as_deref(), a.force) {
+        return r;
+    }
+    designs::ssd_cache::format(a)
+}
+
+pub fn serve(a: ServeArgs) -> Result<()> {
+    runtime_with(a.threads)?.block_on(serve_async(a, None))
+}
+
+/// Serve until SIGINT/SIGTERM or `detach`. `ready` gets the NBD URI once
+/// listening. Every option is checked, every device claimed and both
+/// sockets bound before the design is opened (so a mistake never leaves a
+/// cache marked open).
+pub async fn serve_async(
+    a: ServeArgs,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    let listen = ListenSpec::parse(&a.listen)?;
+    let cfg = ServeConfig {
+        export: a.export.clone(),
+        read_only: a.read_only,
+        limits: a.limits.limits()?,
+    };
+    if a.no_cache {
+        return serve_uncached(a, listen, cfg, ready).await;
+    }
+    if !a.cache.exists() {
+        bail!(
+            "cache device {} does not exist (run tiercache format first)",
+            a.cache.display()
+        );
+    }
+    let design = designs::detect(&a.cache);
+    design.validate(&a)?;
+    let mut claims = Claims::acquire([(design_role(design), a.cache.as_path())], Access::Exclusive)?;
+    for (role, p) in design.devices(&a)? {
+        claims.add(role, &p, Access::Exclusive)?;
+    }
+    let control = a
+        .control
+        .clone()
+        .unwrap_or_else(|| tiercache_runtime::control::default_path(&a.cache));
+    let prepared = Prepared::bind(&listen, &control)?;
+    let opened = match design.open(&a) {
+        Ok(d) => d,
+        Err(e) => {
+            prepared.abandon();
+            return Err(e);
+        }
+    };
+    let ended = tiercache_runtime::serve(opened, prepared, &cfg, ready).await;
+    drop(claims);
+    ended.map(|_| ())
+}
+
+/// The role of the device `serve --cache` names, per design.
+fn design_role(d: &dyn designs::LiveDesign) -> &'static str {
+    match d.name() {
+        "tier" => "fast tier",
+        "tica" => "SSD",
+        _ => "cache device",
+    }
+}
+
+/// `serve --no-cache`: the backing device alone (with the same HDD emulation), the
+/// uncached baseline that benchmarks compare the cache against.
+async fn serve_uncached(
+    a: ServeArgs,
+    listen: ListenSpec,
+    cfg: ServeConfig,
+    ready: Option<tokio::sync::oneshot::Sender<String>>,
+) -> Result<()> {
+    let backing = match &a.backing {
+        Some(b) => b.clone(),
+        None => designs::ssd_cache::recorded_backing(&a.cache)?,
+    };
+    let _claim = Claims::acquire([("backing device", backing.as_path())], Access::Exclusive)?;
+    let bound = listen.bind()?;
+    let fo = tiercache_io::FileDevOptions {
+        direct: a.direct,
+        ..Default::default()
+    };
+    let mut dev: Arc<dyn tiercache_io::BlockDev> = Arc::new(
+        tiercache_io::FileDev::open(&backing, fo)
+            .with_context(|| format!("opening {}", backing.display()))?,
+    );
+    if a.emulate_hdd {
+        let model = tiercache_model::Profile::default()
+            .hdd_model()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        dev = Arc::new(tiercache_io::EmulatedHdd::new(dev, model));
+    }
+    let export: Arc<dyn tiercache_nbd::Backend> =
+        Arc::new(tiercache_server::passthrough::PassThrough { dev });
+    let server = tiercache_nbd::Server::with_limits([(cfg.export.clone(), export)], cfg.limits)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listening = bound.serve(&server)?;
+    let uri = listening.uri.clone();
+    eprintln!(
+        "tiercache: serving {} WITHOUT cache{} at {uri}",
+        backing.display(),
+        if a.emulate_hdd { " (emulated HDD)" } else { "" }
+    );
+    if let Some(r) = ready {
+        let _ = r.send(uri);
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    listening.shutdown().await;
+    Ok(())
+}
+
+/// `tiercache stats|flush|detach`: ask the running server.
+pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
+    let v = runtime()?.block_on(tiercache_runtime::control::request(&a.socket(), cmd))?;
+    let failed = v.get("ok") == Some(&serde_json::Value::Bool(false));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if !failed {
+        match cmd {
+            "stats" => match v["design"].as_str().and_then(designs::by_name) {
+                Some(d) => d.print_stats(&v),
+                None => println!("{}", serde_json::to_string_pretty(&v)?),
+            },
+            "flush" => println!(
+                "flushed: {} {} written back, {} dirty",
+                v["written_back"], unit(&v), v["dirty_left"]
+            ),
+            "detach" => println!(
+                "detached: {} {} written back; {} holds every acknowledged write",
+                v["written_back"],
+                unit(&v),
+                v["backing"].as_str().unwrap_or("the backing device")
+            ),
+            _ => println!("{}", serde_json::to_string_pretty(&v)?),
+        }
+    }
+    if failed {
+        bail!(
+            "{cmd} failed: {}",
+            v["error"].as_str().unwrap_or("no reason given")
+        );
+    }
+    Ok(())
+}
+
+fn unit(v: &serde_json::Value) -> &str {
+    v["unit"].as_str().unwrap_or("blocks")
+}
+
+/// `tiercache check`: verify the metadata of a device that is not in use.
+pub fn check(a: CheckArgs) -> Result<()> {
+    let cache = a.cache.or(a.cache_opt).expect("clap requires one of them");
+    if !cache.exists() {
+        bail!("{} does not exist", cache.display());
+    }
+    let _claim = Claims::acquire([("cache device", cache.as_path())], Access::Shared)?;
+    designs::detect(&cache).check(&cache, a.json)
+}

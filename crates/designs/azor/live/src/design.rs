@@ -1,0 +1,161 @@
+//! The SSD cache (Azor) as a [`Design`] of the live runtime.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tiercache_core::IoKind;
+use tiercache_runtime::{async_trait, Design, Error, Result, WriteBack};
+
+use crate::live::{LiveCache, LiveError};
+
+/// A [`LiveCache`] served by the live runtime.
+pub struct SsdCache {
+    pub cache: Arc<LiveCache>,
+    pub backing: PathBuf,
+}
+
+fn conv(e: LiveError) -> Error {
+    Error::io(e.0)
+}
+
+impl SsdCache {
+    fn dirty(&self) -> u64 {
+        self.cache.core.lock().expect("core").engine.dirty_lines() as u64
+    }
+    fn cleaned(&self) -> u64 {
+        self.cache.stats.cleaned_lines.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl Design for SsdCache {
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+    fn description(&self) -> String {
+        "tiercache: SSD cache in front of a slower device".into()
+    }
+    fn size(&self) -> u64 {
+        self.cache.size()
+    }
+    fn backing_path(&self) -> PathBuf {
+        self.backing.clone()
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let data = self
+            .cache
+            .request(IoKind::Read, offset, buf.len() as u64, None, false)
+            .await
+            .map_err(conv)?;
+        buf.copy_from_slice(&data);
+        Ok(())
+    }
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        self.cache
+            .write_owned(offset, data, fua)
+            .await
+            .map_err(conv)
+    }
+    async fn flush(&self) -> Result<()> {
+        self.cache
+            .request(IoKind::Flush, 0, 0, None, false)
+            .await
+            .map_err(conv)?;
+        Ok(())
+    }
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.cache
+            .request(IoKind::Trim, offset, len, None, false)
+            .await
+            .map_err(conv)?;
+        Ok(())
+    }
+    async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        // A read whose data is dropped fills the cache like any read miss.
+        let mut off = offset;
+        let end = offset + len;
+        while off < end {
+            let n = (end - off).min(4 << 20);
+            self.cache
+                .request(IoKind::Read, off, n, None, false)
+                .await
+                .map_err(conv)?;
+            off += n;
+        }
+        Ok(())
+    }
+    async fn stats(&self) -> Value {
+        stats_json(&self.cache)
+    }
+    async fn debug(&self) -> Value {
+        self.cache.debug_state()
+    }
+    async fn write_back(&self) -> Result<WriteBack> {
+        let before = self.cleaned();
+        self.cache.flush_all().await.map_err(conv)?;
+        Ok(WriteBack {
+            written_back: self.cleaned() - before,
+            dirty_left: self.dirty(),
+            unit: "lines",
+        })
+    }
+    async fn detach(&self) -> Result<WriteBack> {
+        let before = self.cleaned();
+        self.cache.flush_all().await.map_err(conv)?;
+        let left = self.dirty();
+        if left == 0 {
+            self.cache.shutdown().await.map_err(conv)?;
+        }
+        Ok(WriteBack {
+            written_back: self.cleaned() - before,
+            dirty_left: left,
+            unit: "lines",
+        })
+    }
+    async fn shutdown(&self) -> Result<()> {
+        self.cache.shutdown().await.map_err(conv)
+    }
+}
+
+/// Statistics of the core and the live cache as JSON.
+pub fn stats_json(cache: &LiveCache) -> Value {
+    let (core, dirty, used, slots, degraded, cfg, target) = {
+        let c = cache.core.lock().expect("core");
+        let e = &c.engine;
+        (
+            e.stats().clone(),
+            e.dirty_lines(),
+            e.mapping().used(),
+            e.geometry().slots,
+            e.is_degraded(),
+            e.config().clone(),
+            e.dirty_target_lines(),
+        )
+    };
+    let live = cache.stats.snapshot();
+    json!({
+        "status": if degraded { "degraded: cache device failing, not caching new data" } else { "ok" },
+        "policy": {
+            "line_size": cfg.line_bytes, "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),
+            "write_policy": cfg.write_policy.to_string(), "admission": cfg.admission.kind.to_string(),
+            "dirty_target": cfg.dirty_target,
+        },
+        "dirty_target_lines": target,
+        "filesystem": cache.filesystem(),
+        "slots": slots,
+        "occupied_lines": used,
+        "occupancy": used as f64 / slots as f64,
+        "dirty_lines": dirty,
+        "hits": core.hits, "misses": core.misses(), "hit_ratio": core.hit_ratio(),
+        "read_hits": core.read_hits, "read_misses": core.read_accesses - core.read_hits,
+        "write_hits": core.write_hits, "write_misses": core.write_accesses - core.write_hits,
+        "metadata_hits": core.metadata_hits, "metadata_misses": core.metadata_accesses - core.metadata_hits,
+        "data_hits": core.read_hits - core.metadata_hits.min(core.read_hits),
+        "fills": core.fills, "evictions": core.evictions, "dirty_evictions": core.dirty_evictions,
+        "writebacks": core.writebacks,
+        "admission_rejects": core.admission_rejects,
+        "live": live,
+    })
+}

@@ -1,0 +1,80 @@
+//! The contract between the live runtime and a design (the SSD cache, the
+//! log-structured cache, the tiered volume, the three-level cache): the block
+//! operations the NBD export forwards, and the lifecycle the control socket
+//! and signals drive. A design keeps its own on-disk format and policy; the
+//! runtime owns everything around it.
+
+use serde_json::Value;
+use std::path::PathBuf;
+
+use crate::error::Result;
+
+/// What `flush` and `detach` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WriteBack {
+    /// Units (lines, blocks or pages: see `unit`) written back to the backing device.
+    pub written_back: u64,
+    /// Units still dirty afterwards (0 when everything acknowledged is on the backing device).
+    pub dirty_left: u64,
+    /// The unit of the counts: "lines", "blocks" or "pages".
+    pub unit: &'static str,
+}
+
+/// A live design, as the runtime drives it. Every method may be called from
+/// any task; the block operations run concurrently.
+#[async_trait::async_trait]
+pub trait Design: Send + Sync + 'static {
+    /// The design's name in `stats` (`cache`, `log-structured`, `tier`, `tica`).
+    fn name(&self) -> &'static str;
+    /// One line for NBD_INFO_DESCRIPTION and the log.
+    fn description(&self) -> String;
+    /// Exported size in bytes.
+    fn size(&self) -> u64;
+    /// The device that holds every block once the design is detached.
+    fn backing_path(&self) -> PathBuf;
+    /// Advertise NBD_CMD_CACHE (prefetch).
+    fn can_prefetch(&self) -> bool {
+        true
+    }
+
+    /// Read `buf.len()` bytes at `offset`.
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Write `data` at `offset` (stable on return with `fua`).
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()>;
+    /// Make every completed write stable (NBD FLUSH).
+    async fn flush(&self) -> Result<()>;
+    /// Discard a range (NBD TRIM).
+    async fn trim(&self, offset: u64, len: u64) -> Result<()>;
+    /// Prefetch a range (NBD CACHE).
+    async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+
+    /// Counters and state for `tiercache stats`.
+    async fn stats(&self) -> Value;
+    /// State to diagnose a stuck request (`tiercache debug`); defaults to `stats`.
+    async fn debug(&self) -> Value {
+        self.stats().await
+    }
+    /// Write every dirty block back to the backing device and commit
+    /// (`tiercache flush`), while serving.
+    async fn write_back(&self) -> Result<WriteBack>;
+    /// Why this design cannot be detached, if it cannot (checked before the
+    /// server stops accepting requests, so a refused detach changes nothing).
+    fn detach_refusal(&self) -> Option<String> {
+        None
+    }
+    /// Detach, after every request has been answered: write everything back,
+    /// close the metadata marked clean. Succeeds only if the backing device
+    /// then holds every acknowledged write (`dirty_left == 0`).
+    async fn detach(&self) -> Result<WriteBack>;
+    /// Clean shutdown after every request has been answered: make the
+    /// metadata durable and mark it clean (dirty data stays in the cache).
+    async fn shutdown(&self) -> Result<()>;
+    /// A design's own control command (`{"cmd": NAME, ...}`), if it has it.
+    async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
+        let _ = (cmd, request);
+        None
+    }
+}

@@ -1,0 +1,69 @@
+//! The one NBD export adapter: any [`Design`] as a `tiercache_nbd::Backend`.
+
+use std::sync::Arc;
+
+use tiercache_nbd::{async_trait, Backend, BlockSize, Result};
+
+use crate::design::Design;
+
+/// A design exported over NBD: READ, WRITE (FUA), FLUSH, TRIM (FUA),
+/// WRITE_ZEROES (zero buffers through the write path), CACHE, multi-conn
+/// (one shared state: a FLUSH on any connection covers them all).
+pub struct Export {
+    pub design: Arc<dyn Design>,
+    pub read_only: bool,
+}
+
+#[async_trait]
+impl Backend for Export {
+    fn size(&self) -> u64 {
+        self.design.size()
+    }
+    fn block_size(&self) -> BlockSize {
+        BlockSize {
+            minimum: 1,
+            preferred: 4096,
+            maximum: 32 << 20,
+        }
+    }
+    fn description(&self) -> Option<String> {
+        Some(self.design.description())
+    }
+    fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+    fn can_trim(&self) -> bool {
+        true
+    }
+    fn can_cache(&self) -> bool {
+        self.design.can_prefetch()
+    }
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+    fn is_rotational(&self) -> bool {
+        false
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Ok(self.design.read(offset, buf).await?)
+    }
+    async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        Ok(self.design.write(offset, data.to_vec(), fua).await?)
+    }
+    async fn write_owned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        Ok(self.design.write(offset, data, fua).await?)
+    }
+    async fn flush(&self) -> Result<()> {
+        Ok(self.design.flush().await?)
+    }
+    async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.design.trim(offset, len).await?;
+        if fua {
+            self.design.flush().await?;
+        }
+        Ok(())
+    }
+    async fn cache(&self, offset: u64, len: u64) -> Result<()> {
+        Ok(self.design.prefetch(offset, len).await?)
+    }
+}
