@@ -42,7 +42,8 @@ pub struct Limits {
     /// together (admitted and not yet fully replied); must be >= `max_payload`.
     /// When reached, connections stop reading new READ/WRITE requests until
     /// replies have been written (back-pressure, never unbounded buffering).
-    /// Default 256 MiB.
+    /// Not counted: each connection's reply buffer (256 KiB) and socket
+    /// buffers. Default 256 MiB.
     pub max_total_in_flight_bytes: usize,
     /// Largest READ/WRITE accepted; larger ones get EINVAL (a WRITE's payload
     /// is skipped). Default 32 MiB ([`MAX_PAYLOAD`](crate::MAX_PAYLOAD)).
