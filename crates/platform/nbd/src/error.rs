@@ -103,6 +103,12 @@ impl Error {
     pub fn not_supported(message: impl Into<String>) -> Self {
         Error::new(Errno::NotSup, message)
     }
+
+    /// Shorthand for `Error::new(Errno::Shutdown, msg)` (`NBD_ESHUTDOWN`):
+    /// for a backend that refuses work because it is shutting down.
+    pub fn shutdown(message: impl Into<String>) -> Self {
+        Error::new(Errno::Shutdown, message)
+    }
 }
 
 impl fmt::Display for Error {

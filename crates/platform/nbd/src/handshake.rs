@@ -229,21 +229,21 @@ where
         let option = s.read_u32().await?;
         let len = s.read_u32().await?;
         if len > shared.limits.max_option_len {
-            if option == OPT_EXPORT_NAME {
-                return Ok(Outcome::Close);
-            }
-            // Skip the data so the stream stays in sync, then refuse.
-            let mut sink = tokio::io::sink();
-            let skipped = tokio::io::copy(&mut (&mut *s).take(len as u64), &mut sink).await?;
-            if skipped != len as u64 {
-                return Ok(Outcome::Close);
-            }
-            let msg = format!(
-                "option data of {len} bytes exceeds the limit of {} bytes",
+            // Never read (or drain) oversized option data: a client announcing
+            // up to 4 GiB would tie the server up (QEMU CVE-2017-15119).
+            // Tell the client why (best effort) and close.
+            tracing::debug!(
+                "option {option} announces {len} bytes (limit {}); disconnecting",
                 shared.limits.max_option_len
             );
-            reply(s, option, REP_ERR_TOO_BIG, msg.as_bytes()).await?;
-            continue;
+            if option != OPT_EXPORT_NAME {
+                let msg = format!(
+                    "option data of {len} bytes exceeds the limit of {} bytes; disconnecting",
+                    shared.limits.max_option_len
+                );
+                let _ = reply(s, option, REP_ERR_TOO_BIG, msg.as_bytes()).await;
+            }
+            return Ok(Outcome::Close);
         }
         let mut data = vec![0u8; len as usize];
         s.read_exact(&mut data).await?;

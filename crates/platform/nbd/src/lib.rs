@@ -17,6 +17,32 @@
 //! - requests of a connection run concurrently and are answered out of order,
 //!   bounded by [`Limits`].
 //!
+//! Hardening ([`Limits`], defaults in parentheses):
+//! - at most `max_connections` connections (100), in handshake or
+//!   transmission; one more is closed right after `accept` (rate-limited
+//!   warning); accept errors such as `EMFILE` are logged and retried after a
+//!   50 ms back-off;
+//! - the handshake must end (`NBD_OPT_GO`/`EXPORT_NAME`) within
+//!   `handshake_timeout` (10 s); an option announcing more than
+//!   `max_option_len` (64 KiB) closes the connection without reading it;
+//! - a request header or WRITE payload with no progress for `io_timeout`
+//!   (30 s), or replies the client does not read for that long, drop the
+//!   connection and release its permits; `idle_timeout` (off) closes
+//!   connections that send no request;
+//! - READ/WRITE payload bytes held in memory are bounded per connection
+//!   (`max_in_flight_bytes`, 64 MiB; `max_in_flight_requests`, 128) and
+//!   server-wide (`max_total_in_flight_bytes`, 256 MiB) by back-pressure:
+//!   when a budget is used up, connections stop reading requests until
+//!   replies have been written;
+//! - [`ServerHandle::shutdown`] / [`Server::shutdown_all`] stop accepting,
+//!   stop reading requests at once (a WRITE whose payload is incomplete is
+//!   never executed), let backend calls in flight finish, and give their
+//!   replies `shutdown_grace` (10 s); when they return no backend call is running.
+//!
+//! Listening: [`Server::serve_unix`], [`Server::serve_tcp`], or inherited
+//! sockets (systemd socket activation, `--listen fd:N`) with
+//! [`Server::serve_unix_listener`] and [`Server::serve_tcp_listener`].
+//!
 //! Not implemented: TLS (`STARTTLS` is refused), extended headers, other metadata contexts.
 //!
 //! Usage: implement [`Backend`], then

@@ -2,10 +2,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, ToSocketAddrs, UnixListener};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,17 +21,55 @@ pub const DEFAULT_TCP_ADDR: &str = "127.0.0.1:10809";
 /// Longest export name accepted (the spec's limit for strings).
 pub const MAX_NAME_LEN: usize = 4096;
 
-/// Per-connection resource limits.
+/// Resource limits and timeouts of a server.
+///
+/// The defaults are safe for a server reachable by untrusted local clients:
+/// at most 100 connections ([`max_connections`](Self::max_connections), like
+/// QEMU's fix for CVE-2024-7409), 10 s to finish the handshake, oversized
+/// options close the connection (CVE-2017-15119), 30 s without progress on a
+/// WRITE payload or a reply closes the connection, at most 256 MiB of
+/// READ/WRITE payload held across all connections, and a 10 s grace for
+/// replies on shutdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Requests being processed or waiting to be answered (kernel queue depth is 128).
+    /// Requests of one connection being processed or waiting to be answered
+    /// (kernel queue depth is 128). Default 128.
     pub max_in_flight_requests: usize,
-    /// READ/WRITE payload bytes held in memory; must be >= `max_payload`.
+    /// READ/WRITE payload bytes one connection may hold in memory; must be
+    /// >= `max_payload`. Default 64 MiB.
     pub max_in_flight_bytes: usize,
-    /// Largest READ/WRITE accepted; larger ones get EINVAL (a WRITE's payload is skipped).
+    /// READ/WRITE payload bytes held by all connections of the server
+    /// together (admitted and not yet fully replied); must be >= `max_payload`.
+    /// When reached, connections stop reading new READ/WRITE requests until
+    /// replies have been written (back-pressure, never unbounded buffering).
+    /// Not counted: each connection's reply buffer (256 KiB) and socket
+    /// buffers. Default 256 MiB.
+    pub max_total_in_flight_bytes: usize,
+    /// Largest READ/WRITE accepted; larger ones get EINVAL (a WRITE's payload
+    /// is skipped). Default 32 MiB ([`MAX_PAYLOAD`](crate::MAX_PAYLOAD)).
     pub max_payload: u32,
-    /// Largest option data accepted during the handshake.
+    /// Largest option data accepted during the handshake; an option announcing
+    /// more closes the connection at once, without reading the data.
+    /// Default 64 KiB.
     pub max_option_len: u32,
+    /// Connections served at once (in handshake or transmission); one past
+    /// the limit is closed right after `accept` with a (rate-limited) warning.
+    /// Default 100.
+    pub max_connections: usize,
+    /// Time a client has to finish option haggling (`NBD_OPT_GO` or
+    /// `NBD_OPT_EXPORT_NAME`) before it is dropped. Default 10 s.
+    pub handshake_timeout: Duration,
+    /// A WRITE payload (or request header) that makes no progress for this
+    /// long, or a reply the client does not read for this long, drops the
+    /// connection and releases its in-flight permits. Default 30 s.
+    pub io_timeout: Duration,
+    /// Close a transmission connection that has sent no request for this long
+    /// while nothing is in flight. Default `None` (never).
+    pub idle_timeout: Option<Duration>,
+    /// On shutdown, how long a connection may take to write the replies of
+    /// requests already handed to the backend (counted once those backend
+    /// calls are done); then the connection is cut. Default 10 s.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Limits {
@@ -36,9 +77,55 @@ impl Default for Limits {
         Limits {
             max_in_flight_requests: 128,
             max_in_flight_bytes: 64 << 20,
+            max_total_in_flight_bytes: 256 << 20,
             max_payload: crate::MAX_PAYLOAD,
             max_option_len: 64 * 1024,
+            max_connections: 100,
+            handshake_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(30),
+            idle_timeout: None,
+            shutdown_grace: Duration::from_secs(10),
         }
+    }
+}
+
+impl Limits {
+    /// Check the limits for consistency; the message names the broken rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError::Limits(m));
+        if self.max_in_flight_requests == 0 {
+            return err("max_in_flight_requests must be at least 1".into());
+        }
+        if self.max_connections == 0 {
+            return err("max_connections must be at least 1".into());
+        }
+        for (name, bytes) in [
+            ("max_in_flight_bytes", self.max_in_flight_bytes),
+            ("max_total_in_flight_bytes", self.max_total_in_flight_bytes),
+        ] {
+            if self.max_payload == 0 || (bytes as u64) < self.max_payload as u64 {
+                return err(format!(
+                    "{name} ({bytes}) must be >= max_payload ({}) > 0",
+                    self.max_payload
+                ));
+            }
+            if bytes > tokio::sync::Semaphore::MAX_PERMITS {
+                return err(format!(
+                    "{name} must be at most {}",
+                    tokio::sync::Semaphore::MAX_PERMITS
+                ));
+            }
+        }
+        for (name, d) in [
+            ("handshake_timeout", self.handshake_timeout),
+            ("io_timeout", self.io_timeout),
+            ("idle_timeout", self.idle_timeout.unwrap_or(Duration::MAX)),
+        ] {
+            if d.is_zero() {
+                return err(format!("{name} must be greater than zero"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -62,6 +149,15 @@ pub(crate) struct Shared {
     pub exports: Vec<(String, Arc<dyn Backend>)>,
     pub limits: Limits,
     pub cancel: CancellationToken,
+    /// Server-wide READ/WRITE payload bytes ([`Limits::max_total_in_flight_bytes`]).
+    pub total_bytes: Arc<Semaphore>,
+    /// One permit per open connection ([`Limits::max_connections`]).
+    conn_slots: Arc<Semaphore>,
+    /// Every connection of every listener (and `serve_connection`).
+    all: TaskTracker,
+    /// Connections refused since the last warning, and when that was.
+    refused: AtomicU64,
+    last_refusal_warning: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -84,12 +180,35 @@ impl Shared {
             .collect::<Vec<_>>()
             .join(", ")
     }
+
+    /// A connection slot, or None (with a warning at most once a second) when
+    /// `max_connections` connections are open.
+    fn admit(&self) -> Option<OwnedSemaphorePermit> {
+        if let Ok(p) = Arc::clone(&self.conn_slots).try_acquire_owned() {
+            return Some(p);
+        }
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let mut last = self
+            .last_refusal_warning
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if last.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            *last = Some(now);
+            let n = self.refused.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                "{n} connection(s) refused: the limit of {} connections is reached",
+                self.limits.max_connections
+            );
+        }
+        None
+    }
 }
 
 /// An NBD server for one or more named exports.
 ///
 /// The first export is also the default export, reached with the empty name.
-/// Cloning is cheap; clones share exports and the shutdown signal.
+/// Cloning is cheap; clones share exports, limits and the shutdown signal.
 #[derive(Clone)]
 pub struct Server {
     shared: Arc<Shared>,
@@ -114,7 +233,7 @@ impl Server {
         Self::with_limits(exports, Limits::default())
     }
 
-    /// A server with explicit per-connection limits.
+    /// A server with explicit limits (checked with [`Limits::validate`]).
     pub fn with_limits<I, N>(exports: I, limits: Limits) -> Result<Server, ConfigError>
     where
         I: IntoIterator<Item = (N, Arc<dyn Backend>)>,
@@ -140,45 +259,50 @@ impl Server {
                     reason,
                 })?;
         }
-        if limits.max_in_flight_requests == 0 {
-            return Err(ConfigError::Limits(
-                "max_in_flight_requests must be at least 1".into(),
-            ));
-        }
-        if limits.max_payload == 0
-            || (limits.max_in_flight_bytes as u64) < limits.max_payload as u64
-        {
-            return Err(ConfigError::Limits(format!(
-                "max_in_flight_bytes ({}) must be >= max_payload ({}) > 0",
-                limits.max_in_flight_bytes, limits.max_payload
-            )));
-        }
-        if limits.max_in_flight_bytes > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err(ConfigError::Limits(format!(
-                "max_in_flight_bytes must be at most {}",
-                tokio::sync::Semaphore::MAX_PERMITS
-            )));
-        }
+        limits.validate()?;
         Ok(Server {
             shared: Arc::new(Shared {
                 exports,
                 limits,
                 cancel: CancellationToken::new(),
+                total_bytes: Arc::new(Semaphore::new(limits.max_total_in_flight_bytes)),
+                conn_slots: Arc::new(Semaphore::new(limits.max_connections)),
+                all: TaskTracker::new(),
+                refused: AtomicU64::new(0),
+                last_refusal_warning: Mutex::new(None),
             }),
         })
     }
 
+    /// The limits this server enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
     /// Serve one already-accepted connection to completion (handshake and
     /// transmission). Useful for custom transports and in-process tests.
+    /// The connection counts against [`Limits::max_connections`] (past the
+    /// limit it is closed at once) and ends on [`Server::shutdown_all`].
     pub async fn serve_connection<S>(&self, stream: S) -> std::io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let Some(slot) = self.shared.admit() else {
+            return Ok(());
+        };
         let cancel = self.shared.cancel.clone();
-        self.serve_connection_until(stream, &cancel).await
+        let r = self
+            .shared
+            .all
+            .track_future(self.serve_connection_until(stream, &cancel))
+            .await;
+        drop(slot);
+        r
     }
 
-    /// Listen on a Unix socket at `path` (a stale socket file there is replaced).
+    /// Listen on a Unix socket at `path`. A stale socket file there is
+    /// replaced; any other kind of file is left alone and binding fails.
+    /// The socket file is removed on shutdown.
     pub async fn serve_unix(&self, path: impl AsRef<Path>) -> std::io::Result<ServerHandle> {
         let path = path.as_ref().to_path_buf();
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
@@ -188,34 +312,80 @@ impl Server {
             }
         }
         let listener = UnixListener::bind(&path)?;
-        Ok(self.spawn_listener(Listener::Unix(listener), ListenAddr::Unix(path)))
+        Ok(self.spawn_listener(Listener::Unix(listener), ListenAddr::Unix(path), true))
     }
 
     /// Listen on TCP (use [`DEFAULT_TCP_ADDR`] for the loopback default; port 0 picks a free port).
     pub async fn serve_tcp(&self, addr: impl ToSocketAddrs) -> std::io::Result<ServerHandle> {
         let listener = TcpListener::bind(addr).await?;
         let local = listener.local_addr()?;
-        Ok(self.spawn_listener(Listener::Tcp(listener), ListenAddr::Tcp(local)))
+        Ok(self.spawn_listener(Listener::Tcp(listener), ListenAddr::Tcp(local), false))
     }
 
-    fn spawn_listener(&self, listener: Listener, addr: ListenAddr) -> ServerHandle {
+    /// Serve on an already-bound, listening Unix socket, e.g. one inherited
+    /// from systemd socket activation (`LISTEN_FDS`) or `--listen fd:N`.
+    /// The socket is made non-blocking. Its file is *not* removed on
+    /// shutdown (whoever created it owns it). Unnamed and abstract sockets
+    /// are refused (no URI can describe them). Must be called inside a tokio runtime.
+    pub fn serve_unix_listener(
+        &self,
+        listener: std::os::unix::net::UnixListener,
+    ) -> std::io::Result<ServerHandle> {
+        let local = listener.local_addr()?;
+        let Some(path) = local.as_pathname().map(Path::to_path_buf) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "inherited Unix socket has no path (unnamed or abstract sockets are not supported)",
+            ));
+        };
+        listener.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(listener)?;
+        Ok(self.spawn_listener(Listener::Unix(listener), ListenAddr::Unix(path), false))
+    }
+
+    /// Serve on an already-bound, listening TCP socket (see
+    /// [`serve_unix_listener`](Self::serve_unix_listener)). Must be called inside a tokio runtime.
+    pub fn serve_tcp_listener(
+        &self,
+        listener: std::net::TcpListener,
+    ) -> std::io::Result<ServerHandle> {
+        let local = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        Ok(self.spawn_listener(Listener::Tcp(listener), ListenAddr::Tcp(local), false))
+    }
+
+    fn spawn_listener(
+        &self,
+        listener: Listener,
+        addr: ListenAddr,
+        owns_file: bool,
+    ) -> ServerHandle {
         let stop = self.shared.cancel.child_token();
+        let accept_stop = stop.child_token();
         let tracker = TaskTracker::new();
+        let remove = match (&addr, owns_file) {
+            (ListenAddr::Unix(p), true) => Some(p.clone()),
+            _ => None,
+        };
         let task = tokio::spawn(accept_loop(
             self.clone(),
             listener,
             stop.clone(),
+            accept_stop.clone(),
             tracker.clone(),
+            remove,
         ));
         ServerHandle {
             addr,
             stop,
+            accept_stop,
             tracker,
-            task,
+            task: Some(task),
         }
     }
 
-    /// Like `serve_connection`, but also ends when this listener's `stop` fires.
+    /// Serve a connection until it ends or `stop` fires.
     async fn serve_connection_until<S>(
         &self,
         mut stream: S,
@@ -224,22 +394,40 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let limit = self.shared.limits.handshake_timeout;
         let outcome = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            r = negotiate(&mut stream, &self.shared) => r?,
+            r = tokio::time::timeout(limit, negotiate(&mut stream, &self.shared)) => match r {
+                Ok(r) => r?,
+                Err(_) => {
+                    tracing::debug!("client did not finish the handshake within {limit:?}; closing");
+                    return Ok(());
+                }
+            },
         };
         match outcome {
             Outcome::Close => Ok(()),
             Outcome::Transmit(session) => {
-                crate::transmission::serve(stream, session, self.shared.limits, stop.clone()).await;
+                crate::transmission::serve(stream, session, &self.shared, stop.clone()).await;
                 Ok(())
             }
         }
     }
 
-    /// Stop every listener and connection of this server (see [`ServerHandle::shutdown`]).
-    pub fn shutdown_all(&self) {
+    /// Shut down every listener and connection of this server, with the
+    /// semantics of [`ServerHandle::shutdown`], and wait until all
+    /// connections (including those of [`serve_connection`](Self::serve_connection))
+    /// have ended and no backend call is running. Listening socket files
+    /// created by [`serve_unix`](Self::serve_unix) are removed.
+    pub async fn shutdown_all(&self) {
         self.shared.cancel.cancel();
+        self.shared.all.close();
+        self.shared.all.wait().await;
+    }
+
+    /// True once [`shutdown_all`](Self::shutdown_all) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.cancel.is_cancelled()
     }
 }
 
@@ -252,22 +440,34 @@ async fn accept_loop(
     server: Server,
     listener: Listener,
     stop: CancellationToken,
+    accept_stop: CancellationToken,
     conns: TaskTracker,
+    remove_on_exit: Option<PathBuf>,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = stop.cancelled() => break,
-            r = accept(&listener) => r,
-        };
-        match accepted {
-            Ok(Conn::Unix(s)) => spawn_conn(&server, &stop, &conns, s),
-            Ok(Conn::Tcp(s)) => {
-                let _ = s.set_nodelay(true);
-                spawn_conn(&server, &stop, &conns, s)
+    // The accept loop itself counts as server work, so that `shutdown_all`
+    // also waits for the socket file to be removed.
+    let all = server.shared.all.clone();
+    all.track_future(async {
+        loop {
+            let accepted = tokio::select! {
+                _ = accept_stop.cancelled() => break,
+                r = accept(&listener) => r,
+            };
+            match accepted {
+                Ok(Conn::Unix(s)) => spawn_conn(&server, &stop, &conns, s),
+                Ok(Conn::Tcp(s)) => {
+                    let _ = s.set_nodelay(true);
+                    spawn_conn(&server, &stop, &conns, s)
+                }
+                Err(e) => accept_error(e).await,
             }
-            Err(e) => accept_error(e).await,
         }
-    }
+        drop(listener);
+        if let Some(p) = remove_on_exit {
+            let _ = std::fs::remove_file(p);
+        }
+    })
+    .await
 }
 
 enum Conn {
@@ -286,25 +486,34 @@ fn spawn_conn<S>(server: &Server, stop: &CancellationToken, conns: &TaskTracker,
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // Past max_connections: close at once (dropping the stream), no task.
+    let Some(slot) = server.shared.admit() else {
+        return;
+    };
+    let all = server.shared.all.clone();
     let server = server.clone();
     let stop = stop.clone();
-    conns.spawn(async move {
+    let fut = all.track_future(async move {
         if let Err(e) = server.serve_connection_until(stream, &stop).await {
             tracing::debug!("connection ended: {e}");
         }
+        drop(slot);
     });
+    conns.spawn(fut);
 }
 
+/// EMFILE, ENFILE, ENOBUFS, ECONNABORTED...: log, back off, keep accepting.
 async fn accept_error(e: std::io::Error) {
-    // EMFILE and friends: back off instead of spinning.
-    tracing::warn!("accept failed: {e}");
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    tracing::warn!("accept failed: {e}; retrying in 50 ms");
+    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// Where a server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenAddr {
+    /// A Unix socket path (bound by [`Server::serve_unix`] or inherited).
     Unix(PathBuf),
+    /// A TCP address (bound by [`Server::serve_tcp`] or inherited).
     Tcp(SocketAddr),
 }
 
@@ -313,8 +522,9 @@ pub enum ListenAddr {
 pub struct ServerHandle {
     addr: ListenAddr,
     stop: CancellationToken,
+    accept_stop: CancellationToken,
     tracker: TaskTracker,
-    task: tokio::task::JoinHandle<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServerHandle {
@@ -331,15 +541,33 @@ impl ServerHandle {
         }
     }
 
-    /// Stop accepting, close connections after their in-flight requests are
-    /// answered, wait for all of them, and remove the Unix socket file.
-    pub async fn shutdown(self) {
+    /// Stop accepting new connections and wait until the listening socket is
+    /// closed (and its file removed, if [`Server::serve_unix`] created it).
+    /// Open connections are not affected.
+    pub async fn stop_accepting(&mut self) {
+        self.accept_stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Shut this listener down:
+    /// - stop accepting (the socket file made by `serve_unix` is removed);
+    /// - every connection stops reading requests at once, also while it waits
+    ///   for in-flight permits or in the middle of a WRITE payload (such a
+    ///   request is neither executed nor acknowledged); connections still in
+    ///   the handshake are closed;
+    /// - requests already handed to the backend run to completion, and their
+    ///   replies are written within [`Limits::shutdown_grace`], after which
+    ///   the connection is cut.
+    ///
+    /// When this returns, no backend call started by this listener's
+    /// connections is running. It takes at most (backend calls in flight) +
+    /// `shutdown_grace`, whatever the clients do.
+    pub async fn shutdown(mut self) {
         self.stop.cancel();
-        let _ = self.task.await;
+        self.stop_accepting().await;
         self.tracker.close();
         self.tracker.wait().await;
-        if let ListenAddr::Unix(p) = &self.addr {
-            let _ = std::fs::remove_file(p);
-        }
     }
 }

@@ -1,10 +1,16 @@
 //! Transmission phase: concurrent request processing with out-of-order replies.
 //!
 //! A reader task parses requests and spawns one task per request; a writer
-//! task serializes replies. In-flight work is bounded by two semaphores
-//! (request count and payload bytes) whose permits are released only after
-//! the reply has been written, so a slow client cannot make the server buffer
-//! unbounded data.
+//! task serializes replies. In-flight work is bounded by three semaphores
+//! (request count and payload bytes of the connection, payload bytes of the
+//! whole server) whose permits are released only after the reply has been
+//! written, so slow clients cannot make the server buffer unbounded data.
+//!
+//! Every wait of the reader (next request, permits, WRITE payload) is inside
+//! one select with the shutdown signal and with the writer's failure; waits
+//! on the client are bounded by `io_timeout` (and `idle_timeout` between
+//! requests), and the writer drops the connection when a reply makes no
+//! progress for `io_timeout`.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -12,14 +18,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::backend::{in_range, Backend, Extent};
 use crate::error::{Errno, Error};
 use crate::handshake::Session;
 use crate::protocol::*;
-use crate::server::Limits;
+use crate::server::Shared;
 
 /// A validated request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +215,14 @@ struct Reply {
     /// READ or BLOCK_STATUS with structured replies negotiated: use chunks.
     chunked: bool,
     result: Result<Payload, Error>,
-    _permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
+    _permits: Permits,
+}
+
+/// In-flight permits of one request, released when its reply is written.
+struct Permits {
+    _request: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+    _total_bytes: Option<OwnedSemaphorePermit>,
 }
 
 async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, r: &Reply) -> std::io::Result<()> {
@@ -248,25 +265,113 @@ async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, r: &Reply) -> std::io::Re
     }
 }
 
-/// Drain replies to the socket until every sender is gone.
-async fn write_loop<W: AsyncWrite + Unpin>(w: W, mut rx: mpsc::UnboundedReceiver<Reply>) {
+/// Drain replies to the socket until every sender is gone. If a reply cannot
+/// be written (error, or no progress for `io_timeout`), cancel `dead` so the
+/// reader stops, close the socket's write side and drop every further reply
+/// (releasing its permits).
+async fn write_loop<W: AsyncWrite + Unpin>(
+    w: W,
+    mut rx: mpsc::UnboundedReceiver<Reply>,
+    dead: CancellationToken,
+) {
     let mut w = BufWriter::with_capacity(256 * 1024, w);
-    let mut ok = true;
-    while let Some(reply) = rx.recv().await {
-        if ok {
-            if let Err(e) = write_reply(&mut w, &reply).await {
-                tracing::debug!("writing reply failed: {e}; dropping further replies");
-                ok = false;
-            }
+    let failed = loop {
+        let Some(reply) = rx.recv().await else {
+            break None;
+        };
+        if let Err(e) = write_reply(&mut w, &reply).await {
+            break Some(e);
         }
         drop(reply); // releases the in-flight permits
-        if ok && rx.is_empty() {
-            ok = w.flush().await.is_ok();
+        if rx.is_empty() {
+            if let Err(e) = w.flush().await {
+                break Some(e);
+            }
+        }
+    };
+    match failed {
+        None => {
+            let _ = w.flush().await;
+            let _ = w.shutdown().await;
+        }
+        Some(e) => {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                tracing::warn!("client did not read its replies: {e}; closing the connection");
+            } else {
+                tracing::debug!("writing reply failed: {e}; closing the connection");
+            }
+            dead.cancel();
+            drop(w);
+            rx.close();
+            while rx.recv().await.is_some() {}
         }
     }
-    if ok {
-        let _ = w.flush().await;
-        let _ = w.shutdown().await;
+}
+
+/// A writer that fails with `TimedOut` when a write, flush or shutdown makes
+/// no progress for `limit` (the client stopped reading).
+struct ProgressTimeout<W> {
+    inner: W,
+    limit: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+}
+
+impl<W> ProgressTimeout<W> {
+    fn new(inner: W, limit: Duration) -> Self {
+        ProgressTimeout {
+            inner,
+            limit,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+            armed: false,
+        }
+    }
+
+    /// Called when the inner writer is blocked: start or check the clock.
+    fn blocked<T>(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+        if !self.armed {
+            let deadline = tokio::time::Instant::now() + self.limit;
+            self.sleep.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no progress writing to the client for {:?}", self.limit),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<T>(&mut self, p: Poll<T>, cx: &mut Context<'_>) -> Poll<std::io::Result<T>> {
+        match p {
+            Poll::Ready(v) => {
+                self.armed = false;
+                Poll::Ready(Ok(v))
+            }
+            Poll::Pending => self.blocked(cx),
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for ProgressTimeout<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let p = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.progress(p, cx).map(|r| r.and_then(|r| r))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let p = Pin::new(&mut self.inner).poll_flush(cx);
+        self.progress(p, cx).map(|r| r.and_then(|r| r))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let p = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.progress(p, cx).map(|r| r.and_then(|r| r))
     }
 }
 
@@ -350,47 +455,178 @@ async fn execute(
     }
 }
 
-/// Discard exactly `len` bytes of payload; false if the stream ended first.
-async fn skip<R: AsyncRead + Unpin>(r: &mut R, len: u64) -> std::io::Result<bool> {
-    let copied = tokio::io::copy(&mut r.take(len), &mut tokio::io::sink()).await?;
-    Ok(copied == len)
+/// Why the reader stopped.
+#[derive(Debug)]
+enum End {
+    /// Server shutdown.
+    Shutdown,
+    /// The writer could not deliver a reply; the connection is being dropped.
+    WriterFailed,
+    /// The client closed the connection (between requests: normal).
+    Eof,
+    /// The client sent NBD_CMD_DISC.
+    Disconnect,
+    /// A request header or WRITE payload made no progress for `io_timeout`.
+    Stalled(&'static str),
+    /// No request for `idle_timeout`.
+    Idle,
+    /// Protocol violation or I/O error.
+    Broken(String),
 }
 
-/// Serve requests until DISC, EOF, a protocol violation or shutdown; then wait
-/// for in-flight requests to be answered and close the connection.
+/// The reader's view of the connection: stop at once on shutdown or when
+/// the writer has failed, whatever the reader is waiting for.
+struct Watch {
+    cancel: CancellationToken,
+    dead: CancellationToken,
+    io_timeout: Duration,
+}
+
+impl Watch {
+    async fn run<F: Future>(&self, f: F) -> Result<F::Output, End> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(End::Shutdown),
+            _ = self.dead.cancelled() => Err(End::WriterFailed),
+            v = f => Ok(v),
+        }
+    }
+
+    /// One read that must make progress within `io_timeout`.
+    async fn read_some<R: AsyncRead + Unpin>(
+        &self,
+        rd: &mut R,
+        buf: &mut [u8],
+        what: &'static str,
+    ) -> Result<usize, End> {
+        match self
+            .run(tokio::time::timeout(self.io_timeout, rd.read(buf)))
+            .await?
+        {
+            Err(_) => Err(End::Stalled(what)),
+            Ok(Ok(0)) => Err(End::Eof),
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(End::Broken(e.to_string())),
+        }
+    }
+
+    /// Read a request header. Between requests the wait is unbounded, or
+    /// bounded by `idle` when nothing is in flight; once the first byte has
+    /// arrived, the rest must follow within `io_timeout`.
+    async fn header<R: AsyncRead + Unpin>(
+        &self,
+        rd: &mut R,
+        idle: Option<Duration>,
+        nothing_in_flight: impl Fn() -> bool,
+    ) -> Result<[u8; REQUEST_LEN], End> {
+        let mut hdr = [0u8; REQUEST_LEN];
+        let mut filled = 0;
+        while filled == 0 {
+            let read = rd.read(&mut hdr);
+            let r = match idle {
+                None => Some(self.run(read).await?),
+                Some(d) => self.run(tokio::time::timeout(d, read)).await?.ok(),
+            };
+            filled = match r {
+                None if nothing_in_flight() => return Err(End::Idle),
+                None => continue,
+                Some(Ok(0)) => return Err(End::Eof),
+                Some(Ok(n)) => n,
+                Some(Err(e)) => return Err(End::Broken(e.to_string())),
+            };
+        }
+        while filled < REQUEST_LEN {
+            filled += self
+                .read_some(rd, &mut hdr[filled..], "request header")
+                .await?;
+        }
+        Ok(hdr)
+    }
+
+    /// Read exactly `len` payload bytes into a new buffer.
+    async fn payload<R: AsyncRead + Unpin>(&self, rd: &mut R, len: usize) -> Result<Vec<u8>, End> {
+        // Read into spare capacity: no zeroing of a buffer about to be overwritten.
+        let mut buf = Vec::with_capacity(len);
+        while buf.len() < len {
+            let left = (len - buf.len()) as u64;
+            let mut limited = (&mut *rd).take(left);
+            let read = limited.read_buf(&mut buf);
+            match self
+                .run(tokio::time::timeout(self.io_timeout, read))
+                .await?
+            {
+                Err(_) => return Err(End::Stalled("WRITE payload")),
+                Ok(Ok(0)) => return Err(End::Eof),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(End::Broken(e.to_string())),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Discard exactly `len` bytes of payload (of a rejected WRITE).
+    async fn skip<R: AsyncRead + Unpin>(&self, rd: &mut R, mut len: u64) -> Result<(), End> {
+        let mut scratch = vec![0u8; 64 * 1024];
+        while len > 0 {
+            let n = len.min(scratch.len() as u64) as usize;
+            len -= self
+                .read_some(rd, &mut scratch[..n], "WRITE payload")
+                .await? as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Serve requests until DISC, EOF, a protocol violation, a timeout or
+/// shutdown; then let the backend calls already started finish, write their
+/// replies (within `shutdown_grace` on shutdown) and close the connection.
+/// Returns only when no backend call of this connection is running.
 pub(crate) async fn serve<S>(
     stream: S,
     session: Session,
-    limits: Limits,
-    cancel: tokio_util::sync::CancellationToken,
+    shared: &Shared,
+    cancel: CancellationToken,
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
+    let limits = shared.limits;
     let (rd, wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let (tx, rx) = mpsc::unbounded_channel::<Reply>();
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let dead = CancellationToken::new();
+    let mut writer = tokio::spawn(write_loop(
+        ProgressTimeout::new(wr, limits.io_timeout),
+        rx,
+        dead.clone(),
+    ));
     let requests = Arc::new(Semaphore::new(limits.max_in_flight_requests));
     let bytes = Arc::new(Semaphore::new(limits.max_in_flight_bytes));
+    let total_bytes = Arc::clone(&shared.total_bytes);
+    let tasks = TaskTracker::new();
     let session = Arc::new(session);
+    let watch = Watch {
+        cancel: cancel.clone(),
+        dead,
+        io_timeout: limits.io_timeout,
+    };
+    let nothing_in_flight = || requests.available_permits() == limits.max_in_flight_requests;
 
-    loop {
-        let mut hdr = [0u8; REQUEST_LEN];
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            r = rd.read_exact(&mut hdr) => if r.is_err() {
-                // EOF without DISC is normal (fio probe, nbdfuse).
-                break;
-            },
-        }
+    let end: End = loop {
+        let hdr = match watch
+            .header(&mut rd, limits.idle_timeout, nothing_in_flight)
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => break e,
+        };
         let h = RequestHeader::decode(&hdr);
         if h.magic != REQUEST_MAGIC {
-            tracing::debug!("bad request magic {:#x}; disconnecting", h.magic);
-            break;
+            break End::Broken(format!("bad request magic {:#x}", h.magic));
         }
-        let Ok(req_permit) = Arc::clone(&requests).acquire_owned().await else {
-            break;
+        let req_permit = match watch.run(Arc::clone(&requests).acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => break End::Broken("request semaphore closed".into()),
+            Err(e) => break e,
         };
         let has_payload = h.kind == CMD_WRITE;
         let chunked = matches!(h.kind, CMD_READ | CMD_BLOCK_STATUS) && session.structured;
@@ -398,62 +634,70 @@ pub(crate) async fn serve<S>(
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!("rejecting request {h:?}: {e}");
-                if has_payload && !matches!(skip(&mut rd, h.length as u64).await, Ok(true)) {
-                    break;
+                if has_payload {
+                    if let Err(end) = watch.skip(&mut rd, h.length as u64).await {
+                        break end;
+                    }
                 }
                 let _ = tx.send(Reply {
                     cookie: h.cookie,
                     offset: h.offset,
                     chunked,
                     result: Err(e),
-                    _permits: (req_permit, None),
+                    _permits: Permits {
+                        _request: req_permit,
+                        _bytes: None,
+                        _total_bytes: None,
+                    },
                 });
                 continue;
             }
         };
         if cmd == Command::Disconnect {
-            break;
+            break End::Disconnect;
         }
         let data_len = match cmd {
             Command::Read { len, .. } | Command::Write { len, .. } => len,
             _ => 0,
         };
-        let byte_permit = if data_len > 0 {
-            match Arc::clone(&bytes).acquire_many_owned(data_len).await {
-                Ok(p) => Some(p),
-                Err(_) => break,
-            }
+        let (byte_permit, total_permit) = if data_len > 0 {
+            let conn = match watch
+                .run(Arc::clone(&bytes).acquire_many_owned(data_len))
+                .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => break End::Broken("byte semaphore closed".into()),
+                Err(e) => break e,
+            };
+            let total = match watch
+                .run(Arc::clone(&total_bytes).acquire_many_owned(data_len))
+                .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => break End::Broken("byte semaphore closed".into()),
+                Err(e) => break e,
+            };
+            (Some(conn), Some(total))
         } else {
-            None
+            (None, None)
         };
         let payload = if has_payload {
-            // Read into spare capacity: no zeroing of a buffer about to be overwritten.
-            // (`read_buf` fills exactly the reserved capacity; `read_to_end`
-            // would grow the buffer once more to look for the end.)
-            let want = data_len as usize;
-            let mut buf = Vec::with_capacity(want);
-            let mut complete = true;
-            while buf.len() < want {
-                let left = (want - buf.len()) as u64;
-                match (&mut rd).take(left).read_buf(&mut buf).await {
-                    Ok(n) if n > 0 => {}
-                    _ => {
-                        complete = false;
-                        break;
-                    }
-                }
+            // A request whose payload is not fully received is never executed.
+            match watch.payload(&mut rd, data_len as usize).await {
+                Ok(buf) => Some(buf),
+                Err(e) => break e,
             }
-            if !complete {
-                tracing::debug!("connection closed in the middle of a WRITE payload");
-                break;
-            }
-            Some(buf)
         } else {
             None
         };
         let tx = tx.clone();
         let session = Arc::clone(&session);
-        tokio::spawn(async move {
+        let permits = Permits {
+            _request: req_permit,
+            _bytes: byte_permit,
+            _total_bytes: total_permit,
+        };
+        tasks.spawn(async move {
             let fut = Box::pin(execute(&*session.backend, cmd, payload));
             let result = match CatchUnwind(fut).await {
                 Ok(r) => r,
@@ -464,29 +708,46 @@ pub(crate) async fn serve<S>(
                 offset: h.offset,
                 chunked,
                 result,
-                _permits: (req_permit, byte_permit),
+                _permits: permits,
             });
         });
+    };
+    match &end {
+        End::Stalled(what) => tracing::warn!(
+            "{what} made no progress for {:?}; dropping the connection",
+            limits.io_timeout
+        ),
+        End::Idle => tracing::info!(
+            "no request for {:?}; closing the idle connection",
+            limits.idle_timeout.unwrap_or_default()
+        ),
+        End::Broken(why) => tracing::debug!("{why}; disconnecting"),
+        End::Shutdown | End::WriterFailed | End::Eof | End::Disconnect => {}
     }
+    // Stop reading: the socket closes as soon as the writer is done, too.
+    drop(rd);
     drop(tx);
-    if cancel.is_cancelled() {
-        // Shutting down: a client that stops reading must not block shutdown
-        // forever; give in-flight replies a grace period, then cut it off.
-        let mut writer = writer;
-        if tokio::time::timeout(SHUTDOWN_GRACE, &mut writer)
-            .await
-            .is_err()
-        {
-            tracing::warn!("client did not read its replies during shutdown; closing");
+    // Requests already handed to the backend always run to completion.
+    tasks.close();
+    tasks.wait().await;
+    // Their replies are written; on shutdown within the grace period, after
+    // which a client that does not read them is cut off.
+    let grace = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(limits.shutdown_grace).await;
+    };
+    tokio::select! {
+        _ = &mut writer => {}
+        _ = grace => {
+            tracing::warn!(
+                "client did not read its replies within the shutdown grace of {:?}; closing",
+                limits.shutdown_grace
+            );
             writer.abort();
+            let _ = writer.await;
         }
-    } else {
-        let _ = writer.await;
     }
 }
-
-/// How long shutdown waits for a connection's pending replies to be written.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
