@@ -53,6 +53,7 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    tiercache_runtime::panic::install();
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Sim(a) => cmd::sim::run(*a),

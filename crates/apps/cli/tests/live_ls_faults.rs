@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
 use tiercache_log_structured::{open_with_devices, LogCache, Superblock};
-use tiercache_runtime::export::Export;
 use tiercache_nbd::{Server, ServerHandle};
+use tiercache_runtime::export::Export;
 
 /// 16 MiB of data in front of a 6 MiB cache.
 const BLOCKS: u64 = 4096;

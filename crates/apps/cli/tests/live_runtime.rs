@@ -62,16 +62,36 @@ impl Setup {
             Design::LogStructured => {
                 let c = root.join("cache.img");
                 tiercache(&[
-                    "format", "--layout", "log-structured", "--cache", s(&c), "--backing",
-                    s(&backing), "--size", "8MiB", "--segment-size", "256KiB",
+                    "format",
+                    "--layout",
+                    "log-structured",
+                    "--cache",
+                    s(&c),
+                    "--backing",
+                    s(&backing),
+                    "--size",
+                    "8MiB",
+                    "--segment-size",
+                    "256KiB",
                 ]);
                 c
             }
             Design::Tica => {
                 let (ro, wo) = (root.join("ro.img"), root.join("wo.img"));
                 tiercache(&[
-                    "format", "--mode", "tica", "--ro-ssd", s(&ro), "--wo-ssd", s(&wo),
-                    "--backing", s(&backing), "--size", "8MiB", "--dram-size", "1MiB",
+                    "format",
+                    "--mode",
+                    "tica",
+                    "--ro-ssd",
+                    s(&ro),
+                    "--wo-ssd",
+                    s(&wo),
+                    "--backing",
+                    s(&backing),
+                    "--size",
+                    "8MiB",
+                    "--dram-size",
+                    "1MiB",
                 ]);
                 wo
             }
@@ -79,14 +99,20 @@ impl Setup {
                 let fast = root.join("fast.img");
                 let tiers = format!("{},{}", s(&fast), s(&backing));
                 tiercache(&[
-                    "format", "--mode", "tier", "--tiers", &tiers, "--size", "8MiB",
-                    "--block-size", "64KiB",
+                    "format",
+                    "--mode",
+                    "tier",
+                    "--tiers",
+                    &tiers,
+                    "--size",
+                    "8MiB",
+                    "--block-size",
+                    "64KiB",
                 ]);
                 fast
             }
         };
         Setup {
-
             primary,
             backing,
             sock: root.join("nbd.sock"),
@@ -135,8 +161,14 @@ fn write_stream(c: &mut NbdClient, ledger: &mut Ledger, seed: u64) -> LoadEnd {
         max_blocks: 1,
     };
     let mut rng = Rng(seed);
-    run_load(c, ledger, &mut rng, shape, Instant::now() + Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("write stream: {e}"))
+    run_load(
+        c,
+        ledger,
+        &mut rng,
+        shape,
+        Instant::now() + Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("write stream: {e}"))
 }
 
 fn detach_under_load(design: Design) {
@@ -250,7 +282,11 @@ fn sigterm_with_stalled_clients_exits_within_the_grace() {
         sigterm(srv.child.id());
         let status = srv.wait_exit();
         let took = t0.elapsed();
-        assert!(status.success(), "{d:?}: exit status {status}\n{}", tail(&st.log));
+        assert!(
+            status.success(),
+            "{d:?}: exit status {status}\n{}",
+            tail(&st.log)
+        );
         // Grace 2 s, plus the time to close the design: generous, a liveness bound.
         assert!(
             took < Duration::from_secs(20),
@@ -271,36 +307,76 @@ fn a_served_device_is_never_opened_twice() {
         let other = st.sock.with_extension("2");
         let ctl2 = st.sock.with_extension("ctl2");
         let (ok, out) = try_tiercache(&[
-            "serve", "--cache", s(&st.primary), "--listen", &format!("unix:{}", s(&other)),
-            "--control", s(&ctl2),
+            "serve",
+            "--cache",
+            s(&st.primary),
+            "--listen",
+            &format!("unix:{}", s(&other)),
+            "--control",
+            s(&ctl2),
         ]);
         assert!(!ok, "{d:?}: a second serve started: {out}");
-        assert!(out.contains(&format!("in use by pid {pid}")), "{d:?}: {out}");
-        assert!(!ctl2.exists() && !other.exists(), "{d:?}: the refused server left sockets");
+        assert!(
+            out.contains(&format!("in use by pid {pid}")),
+            "{d:?}: {out}"
+        );
+        assert!(
+            !ctl2.exists() && !other.exists(),
+            "{d:?}: the refused server left sockets"
+        );
         // format --force and check.
         let (ok, out) = match d {
             Design::Cache | Design::LogStructured => try_tiercache(&[
-                "format", "--cache", s(&st.primary), "--backing", s(&st.backing), "--force",
+                "format",
+                "--cache",
+                s(&st.primary),
+                "--backing",
+                s(&st.backing),
+                "--force",
             ]),
             Design::Tica => try_tiercache(&[
-                "format", "--mode", "tica", "--ro-ssd", s(&st.primary.with_file_name("ro.img")),
-                "--wo-ssd", s(&st.primary), "--backing", s(&st.backing), "--dram-size", "1MiB",
+                "format",
+                "--mode",
+                "tica",
+                "--ro-ssd",
+                s(&st.primary.with_file_name("ro.img")),
+                "--wo-ssd",
+                s(&st.primary),
+                "--backing",
+                s(&st.backing),
+                "--dram-size",
+                "1MiB",
                 "--force",
             ]),
             Design::Tier => try_tiercache(&[
-                "format", "--mode", "tier", "--tiers",
-                &format!("{},{}", s(&st.primary), s(&st.backing)), "--force",
+                "format",
+                "--mode",
+                "tier",
+                "--tiers",
+                &format!("{},{}", s(&st.primary), s(&st.backing)),
+                "--force",
             ]),
         };
-        assert!(!ok && out.contains("in use by pid"), "{d:?}: format --force: {out}");
+        assert!(
+            !ok && out.contains("in use by pid"),
+            "{d:?}: format --force: {out}"
+        );
         let (ok, out) = try_tiercache(&["check", s(&st.primary)]);
         assert!(!ok && out.contains("in use by pid"), "{d:?}: check: {out}");
         // The backing device is claimed too.
         let (ok, out) = try_tiercache(&[
-            "format", "--cache", s(&st.backing.with_file_name("x.img")), "--backing",
-            s(&st.backing), "--size", "8MiB",
+            "format",
+            "--cache",
+            s(&st.backing.with_file_name("x.img")),
+            "--backing",
+            s(&st.backing),
+            "--size",
+            "8MiB",
         ]);
-        assert!(!ok && out.contains("in use by pid"), "{d:?}: format on the backing: {out}");
+        assert!(
+            !ok && out.contains("in use by pid"),
+            "{d:?}: format on the backing: {out}"
+        );
         // The first server keeps serving.
         let mut c = NbdClient::connect(&st.sock).expect("first server still serving");
         assert!(c.write(0, &make_block(0, 1), true).expect("write").is_ok());
@@ -322,7 +398,10 @@ fn cache_and_backing_must_differ() {
 fn the_control_socket_is_owner_only_under_umask_000() {
     let st = Setup::new(Design::Cache);
     let child = Command::new("sh")
-        .args(["-c", "umask 000; exec \"$0\" serve --cache \"$1\" --listen \"unix:$2\""])
+        .args([
+            "-c",
+            "umask 000; exec \"$0\" serve --cache \"$1\" --listen \"unix:$2\"",
+        ])
         .arg(bin())
         .arg(&st.primary)
         .arg(&st.sock)
@@ -338,7 +417,10 @@ fn the_control_socket_is_owner_only_under_umask_000() {
     };
     let t0 = Instant::now();
     while srv.try_stats().is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "server did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "server did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mode = std::fs::metadata(st.ctl()).unwrap().permissions().mode() & 0o777;
@@ -352,8 +434,13 @@ fn a_control_path_that_is_not_a_socket_is_never_replaced() {
     let precious = st.primary.with_file_name("notes.txt");
     std::fs::write(&precious, "keep me").unwrap();
     let (ok, out) = try_tiercache(&[
-        "serve", "--cache", s(&st.primary), "--listen", &format!("unix:{}", s(&st.sock)),
-        "--control", s(&precious),
+        "serve",
+        "--cache",
+        s(&st.primary),
+        "--listen",
+        &format!("unix:{}", s(&st.sock)),
+        "--control",
+        s(&precious),
     ]);
     assert!(!ok && out.contains("not a socket"), "{out}");
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
@@ -366,7 +453,13 @@ fn a_control_path_that_is_not_a_socket_is_never_replaced() {
 fn a_bad_listen_address_leaves_the_cache_untouched() {
     let st = Setup::new(Design::Cache);
     let before = std::fs::read(&st.primary).unwrap();
-    let (ok, out) = try_tiercache(&["serve", "--cache", s(&st.primary), "--listen", "tcp:nowhere"]);
+    let (ok, out) = try_tiercache(&[
+        "serve",
+        "--cache",
+        s(&st.primary),
+        "--listen",
+        "tcp:nowhere",
+    ]);
     assert!(!ok && out.contains("tcp:HOST:PORT"), "{out}");
     assert!(
         std::fs::read(&st.primary).unwrap() == before,
@@ -387,7 +480,12 @@ fn vm_hwm_kib(pid: u32) -> u64 {
 fn idle_and_non_reading_clients_leave_the_server_serving_others() {
     let st = Setup::new(Design::Cache);
     let mut srv = st.serve(&[
-        "--handshake-timeout", "2s", "--io-timeout", "4s", "--max-in-flight", "64MiB",
+        "--handshake-timeout",
+        "2s",
+        "--io-timeout",
+        "4s",
+        "--max-in-flight",
+        "64MiB",
     ]);
     // 300 connections that never start the handshake.
     let idle: Vec<UnixStream> = (0..300)
@@ -396,17 +494,17 @@ fn idle_and_non_reading_clients_leave_the_server_serving_others() {
     // 16 clients that queue 32 MiB of reads each and never read the replies.
     let stuck: Vec<NbdClient> = (0..16)
         .filter_map(|_| {
-            NbdClient::connect(&st.sock)
-                .ok()
-                .map(|mut c| {
-                    c.raw().set_write_timeout(Some(Duration::from_secs(2))).unwrap();
-                    for _ in 0..32 {
-                        if c.send_read(0, 1 << 20).is_err() {
-                            break;
-                        }
+            NbdClient::connect(&st.sock).ok().map(|mut c| {
+                c.raw()
+                    .set_write_timeout(Some(Duration::from_secs(2)))
+                    .unwrap();
+                for _ in 0..32 {
+                    if c.send_read(0, 1 << 20).is_err() {
+                        break;
                     }
-                    c
-                })
+                }
+                c
+            })
         })
         .collect();
     // A well-behaved client is served within the timeouts.
@@ -414,7 +512,9 @@ fn idle_and_non_reading_clients_leave_the_server_serving_others() {
     let mut served = None;
     while t0.elapsed() < Duration::from_secs(30) {
         if let Ok(mut c) = NbdClient::connect(&st.sock) {
-            c.raw().set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+            c.raw()
+                .set_read_timeout(Some(Duration::from_secs(15)))
+                .unwrap();
             if let Ok(Ok(d)) = c.read(4096, 4096) {
                 served = Some(d);
                 break;
@@ -452,10 +552,16 @@ fn emfile_does_not_kill_the_control_channel() {
     let st = Setup::new(Design::Cache);
     let mut srv = st.serve(&["--max-connections", "1000", "--handshake-timeout", "60s"]);
     let pid = srv.child.id();
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count() as u64;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
     let limit = fds + 16;
     let ok = Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), &format!("--nofile={limit}:{limit}")])
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:{limit}"),
+        ])
         .status()
         .unwrap()
         .success();
@@ -467,7 +573,9 @@ fn emfile_does_not_kill_the_control_channel() {
     std::thread::sleep(Duration::from_millis(500));
     // The control socket cannot accept now (EMFILE) ...
     let mut probe = UnixStream::connect(st.ctl()).expect("connect (queued in the backlog)");
-    probe.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     probe.write_all(b"{\"cmd\":\"stats\"}\n").unwrap();
     let mut buf = [0u8; 16];
     let answered_while_full = matches!(probe.read(&mut buf), Ok(n) if n > 0);
@@ -492,4 +600,51 @@ fn emfile_does_not_kill_the_control_channel() {
         tail(&st.log)
     );
     srv.kill9();
+}
+
+#[test]
+fn a_panic_aborts_and_recovery_keeps_every_flushed_write() {
+    use std::os::unix::process::ExitStatusExt;
+    // Enables the `panic` control command in the servers this test starts.
+    std::env::set_var("TIERCACHE_TEST_PANIC", "1");
+    for d in ALL {
+        let st = Setup::new(d);
+        let mut srv = st.serve(&[]);
+        let mut c = NbdClient::connect(&st.sock).expect("connect");
+        for b in 0..64u64 {
+            let r = c
+                .write(b * BLOCK as u64, &make_block(b, 1), false)
+                .expect("write");
+            assert!(r.is_ok(), "{d:?}: write {b}: {r:?}");
+        }
+        assert!(c.flush().expect("flush").is_ok());
+        let mut ctl = UnixStream::connect(st.ctl()).expect("control");
+        ctl.write_all(b"{\"cmd\":\"panic\"}\n").unwrap();
+        let status = srv.wait_exit();
+        assert_eq!(
+            status.signal(),
+            Some(6),
+            "{d:?}: a panic must abort (SIGABRT), got {status}\n{}",
+            tail(&st.log)
+        );
+        assert!(
+            std::fs::read_to_string(&st.log)
+                .unwrap()
+                .contains("aborting"),
+            "{d:?}: the abort is explained in the log"
+        );
+        let _srv = st.serve(&[]);
+        let mut c = NbdClient::connect(&st.sock).expect("connect after the abort");
+        for b in 0..64u64 {
+            let data = c
+                .read(b * BLOCK as u64, BLOCK)
+                .expect("read")
+                .expect("no error");
+            assert_eq!(
+                parse_block(b, &data),
+                Ok(1),
+                "{d:?}: block {b} after the abort"
+            );
+        }
+    }
 }

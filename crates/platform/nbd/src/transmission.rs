@@ -13,7 +13,6 @@
 //! progress for `io_timeout`.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -375,22 +374,6 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ProgressTimeout<W> {
     }
 }
 
-/// Future adaptor that turns a panic in the backend into an EIO reply
-/// instead of a silently lost request.
-struct CatchUnwind<F>(F);
-
-impl<F: Future + Unpin> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, ()>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let inner = &mut self.0;
-        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(inner).poll(cx))) {
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(_) => Poll::Ready(Err(())),
-        }
-    }
-}
-
 /// Turn the backend's extents into wire descriptors: consecutive, non-empty,
 /// covering at most `len` bytes (at least one descriptor), one with REQ_ONE.
 fn descriptors(extents: Vec<Extent>, len: u32, req_one: bool) -> Vec<(u32, u32)> {
@@ -698,11 +681,9 @@ pub(crate) async fn serve<S>(
             _total_bytes: total_permit,
         };
         tasks.spawn(async move {
-            let fut = Box::pin(execute(&*session.backend, cmd, payload));
-            let result = match CatchUnwind(fut).await {
-                Ok(r) => r,
-                Err(()) => Err(Error::io("backend panicked while handling the request")),
-            };
+            // No unwinding here: a panic aborts the process (the binary's
+            // panic policy), and crash recovery restores the acknowledged state.
+            let result = execute(&*session.backend, cmd, payload).await;
             let _ = tx.send(Reply {
                 cookie: h.cookie,
                 offset: h.offset,

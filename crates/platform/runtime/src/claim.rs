@@ -237,7 +237,10 @@ mod tests {
         let link = d.path().join("alias.img");
         std::fs::hard_link(&p, &link).unwrap();
         let e = Claims::acquire(
-            [("cache device", p.as_path()), ("backing device", link.as_path())],
+            [
+                ("cache device", p.as_path()),
+                ("backing device", link.as_path()),
+            ],
             Access::Exclusive,
         )
         .unwrap_err();

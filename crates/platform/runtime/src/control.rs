@@ -229,6 +229,12 @@ async fn answer(
                 |_| json!({"ok": false, "error": "the server stopped before detaching"}),
             )
         }
+        "panic" if std::env::var_os(crate::panic::TEST_PANIC_ENV).is_some() => {
+            panic!(
+                "panic requested on the control socket ({} is set)",
+                crate::panic::TEST_PANIC_ENV
+            )
+        }
         other => match design.command(other, req).await {
             Some(v) => v,
             None => json!({

@@ -89,7 +89,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 /// Run a synchronous design call on tokio's blocking pool (the log-structured
 /// and three-level stores do device I/O under a lock).
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(Error::io(format!("request task failed: {e}"))))

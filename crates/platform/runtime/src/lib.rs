@@ -15,10 +15,8 @@
 //!   opened by two processes;
 //! - [`error`]: the one error type, mapped to NBD errors.
 //!
-//! Panic policy: the release build aborts on a panic (`panic = "abort"`):
-//! a broken invariant in a storage system must not keep serving, and the
-//! crash recovery every design has (tested by kill -9 and power-loss tests)
-//! restores the acknowledged state.
+//! - [`panic`]: the panic policy: abort, in every build (recovery restores
+//!   the acknowledged state, as after a kill -9).
 
 pub mod claim;
 pub mod control;
@@ -27,10 +25,11 @@ pub mod error;
 pub mod export;
 pub mod lifecycle;
 pub mod listen;
+pub mod panic;
 
+pub use async_trait::async_trait;
 pub use claim::{Access, Claim, ClaimError, Claims};
 pub use design::{Design, WriteBack};
 pub use error::{blocking, Error, ErrorKind, Result};
 pub use lifecycle::{serve, Ended, Prepared, ServeConfig};
 pub use listen::ListenSpec;
-pub use async_trait::async_trait;

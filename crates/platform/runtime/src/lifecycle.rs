@@ -132,7 +132,7 @@ pub async fn serve(
     // Later detach requests are refused at once ("already stopping").
     drop(drx);
     let what = match &why {
-        Why::Signal(s) => format!("{s}"),
+        Why::Signal(s) => s.to_string(),
         Why::Detach(_) => "detach".to_string(),
     };
     tracing::info!(

@@ -23,7 +23,9 @@ impl ListenSpec {
     pub fn parse(s: &str) -> Result<ListenSpec> {
         if let Some(p) = s.strip_prefix("unix:") {
             if p.is_empty() {
-                bail!("--listen '{s}': the socket path is empty (example: unix:/run/tiercache.sock)");
+                bail!(
+                    "--listen '{s}': the socket path is empty (example: unix:/run/tiercache.sock)"
+                );
             }
             return Ok(ListenSpec::Unix(p.into()));
         }
@@ -37,11 +39,9 @@ impl ListenSpec {
             return Ok(ListenSpec::Tcp(a.into()));
         }
         if let Some(n) = s.strip_prefix("fd:") {
-            let n: i32 = n
-                .parse()
-                .ok()
-                .filter(|n| *n >= 0)
-                .with_context(|| format!("--listen '{s}': expected fd:N with N a file descriptor number"))?;
+            let n: i32 = n.parse().ok().filter(|n| *n >= 0).with_context(|| {
+                format!("--listen '{s}': expected fd:N with N a file descriptor number")
+            })?;
             return Ok(ListenSpec::Fd(n));
         }
         bail!("--listen '{s}' is not understood (allowed: unix:PATH, tcp:HOST:PORT, fd:N)")
@@ -93,7 +93,9 @@ impl ListenSpec {
                 let addr = rustix::net::getsockname(&fd)
                     .with_context(|| format!("--listen fd:{n} is not a socket"))?;
                 if addr.address_family() == rustix::net::AddressFamily::UNIX {
-                    Ok(Bound::InheritedUnix(std::os::unix::net::UnixListener::from(fd)))
+                    Ok(Bound::InheritedUnix(
+                        std::os::unix::net::UnixListener::from(fd),
+                    ))
                 } else {
                     Ok(Bound::Tcp(std::net::TcpListener::from(fd)))
                 }
@@ -125,7 +127,11 @@ impl Bound {
                 }
             }
             Bound::InheritedUnix(l) => {
-                let uri = match l.local_addr().ok().and_then(|a| a.as_pathname().map(|p| p.to_owned())) {
+                let uri = match l
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(|p| p.to_owned()))
+                {
                     Some(p) => format!("nbd+unix:///?socket={}", p.display()),
                     None => "nbd+unix (inherited socket)".into(),
                 };
@@ -187,7 +193,15 @@ mod tests {
             ListenSpec::Tcp("127.0.0.1:10809".into())
         );
         assert_eq!(ListenSpec::parse("fd:3").unwrap(), ListenSpec::Fd(3));
-        for bad in ["tcp:127.0.0.1", "tcp:host:99999", "udp:1", "unix:", "fd:-1", "fd:x", "127.0.0.1:1"] {
+        for bad in [
+            "tcp:127.0.0.1",
+            "tcp:host:99999",
+            "udp:1",
+            "unix:",
+            "fd:-1",
+            "fd:x",
+            "127.0.0.1:1",
+        ] {
             let e = ListenSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }

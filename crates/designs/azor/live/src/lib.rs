@@ -10,8 +10,8 @@
 
 pub mod classify;
 pub mod design;
-pub mod passthrough;
 pub mod live;
+pub mod passthrough;
 pub mod stats;
 
 use anyhow::{bail, Context, Result};

@@ -35,7 +35,7 @@ pub mod segment;
 
 pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
 pub use cleaning::VictimPolicy;
+pub use design::LogStructured;
 pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
 pub use recovery::{check, open, open_with_devices, CheckReport, OpenOptions};
 pub use segment::BLOCK;
-pub use design::LogStructured;

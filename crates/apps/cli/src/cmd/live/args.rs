@@ -195,7 +195,9 @@ impl CtlArgs {
     pub fn socket(&self) -> PathBuf {
         self.control.clone().unwrap_or_else(|| {
             tiercache_runtime::control::default_path(
-                self.cache.as_deref().unwrap_or(std::path::Path::new("cache")),
+                self.cache
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("cache")),
             )
         })
     }
@@ -214,7 +216,6 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
 }
-
 
 /// Limits of the NBD server (see the README, "Limits"), with the defaults
 /// QEMU and nbdkit settled on after their CVEs.
@@ -270,7 +271,9 @@ impl LimitArgs {
         let total = usize::try_from(total)
             .ok()
             .filter(|t| *t <= tokio::sync::Semaphore::MAX_PERMITS)
-            .ok_or_else(|| anyhow::anyhow!("--max-in-flight {} is too large", self.max_in_flight))?;
+            .ok_or_else(|| {
+                anyhow::anyhow!("--max-in-flight {} is too large", self.max_in_flight)
+            })?;
         Ok(tiercache_nbd::Limits {
             max_connections: self.max_connections as usize,
             handshake_timeout: self.handshake_timeout,
@@ -287,7 +290,9 @@ impl LimitArgs {
 /// A duration with a unit: `10s`, `500ms`, `2m`, `1h` (a plain number is seconds).
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let v: f64 = num
         .parse()
@@ -299,7 +304,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "h" => v * 3600.0,
         u => return Err(format!("'{s}': unknown unit '{u}' (allowed: ms, s, m, h)")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("'{s}' is out of range"));
     }
     Ok(std::time::Duration::from_secs_f64(secs))

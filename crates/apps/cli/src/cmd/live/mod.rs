@@ -110,7 +110,10 @@ pub async fn serve_async(
     }
     let design = designs::detect(&a.cache);
     design.validate(&a)?;
-    let mut claims = Claims::acquire([(design_role(design), a.cache.as_path())], Access::Exclusive)?;
+    let mut claims = Claims::acquire(
+        [(design_role(design), a.cache.as_path())],
+        Access::Exclusive,
+    )?;
     for (role, p) in design.devices(&a)? {
         claims.add(role, &p, Access::Exclusive)?;
     }
@@ -205,7 +208,9 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
             },
             "flush" => println!(
                 "flushed: {} {} written back, {} dirty",
-                v["written_back"], unit(&v), v["dirty_left"]
+                v["written_back"],
+                unit(&v),
+                v["dirty_left"]
             ),
             "detach" => println!(
                 "detached: {} {} written back; {} holds every acknowledged write",

@@ -9,7 +9,6 @@ use super::super::args::{FormatArgs, ServeArgs};
 use tiercache_log_structured as ls;
 use tiercache_sim::units::{format_bytes, parse_bytes};
 
-
 /// `tiercache format --layout log-structured`; `None` for the in-place layout.
 pub fn format(a: &FormatArgs) -> Option<Result<()>> {
     match a.ls.layout.as_str() {
@@ -83,8 +82,6 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
     );
     Ok(())
 }
-
-
 
 /// Print `tiercache stats` of a log-structured cache (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {

@@ -58,7 +58,6 @@ impl PolicyArgs {
     }
 }
 
-
 /// `tiercache format` of an SSD cache (`--mode cache --layout in-place`).
 pub fn format(a: &FormatArgs) -> Result<()> {
     let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
@@ -147,7 +146,10 @@ impl super::LiveDesign for SsdCache {
             );
         }
         if !matches!(a.fs_classify.as_str(), "auto" | "off") {
-            bail!("--fs-classify '{}' is not understood (allowed: auto, off)", a.fs_classify);
+            bail!(
+                "--fs-classify '{}' is not understood (allowed: auto, off)",
+                a.fs_classify
+            );
         }
         Ok(())
     }
@@ -191,31 +193,31 @@ impl super::LiveDesign for SsdCache {
         check_store(path, json)
     }
     fn print_stats(&self, v: &serde_json::Value) {
-    let l = &v["live"];
-    println!("status            {}", v["status"].as_str().unwrap_or("?"));
-    println!("policy            {}", v["policy"]);
-    println!(
-        "occupancy         {:.1} % ({} of {} lines), dirty {}",
-        v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
-        v["occupied_lines"],
-        v["slots"],
-        v["dirty_lines"]
-    );
-    println!(
-        "hit ratio         {:.2} % (hits {}, misses {})",
-        v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0,
-        v["hits"],
-        v["misses"]
-    );
-    println!(
-        "reads / writes    {} / {} hits, {} / {} misses",
-        v["read_hits"], v["write_hits"], v["read_misses"], v["write_misses"]
-    );
-    println!(
-        "metadata          {} hits, {} misses",
-        v["metadata_hits"], v["metadata_misses"]
-    );
-    println!(
+        let l = &v["live"];
+        println!("status            {}", v["status"].as_str().unwrap_or("?"));
+        println!("policy            {}", v["policy"]);
+        println!(
+            "occupancy         {:.1} % ({} of {} lines), dirty {}",
+            v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
+            v["occupied_lines"],
+            v["slots"],
+            v["dirty_lines"]
+        );
+        println!(
+            "hit ratio         {:.2} % (hits {}, misses {})",
+            v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0,
+            v["hits"],
+            v["misses"]
+        );
+        println!(
+            "reads / writes    {} / {} hits, {} / {} misses",
+            v["read_hits"], v["write_hits"], v["read_misses"], v["write_misses"]
+        );
+        println!(
+            "metadata          {} hits, {} misses",
+            v["metadata_hits"], v["metadata_misses"]
+        );
+        println!(
         "cleaning          {} lines written back ({:.1} lines/s on average; now paced at {:.0} lines/s), \
          {} while idle, {} by requests after dirty evictions",
         l["cleaned_lines"],
@@ -224,19 +226,19 @@ impl super::LiveDesign for SsdCache {
         l["idle_cleaned_lines"],
         l["pressure_cleaned_lines"]
     );
-    println!(
-        "cache latency     p50 {} µs, p99 {} µs",
-        l["cache_latency"]["p50_us"], l["cache_latency"]["p99_us"]
-    );
-    println!(
-        "backing latency   p50 {} µs, p99 {} µs",
-        l["backing_latency"]["p50_us"], l["backing_latency"]["p99_us"]
-    );
-    println!(
-        "errors            cache {}, backing {}",
-        l["cache_errors"], l["backing_errors"]
-    );
-    println!(
+        println!(
+            "cache latency     p50 {} µs, p99 {} µs",
+            l["cache_latency"]["p50_us"], l["cache_latency"]["p99_us"]
+        );
+        println!(
+            "backing latency   p50 {} µs, p99 {} µs",
+            l["backing_latency"]["p50_us"], l["backing_latency"]["p99_us"]
+        );
+        println!(
+            "errors            cache {}, backing {}",
+            l["cache_errors"], l["backing_errors"]
+        );
+        println!(
         "recovery          {:.1} ms, {} lines made dirty (unclean shutdown of a write-back cache)",
         l["recovery_ms"].as_f64().unwrap_or(0.0),
         l["recovery_dirtied_lines"].as_u64().unwrap_or(0)

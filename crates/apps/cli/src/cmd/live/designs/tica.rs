@@ -3,8 +3,8 @@
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
-use tiercache_sim::units::{format_bytes, parse_bytes};
 use std::sync::Arc;
+use tiercache_sim::units::{format_bytes, parse_bytes};
 use tiercache_three_level as three;
 
 use super::super::args::{ServeArgs, TicaFormatArgs};
@@ -66,8 +66,6 @@ fn format_tica(
     );
     Ok(())
 }
-
-
 
 /// Print `tiercache stats` of a three-level cache (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {
@@ -135,11 +133,17 @@ impl super::LiveDesign for Tica {
     fn devices(&self, a: &ServeArgs) -> Result<Vec<(&'static str, PathBuf)>> {
         let f = std::fs::File::open(&a.cache)?;
         let Some((sb, info)) = three::pair::read_info(&f) else {
-            bail!("{} is not an SSD of a three-level (TICA) cache", a.cache.display());
+            bail!(
+                "{} is not an SSD of a three-level (TICA) cache",
+                a.cache.display()
+            );
         };
         let me = std::fs::canonicalize(&a.cache)?;
         let mut v = Vec::new();
-        for (role, r) in [("RO-SSD", three::Role::RoSsd), ("WO-SSD", three::Role::WoSsd)] {
+        for (role, r) in [
+            ("RO-SSD", three::Role::RoSsd),
+            ("WO-SSD", three::Role::WoSsd),
+        ] {
             let p = info.path_of(r);
             if std::fs::canonicalize(&p).ok().as_ref() != Some(&me) {
                 v.push((role, p));
@@ -147,7 +151,9 @@ impl super::LiveDesign for Tica {
         }
         v.push((
             "backing device",
-            a.backing.clone().unwrap_or_else(|| PathBuf::from(&sb.backing.path)),
+            a.backing
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(&sb.backing.path)),
         ));
         Ok(v)
     }

@@ -61,8 +61,6 @@ fn format_tiered(
     Ok(())
 }
 
-
-
 /// Print `tiercache stats` of a tiered volume (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
