@@ -129,6 +129,18 @@ pub struct LsFormatArgs {
 }
 /// `tiercache serve`: export a cache over NBD.
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Every option is checked, every device locked (a device in use is refused with
+'in use by pid N') and both sockets bound before the cache is opened.
+On SIGTERM, SIGINT or `tiercache detach` the server stops accepting, answers
+the requests in flight (clients that stall are cut off after
+--shutdown-grace), then shuts down clean or detaches. The control socket
+(CACHE.ctl, mode 0600) answers stats, flush, detach and debug.
+
+Examples:
+  tiercache serve --cache cache.img --listen unix:/tmp/tiercache.sock
+  tiercache serve --cache cache.img --listen tcp:127.0.0.1:10809 --max-connections 16
+  tiercache serve --cache cache.img --listen unix:/tmp/t.sock --shutdown-grace 30s --io-timeout 1m")]
 pub struct ServeArgs {
     /// Cache device written by `tiercache format`.
     #[arg(long)]
@@ -136,7 +148,9 @@ pub struct ServeArgs {
     /// Backing device [default: the one recorded at format time].
     #[arg(long)]
     pub backing: Option<PathBuf>,
-    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback unless told otherwise).
+    /// Where to listen: unix:PATH, tcp:HOST:PORT (loopback unless told
+    /// otherwise; other addresses are warned about: NBD has no authentication)
+    /// or fd:N (an inherited listening socket).
     #[arg(long, default_value = "tcp:127.0.0.1:10809")]
     pub listen: String,
     /// Export name (the empty default name is answered too).
