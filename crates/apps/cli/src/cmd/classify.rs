@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use tiercache_sim::units::parse_offset;
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+tiercache classify fs.img\n  \
+tiercache classify fs.img --offset 0B --json\n  \
+tiercache classify /dev/sdb --offset 1MiB")]
 pub struct ClassifyArgs {
     /// Image file or block device holding ext4 or XFS.
     pub image: PathBuf,

@@ -21,7 +21,10 @@ use tiercache_trace::{Format, ReadOptions};
     after_help = "SIZE takes units (512B, 4KiB, 10GiB, 1.5GB); a plain integer is a number of cache lines; \
 a percentage is a share of the trace's footprint (unique blocks x line size).\n\n\
 Examples:\n  tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000 --line-size 512B --eviction lru,arc\n  \
-tiercache sim --trace postmark.trace --format disksim --cache-size 1%,5%,10% --write-policy write-back --json"
+tiercache sim --trace ../shared/traces/disksim/ssd-postmark-aligned2.trace --format disksim --cache-size 1%,5%,10% --no-timing --json\n  \
+tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000,5000 --line-size 512B --no-timing --out oltp\n  \
+tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tier --fast-tier-size 8%\n  \
+tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tica --cache-size 10% --dram-size 1%"
 )]
 pub struct SimArgs {
     /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).

@@ -10,8 +10,14 @@ use tiercache_trace::{Format, ReadOptions};
 #[derive(Subcommand, Debug)]
 pub enum TraceCmd {
     /// Requests, read/write mix, footprint, request sizes, sequentiality, metadata share.
+    #[command(after_help = "Examples:\n  \
+tiercache trace stats ../shared/traces/samples/msr-cambridge1-sample.csv\n  \
+tiercache trace stats ../shared/traces/arc/OLTP.lis.zst --line-size 512B --json")]
     Stats(StatsArgs),
     /// Convert a trace to native (compact binary, fastest to replay), blockid or msr.
+    #[command(after_help = "Examples:\n  \
+tiercache trace convert ../shared/traces/samples/msr-cambridge1-sample.csv -o msr.tct\n  \
+tiercache trace stats msr.tct")]
     Convert(ConvertArgs),
 }
 
