@@ -552,7 +552,7 @@ fn looks_text(head: &[u8]) -> bool {
 /// of them when `head` is the whole file, and the high byte (in either byte
 /// order) zero in at least 90 % of them, as ids below 2^24 make it.
 fn looks_u32_ids(head: &[u8], whole: bool) -> bool {
-    if head.len() < 64 || (whole && head.len() % 4 != 0) {
+    if head.len() < 64 || (whole && head.len() & 3 != 0) {
         return false;
     }
     let words = head.len() / 4;
