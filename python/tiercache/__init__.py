@@ -33,6 +33,7 @@ __all__ = [
     "trace_stats",
     "read_trace",
     "option_defaults",
+    "plot",
     "OptionError",
     "TraceError",
     "__version__",
@@ -68,13 +69,27 @@ def simulate(trace: str | os.PathLike, **options: Any) -> dict[str, Any]:
     ``baseline``, ``trace``, ...). The GIL is released during the replay, so
     threads can run simulations in parallel.
 
+    Every ``mode`` of ``tiercache sim`` is available: ``cache`` (the default)
+    runs in this process; the others (``ssd``, ``ssc``, ``ssc-v``, ``tier``,
+    ``tica``, ``ucache``, ``srac``) run the ``tiercache`` command (see
+    :mod:`tiercache._modes`).
+
     Raises :class:`OptionError` (a ValueError) naming the option and its
-    allowed values for an unknown option or value, :class:`TraceError`
-    (a ValueError with ``path`` and ``line`` attributes) for a malformed trace
-    line, FileNotFoundError for a missing trace, NotImplementedError for a
-    ``mode`` this build does not simulate yet.
+    allowed values for an unknown option or value, TypeError for a value of
+    the wrong type, :class:`TraceError` (a ValueError with ``path`` and
+    ``line`` attributes) for a malformed trace line, FileNotFoundError for a
+    missing trace.
     """
-    return json.loads(_native.simulate_json(os.fspath(trace), _clean(options)))
+    return json.loads(_simulate_json(os.fspath(trace), _clean(options)))
+
+
+def _simulate_json(trace: str, options: dict[str, Any]) -> str:
+    from . import _modes
+
+    mode = _modes.check_mode(options.get("mode", "cache"))
+    if mode == "cache":
+        return _native.simulate_json(trace, options)
+    return _modes.simulate_json(trace, options)
 
 
 def trace_stats(trace: str | os.PathLike, line_size: str | int = "4KiB", **read_options: Any) -> dict[str, Any]:
@@ -142,3 +157,4 @@ def read_trace(
 
 
 from .sweeps import sweep  # noqa: E402  (cheap: pandas and Ray load on first use)
+from . import plot  # noqa: E402  (cheap: matplotlib loads on first use)

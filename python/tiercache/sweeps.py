@@ -81,6 +81,9 @@ def configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> lis
     """The configurations of a grid: the cross product of a dict of lists (a
     scalar is one value), in the order of the keys; a list of dicts is taken
     as explicit configurations."""
+    shape = "a dict of option -> list of values, or a list of configuration dicts"
+    if isinstance(grid, (str, bytes, os.PathLike)) or not hasattr(grid, "__iter__"):
+        raise TypeError(f"grid: expected {shape}, got {type(grid).__name__} {grid!r}")
     if isinstance(grid, Mapping):
         keys = list(grid)
         values = [
@@ -91,12 +94,18 @@ def configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> lis
             if len(v) == 0:
                 raise ValueError(f"grid option {k}: empty list of values")
         return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
-    return [dict(c) for c in grid]
+    configs = list(grid)
+    for c in configs:
+        if not isinstance(c, Mapping):
+            raise TypeError(f"grid: expected {shape}, got a list holding {type(c).__name__} {c!r}")
+    return [dict(c) for c in configs]
 
 
 def _run_one(trace: str, config: dict[str, Any]) -> str:
     """One run, as the JSON text of ``tiercache sim --json`` (executed in workers)."""
-    return _native.simulate_json(trace, {k: _plain(v) for k, v in config.items()})
+    from . import _simulate_json
+
+    return _simulate_json(trace, {k: _plain(v) for k, v in config.items()})
 
 
 def _flatten(result: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,8 @@ fn main() {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
         .init();
     tiercache_runtime::panic::install();
     let cli = Cli::parse();
@@ -70,7 +72,25 @@ fn main() {
         Command::Plot(a) => cmd::plot_cmd::run(a),
     };
     if let Err(e) = r {
-        eprintln!("tiercache: error: {e:#}");
+        eprintln!("tiercache: error: {}", render_error(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes on one line, each cause said once: a cause whose
+/// text an outer message already contains (thiserror messages that embed
+/// their source) is not repeated.
+fn render_error(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

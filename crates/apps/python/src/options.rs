@@ -23,6 +23,19 @@ pub enum Value {
     Str(String),
 }
 
+/// As Python spells the value, for error messages (`'yes'`, `True`, `3`).
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Bool(true) => f.write_str("True"),
+            Value::Bool(false) => f.write_str("False"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Str(s) => write!(f, "'{s}'"),
+        }
+    }
+}
+
 /// What kind of value an option takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -125,7 +138,7 @@ impl Parsed {
             let v = match (kind, v) {
                 (Kind::Flag, Value::Bool(b)) => Value::Bool(b),
                 (Kind::Flag, v) => {
-                    return Err(opt_err(n, format!("expected True or False, got {v:?}")))
+                    return Err(opt_err(n, format!("expected True or False, got {v}")))
                 }
                 (_, Value::Bool(b)) => {
                     return Err(opt_err(
@@ -172,7 +185,7 @@ impl Parsed {
             Some(Value::Int(i)) => i.to_string(),
             Some(Value::Str(s)) => s.clone(),
             Some(Value::Float(f)) if f.fract() == 0.0 => (*f as i64).to_string(),
-            Some(v) => return Err(opt_err(name, format!("expected an integer, got {v:?}"))),
+            Some(v) => return Err(opt_err(name, format!("expected an integer, got {v}"))),
             None => default(),
         };
         s.trim()
@@ -188,7 +201,7 @@ impl Parsed {
                 .trim()
                 .parse::<f64>()
                 .map_err(|_| opt_err(name, format!("expected a number, got '{s}'"))),
-            Some(v) => Err(opt_err(name, format!("expected a number, got {v:?}"))),
+            Some(v) => Err(opt_err(name, format!("expected a number, got {v}"))),
             None => Ok(OPTIONS
                 .iter()
                 .find(|(n, _, _)| *n == name)

@@ -6,22 +6,20 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum FsMetaError {
     /// Reading the device or image failed.
-    #[error("I/O error at byte {offset}: {source}")]
+    #[error("I/O error at byte {offset}: {cause}")]
     Io {
         /// Byte offset of the failed read (absolute on the device).
         offset: u64,
-        /// Underlying error.
-        #[source]
-        source: io::Error,
+        /// Underlying error (in the message, not exposed as `source()`).
+        cause: io::Error,
     },
     /// Opening an image file failed.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}: {cause}")]
     Open {
         /// Path given by the caller.
         path: String,
-        /// Underlying error.
-        #[source]
-        source: io::Error,
+        /// Underlying error (in the message, not exposed as `source()`).
+        cause: io::Error,
     },
     /// Neither an ext4 (0xEF53 at byte 1080) nor an XFS (`XFSB` at byte 0)
     /// superblock was found at the partition offset.

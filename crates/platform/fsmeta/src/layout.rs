@@ -151,10 +151,10 @@ impl Layout {
                     offset: partition_offset,
                 })
             }
-            Err(source) => {
+            Err(cause) => {
                 return Err(FsMetaError::Io {
                     offset: partition_offset,
-                    source,
+                    cause,
                 })
             }
         }
@@ -238,7 +238,7 @@ pub(crate) fn check_extent(
 /// Read exactly `buf.len()` bytes at absolute `offset`.
 pub(crate) fn read(dev: &dyn ReadAt, offset: u64, buf: &mut [u8]) -> Result<()> {
     dev.read_at(offset, buf)
-        .map_err(|source| FsMetaError::Io { offset, source })
+        .map_err(|cause| FsMetaError::Io { offset, cause })
 }
 
 pub(crate) fn le16(b: &[u8], o: usize) -> u16 {

@@ -95,13 +95,13 @@ pub fn classify_image(
     partition_offset: u64,
 ) -> Result<ClassifyReport> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|source| FsMetaError::Open {
+    let file = File::open(path).map_err(|cause| FsMetaError::Open {
         path: path.display().to_string(),
-        source,
+        cause,
     })?;
     let file_len = file
         .metadata()
-        .map_err(|source| FsMetaError::Io { offset: 0, source })?
+        .map_err(|cause| FsMetaError::Io { offset: 0, cause })?
         .len();
     let layout = Layout::detect(&file, partition_offset)?;
     let bs = layout.block_size as u64;

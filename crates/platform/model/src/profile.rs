@@ -24,11 +24,10 @@ use crate::{DramModel, DramParams, HddModel, HddParams, SsdModel, SsdParams};
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// The profile file could not be read.
-    #[error("cannot read device profile {path}: {source}")]
+    #[error("cannot read device profile {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Not valid TOML, an unknown section or key, or a value of the wrong type.
     #[error("invalid device profile: {0}")]
@@ -97,9 +96,9 @@ impl Profile {
     /// Read, parse and validate a TOML profile file.
     pub fn load(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| ProfileError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Profile::from_toml_str(&text)
     }

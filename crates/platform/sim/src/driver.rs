@@ -60,9 +60,9 @@ impl SimOptions {
 /// What can stop a run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("{0}")]
+    #[error(transparent)]
     Trace(#[from] tiercache_trace::TraceError),
     #[error("device profile: {0}")]
     Profile(String),

@@ -93,16 +93,52 @@ pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
     Ok(SizeSpec::Bytes(b as u64))
 }
 
-/// Parse a size that must be in bytes (line and sub-block sizes).
+/// Parse a size that must be in bytes (line and sub-block sizes): a number
+/// with a unit, or a plain integer number of bytes. Zero is refused.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    match parse_size(s)? {
-        SizeSpec::Bytes(b) => Ok(b),
-        // A bare integer here means bytes.
-        SizeSpec::Lines(n) => Ok(n),
-        SizeSpec::Percent(_) => Err(format!(
-            "invalid size '{s}': a percentage is not allowed here"
-        )),
+    let b = parse_byte_count(s)?;
+    if b == 0 {
+        return Err(format!("invalid size '{s}': must be at least 1 byte"));
     }
+    Ok(b)
+}
+
+/// Parse a byte offset: like [`parse_bytes`], but 0 is allowed (`0`, `0B`).
+pub fn parse_offset(s: &str) -> Result<u64, String> {
+    parse_byte_count(s)
+}
+
+/// A whole number of bytes, with or without a unit (a plain integer is bytes).
+fn parse_byte_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let err = || {
+        format!("invalid size '{s}' (allowed: a number of bytes, with a unit such as 512B, 4KiB, 10GiB, 1.5GB or without one)")
+    };
+    if t.ends_with('%') {
+        return Err(format!(
+            "invalid size '{s}': a percentage is not allowed here (allowed: a number of bytes such as 4KiB)"
+        ));
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(n);
+    }
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).ok_or_else(err)?;
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.trim().parse().map_err(|_| err())?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let mul = UNITS
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .map(|(_, m)| *m)
+        .ok_or_else(err)?;
+    let b = v * mul as f64;
+    if !(b >= 0.0 && b.is_finite() && b < u64::MAX as f64) {
+        return Err(err());
+    }
+    if b.fract() != 0.0 {
+        return Err(format!("invalid size '{s}': not a whole number of bytes"));
+    }
+    Ok(b as u64)
 }
 
 /// Human-readable binary size: `4 KiB`, `1.5 GiB`.
@@ -135,6 +171,15 @@ mod tests {
         assert_eq!(parse_size("1000"), Ok(SizeSpec::Lines(1000)));
         assert_eq!(parse_size("10%"), Ok(SizeSpec::Percent(10.0)));
         assert!(parse_size("0").unwrap_err().contains("zero"));
+        // Byte counts: a plain integer is bytes, and the error says so.
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("0").unwrap_err().contains("at least 1 byte"));
+        assert!(!parse_bytes("x").unwrap_err().contains("line"));
+        assert!(parse_bytes("5%").is_err());
+        // Offsets may be 0.
+        assert_eq!(parse_offset("0"), Ok(0));
+        assert_eq!(parse_offset("0B"), Ok(0));
+        assert_eq!(parse_offset("1MiB"), Ok(1 << 20));
         assert!(parse_size("12XB").unwrap_err().contains("allowed"));
         assert!(parse_size("-3%").is_err());
         assert!(parse_size("0.3B").is_err());

@@ -25,20 +25,21 @@ impl fmt::Display for Location {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened, read or written.
-    #[error("{}: {source}", path.display())]
+    ///
+    /// The cause is part of the message and deliberately not exposed as
+    /// `source()`, so that printing the error chain says it once.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Reading (or decompressing) failed part way through, e.g. a truncated
     /// compressed stream.
-    #[error("{}:{at}: read error: {source}", path.display())]
+    #[error("{}:{at}: read error: {cause}", path.display())]
     Read {
         path: PathBuf,
         at: Location,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A line or record is malformed or truncated.
     #[error("{}:{at}: {msg}", path.display())]
@@ -51,7 +52,7 @@ pub enum TraceError {
     #[error("unknown trace format '{name}'; allowed: {allowed}")]
     UnknownFormat { name: String, allowed: String },
     /// The format of a file could not be guessed.
-    #[error("{}: cannot detect the trace format ({reason}); pass it explicitly, allowed: {allowed}", path.display())]
+    #[error("{}: cannot detect the trace format ({reason}); give it with --format (allowed: {allowed})", path.display())]
     Detect {
         path: PathBuf,
         reason: String,
@@ -74,10 +75,10 @@ pub enum TraceError {
 }
 
 impl TraceError {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, cause: std::io::Error) -> Self {
         TraceError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         }
     }
 

@@ -276,7 +276,7 @@ impl NativeReader {
                     self.pending = Some(TraceError::Read {
                         path: self.path.clone(),
                         at: Location::Record(self.index + 1),
-                        source: e,
+                        cause: e,
                     });
                     return;
                 }

@@ -436,6 +436,10 @@ fn format_names_round_trip_and_unknown_lists_allowed() {
 #[test]
 fn detect_by_name_and_content() {
     let d = TempDir::new().unwrap();
+    // 32 little-endian u32 ids below 2^24, as in CloudPhysics w106.
+    let ids: Vec<u8> = (0u32..32)
+        .flat_map(|i| (0x000d_ce00 + i * 7).to_le_bytes())
+        .collect();
     let cases: [(&str, &[u8], Format); 9] = [
         ("a.lis", b"1 1 0 0\n2 1 0 0\n", Format::ArcLis),
         ("noext", b"1 1 0 0\n2 1 0 0\n", Format::ArcLis),
@@ -453,7 +457,7 @@ fn detect_by_name_and_content() {
             b"89966527000 4892 syslogd 904265560 8 W 6 0 531e779a\n",
             Format::Fiu,
         ),
-        ("bin", &[0xff, 0, 0, 1, 0xfe, 0, 0, 2], Format::Cloudphysics),
+        ("bin", &ids, Format::Cloudphysics),
     ];
     for (name, bytes, want) in cases {
         let p = write(&d, name, bytes);
@@ -462,9 +466,40 @@ fn detect_by_name_and_content() {
     let p = write(&d, "x.txt", b"hello world\n");
     let err = detect(&p).unwrap_err().to_string();
     assert!(
-        err.contains("cannot detect") && err.contains("arc-lis"),
+        err.contains("cannot detect") && err.contains("arc-lis") && err.contains("--format"),
         "{err}"
     );
+}
+
+/// Text with non-ASCII characters, or short binary, is not a CloudPhysics
+/// trace: detection refuses instead of guessing.
+#[test]
+fn detect_refuses_what_it_cannot_recognise() {
+    let d = TempDir::new().unwrap();
+    let mut prose = "tiercache — a hybrid storage cache, 98697.4 µs\n".repeat(400);
+    prose.truncate(16400);
+    // Cut in the middle of a multi-byte character, as `head -c` does.
+    let mut bytes = prose.into_bytes();
+    bytes.push(0xc2);
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("r.txt", bytes),
+        ("bin", vec![0xff, 0, 0, 1, 0xfe, 0, 0, 2]),
+        (
+            "random",
+            (0u32..4096)
+                .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+                .collect(),
+        ),
+        ("prose.lis", b"not a trace at all\nreally\n".to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let p = write(&d, name, &bytes);
+        let err = detect(&p).expect_err(name).to_string();
+        assert!(
+            err.contains("cannot detect") && err.contains("--format"),
+            "{name}: {err}"
+        );
+    }
 }
 
 fn compress(codec: &str, data: &[u8]) -> Vec<u8> {

@@ -21,7 +21,10 @@ use tiercache_trace::{Format, ReadOptions};
     after_help = "SIZE takes units (512B, 4KiB, 10GiB, 1.5GB); a plain integer is a number of cache lines; \
 a percentage is a share of the trace's footprint (unique blocks x line size).\n\n\
 Examples:\n  tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000 --line-size 512B --eviction lru,arc\n  \
-tiercache sim --trace postmark.trace --format disksim --cache-size 1%,5%,10% --write-policy write-back --json"
+tiercache sim --trace ../shared/traces/disksim/ssd-postmark-aligned2.trace --format disksim --cache-size 1%,5%,10% --no-timing --json\n  \
+tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000,5000 --line-size 512B --no-timing --out oltp\n  \
+tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tier --fast-tier-size 8%\n  \
+tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tica --cache-size 10% --dram-size 1%"
 )]
 pub struct SimArgs {
     /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).
@@ -105,9 +108,10 @@ pub struct SimArgs {
     /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].
     #[arg(long)]
     pub replay: Option<String>,
-    /// Requests in flight for closed-loop replay.
-    #[arg(long, default_value_t = 1)]
-    pub queue_depth: u32,
+    /// Requests in flight for closed-loop replay [default: 1]; implies --replay closed, and is
+    /// an error with --replay open, where the trace's timestamps set the load.
+    #[arg(long)]
+    pub queue_depth: Option<u32>,
     /// Device profile (TOML) with HDD, SSD and DRAM parameters [default: the papers' devices].
     #[arg(long)]
     pub profile: Option<PathBuf>,
@@ -126,9 +130,10 @@ pub struct SimArgs {
     /// Print JSON: one object, or an array for a sweep.
     #[arg(long)]
     pub json: bool,
-    /// Sweep outputs: write PREFIX.csv and PREFIX.svg [default: tiercache-sweep].
-    #[arg(long, default_value = "tiercache-sweep")]
-    pub out: PathBuf,
+    /// Also write the results as PREFIX.csv and a figure as PREFIX.svg (nothing is written
+    /// without it).
+    #[arg(long, value_name = "PREFIX")]
+    pub out: Option<PathBuf>,
     /// Parallel runs in a sweep [default: number of CPUs].
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -240,28 +245,16 @@ pub fn run(a: SimArgs) -> Result<()> {
             }
         }
     }
-    let replay = match a.replay.as_deref() {
-        Some("open") => Replay::Open,
-        Some("closed") => Replay::Closed {
-            queue_depth: a.queue_depth,
-        },
-        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
-        None => {
-            // Open loop when the trace carries timestamps.
-            let mut r = tiercache_trace::open(&a.trace, format, &ropts)?;
-            let timed = r
-                .by_ref()
-                .take(1000)
-                .filter_map(|x| x.ok())
-                .any(|x| x.time_ns > 0);
-            if timed {
-                Replay::Open
-            } else {
-                Replay::Closed {
-                    queue_depth: a.queue_depth,
-                }
-            }
-        }
+    let replay = match replay_choice(&a, || {
+        // Open loop when the trace carries timestamps.
+        let mut r = tiercache_trace::open(&a.trace, format, &ropts)?;
+        Ok(r.by_ref()
+            .take(1000)
+            .filter_map(|x| x.ok())
+            .any(|x| x.time_ns > 0))
+    })? {
+        None => Replay::Open,
+        Some(queue_depth) => Replay::Closed { queue_depth },
     };
     let base = SimOptions {
         cache: CacheConfig::default(),
@@ -287,14 +280,38 @@ pub fn run(a: SimArgs) -> Result<()> {
         println!("trace {}", a.trace.display());
         println!("{}", reports[0].1);
     }
-    if sweep {
-        let csv = a.out.with_extension("csv");
-        let svg = a.out.with_extension("svg");
+    if let Some(out) = &a.out {
+        let csv = out.with_extension("csv");
+        let svg = out.with_extension("svg");
         write_csv(&csv, &a.trace, &reports)?;
         plot::sweep_svg(&svg, &a.trace, &reports)?;
         eprintln!("wrote {} and {}", csv.display(), svg.display());
     }
     Ok(())
+}
+
+/// `--replay` and `--queue-depth`: `None` for open-loop replay, else the
+/// queue depth of closed-loop replay. Without `--replay`, replay is open when
+/// `timed()` says the trace has timestamps. `--queue-depth` with open-loop
+/// replay is refused rather than silently ignored.
+pub fn replay_choice(a: &SimArgs, timed: impl FnOnce() -> Result<bool>) -> Result<Option<u32>> {
+    let open = match a.replay.as_deref() {
+        Some("open") => true,
+        Some("closed") => false,
+        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
+        None => a.queue_depth.is_none() && timed()?,
+    };
+    if open {
+        if let Some(q) = a.queue_depth {
+            bail!("--queue-depth {q} applies to closed-loop replay only; drop it or pass --replay closed");
+        }
+        return Ok(None);
+    }
+    let q = a.queue_depth.unwrap_or(1);
+    if q == 0 {
+        bail!("--queue-depth 0 (allowed: 1 or more)");
+    }
+    Ok(Some(q))
 }
 
 fn json_row(trace: &Path, r: &SimReport) -> serde_json::Value {

@@ -10,8 +10,14 @@ use tiercache_trace::{Format, ReadOptions};
 #[derive(Subcommand, Debug)]
 pub enum TraceCmd {
     /// Requests, read/write mix, footprint, request sizes, sequentiality, metadata share.
+    #[command(after_help = "Examples:\n  \
+tiercache trace stats ../shared/traces/samples/msr-cambridge1-sample.csv\n  \
+tiercache trace stats ../shared/traces/arc/OLTP.lis.zst --line-size 512B --json")]
     Stats(StatsArgs),
     /// Convert a trace to native (compact binary, fastest to replay), blockid or msr.
+    #[command(after_help = "Examples:\n  \
+tiercache trace convert ../shared/traces/samples/msr-cambridge1-sample.csv -o msr.tct\n  \
+tiercache trace stats msr.tct")]
     Convert(ConvertArgs),
 }
 
@@ -80,6 +86,8 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
             let line = u32::try_from(parse_bytes(&a.line_size).map_err(anyhow::Error::msg)?)
                 .context("--line-size too large")?;
             let r = open(&a.input)?;
+            let format = r.format();
+            let detected = a.input.format.is_none();
             let mut bar = Progress::new("reading", None);
             let mut n = 0u64;
             let counted = r.inspect(|_| {
@@ -91,10 +99,27 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
             let st = tiercache_trace::stats::trace_stats(counted, line)?;
             bar.finish();
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&st)?);
+                let mut v = serde_json::to_value(&st)?;
+                if let serde_json::Value::Object(m) = &mut v {
+                    let mut o = serde_json::Map::new();
+                    o.insert("trace".into(), a.input.trace.display().to_string().into());
+                    o.insert("format".into(), format.to_string().into());
+                    o.append(m);
+                    v = serde_json::Value::Object(o);
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let total = st.requests.max(1) as f64;
                 println!("trace {}", a.input.trace.display());
+                println!(
+                    "  format            {:>14}   ({})",
+                    format.to_string(),
+                    if detected {
+                        "detected; --format to override"
+                    } else {
+                        "given"
+                    }
+                );
                 println!("  requests          {:>14}", st.requests);
                 println!(
                     "  reads / writes    {:>14}   {:.1} % / {:.1} % (trims {}, flushes {})",

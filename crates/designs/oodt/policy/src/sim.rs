@@ -70,9 +70,9 @@ impl TierSimConfig {
 /// What stops a run.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    #[error("{0}")]
+    #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("{0}")]
+    #[error(transparent)]
     Tier(#[from] TierError),
     #[error("device profile: {0}")]
     Profile(String),

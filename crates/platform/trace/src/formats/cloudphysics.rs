@@ -53,7 +53,7 @@ impl Source for CloudPhysicsSource {
                     return Some(Err(TraceError::Read {
                         path: self.path.clone(),
                         at: Location::Record(self.index + 1),
-                        source: e,
+                        cause: e,
                     }));
                 }
             }

@@ -209,7 +209,7 @@ impl<P: LineParser> Source for LineSource<P> {
                     return Some(Err(TraceError::Read {
                         path: self.path.clone(),
                         at: Location::Line(self.line + 1),
-                        source: e,
+                        cause: e,
                     }));
                 }
             };
@@ -415,7 +415,9 @@ pub(crate) fn clip(s: &str) -> Cow<'_, str> {
 
 /// Guesses the format of a trace file from its name (after stripping a
 /// compression extension) and by sniffing the start of its decompressed
-/// content. Content wins over the name when they disagree.
+/// content. Content wins over the name when they disagree, and a file whose
+/// content matches no format is refused (an error listing the formats)
+/// rather than guessed.
 pub fn detect(path: &Path) -> Result<Format> {
     let (mut reader, _codec) = compress::open_decompressed(path)?;
     let mut head = Vec::with_capacity(64 * 1024);
@@ -424,14 +426,15 @@ pub fn detect(path: &Path) -> Result<Format> {
         .read_to_end(&mut head)
         .map_err(|e| TraceError::io(path, e))?;
     let by_name = by_extension(path);
-    match sniff(&head, by_name) {
+    let whole = head.len() < 64 * 1024;
+    match sniff(&head, by_name, whole) {
         Some(f) => Ok(f),
         None => Err(TraceError::Detect {
             path: path.to_path_buf(),
             reason: if head.is_empty() {
                 "the file is empty".into()
             } else {
-                "neither the file name nor its first lines match a known format".into()
+                "its first bytes match no format with confidence".into()
             },
             allowed: Format::allowed_names(),
         }),
@@ -466,27 +469,29 @@ fn by_extension(path: &Path) -> Option<Format> {
     }
 }
 
-/// Format recognised from the first bytes of the decompressed content.
-fn sniff(head: &[u8], by_name: Option<Format>) -> Option<Format> {
+/// Format recognised from the first bytes of the decompressed content, only
+/// when it can be recognised with confidence: otherwise `None`, and the
+/// caller asks for `--format`. `whole` says whether `head` is the whole file.
+fn sniff(head: &[u8], by_name: Option<Format>, whole: bool) -> Option<Format> {
     if head.starts_with(crate::native::MAGIC) {
         return Some(Format::Native);
     }
     if head.is_empty() {
         return by_name;
     }
-    let text_like = head
-        .iter()
-        .take(4096)
-        .all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (0x20..0x7f).contains(&b));
-    if !text_like {
+    if !looks_text(head) {
         if vscsi::sniff_version(head).is_some() {
             return Some(Format::Vscsi);
         }
         if by_name == Some(Format::Vscsi) {
             return by_name;
         }
-        // Opaque binary: the only binary format without a header.
-        return Some(Format::Cloudphysics);
+        // The only binary format without a header: accept it only when the
+        // bytes look like an array of u32 block ids.
+        if looks_u32_ids(head, whole) {
+            return Some(Format::Cloudphysics);
+        }
+        return None;
     }
     let text = String::from_utf8_lossy(head);
     // Look at the first few non-empty lines (the last may be cut short).
@@ -509,7 +514,7 @@ fn sniff(head: &[u8], by_name: Option<Format>) -> Option<Format> {
     if votes(looks_tencent) {
         return Some(Format::Tencent);
     }
-    if lines.iter().any(|l| looks_blkparse(l)) {
+    if votes(looks_blkparse) {
         return Some(Format::Blkparse);
     }
     if votes(looks_fiu) {
@@ -524,7 +529,36 @@ fn sniff(head: &[u8], by_name: Option<Format>) -> Option<Format> {
     if votes(looks_blockid) {
         return Some(Format::Blockid);
     }
-    by_name
+    // Text that matches no text format: the name alone is not enough
+    // (a `.lis` file of prose is not an ARC trace), except for the binary
+    // formats, which cannot be text.
+    None
+}
+
+/// Text: valid UTF-8 (a character cut at the end of `head` allowed) without
+/// control characters other than tab, CR and LF.
+fn looks_text(head: &[u8]) -> bool {
+    let valid = match std::str::from_utf8(head) {
+        Ok(_) => head.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => return false,
+    };
+    head[..valid]
+        .iter()
+        .all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+/// An array of u32 block ids (CloudPhysics): at least 16 ids, a whole number
+/// of them when `head` is the whole file, and the high byte (in either byte
+/// order) zero in at least 90 % of them, as ids below 2^24 make it.
+fn looks_u32_ids(head: &[u8], whole: bool) -> bool {
+    if head.len() < 64 || (whole && head.len() & 3 != 0) {
+        return false;
+    }
+    let words = head.len() / 4;
+    let zero_in =
+        |lane: usize| head.chunks_exact(4).filter(|w| w[lane] == 0).count() * 10 >= words * 9;
+    zero_in(0) || zero_in(3)
 }
 
 fn all_digits(s: &str) -> bool {

@@ -97,7 +97,7 @@ impl Source for VscsiSource {
                     return Some(Err(TraceError::Read {
                         path: self.path.clone(),
                         at: Location::Record(self.index + 1),
-                        source: e,
+                        cause: e,
                     }));
                 }
             }

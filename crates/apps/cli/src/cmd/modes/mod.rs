@@ -11,6 +11,26 @@ pub mod tier;
 
 /// Dispatch a non-cache mode.
 pub fn run(a: &SimArgs) -> Result<()> {
+    if a.out.is_some() {
+        bail!(
+            "--out writes the sweep files of --mode cache only; use --json with --mode {}",
+            a.mode
+        );
+    }
+    if a.no_timing {
+        bail!(
+            "--no-timing applies to --mode cache only (--mode {} always runs its model)",
+            a.mode
+        );
+    }
+    if matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v")
+        && (a.replay.is_some() || a.queue_depth.is_some())
+    {
+        bail!(
+            "--replay and --queue-depth do not apply to --mode {} (the flash model counts operations, it has no timing)",
+            a.mode
+        );
+    }
     match a.mode.as_str() {
         "ssd" | "ssc" | "ssc-v" => flash::run(a),
         "tier" => tier::run(a),

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::path::Path;
 use tiercache_levels::sim::{Replay, SimConfig};
 use tiercache_levels::{Arch, LevelsProfile, LevelsReport, Policy};
-use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
+use tiercache_sim::units::{format_bytes, parse_bytes, parse_size, SizeSpec};
 use tiercache_trace::{Format, ReadOptions};
 
 /// Trace access shared by `sim` and `reproduce tica`.
@@ -86,12 +86,13 @@ pub fn run(a: &SimArgs) -> Result<()> {
     let ssd = parse_size(cache).map_err(anyhow::Error::msg)?;
     let dram = parse_size(a.dram_size.as_deref().unwrap_or("1%")).map_err(anyhow::Error::msg)?;
     let (footprint, timed) = input.footprint(page)?;
-    let replay = match a.replay.as_deref() {
-        Some("open") => Replay::Open,
-        Some("closed") => Replay::Closed,
-        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
-        None if timed => Replay::Open,
-        None => Replay::Closed,
+    let replay = match crate::cmd::sim::replay_choice(a, || Ok(timed))? {
+        None => Replay::Open,
+        Some(1) => Replay::Closed,
+        Some(q) => bail!(
+            "--queue-depth {q}: --mode {} replays closed loop at queue depth 1 only",
+            a.mode
+        ),
     };
     let mut cfg = SimConfig::new(
         arch,
@@ -123,21 +124,30 @@ pub fn load_profile(p: &Path) -> Result<LevelsProfile> {
 
 fn print_report(trace: &Path, r: &LevelsReport) {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let pct = |v: f64| format!("{:.2} %", v * 100.0);
     println!("trace {}", trace.display());
     println!(
-        "{}: DRAM {} B, SSDs {} B each, pages of {} B, {} requests",
-        r.mode, r.dram_bytes, r.ssd_bytes, r.page_bytes, r.requests
+        "{}: DRAM {}, SSDs {} each, pages of {}, {} requests",
+        r.mode,
+        format_bytes(r.dram_bytes),
+        format_bytes(r.ssd_bytes),
+        format_bytes(u64::from(r.page_bytes)),
+        r.requests
     );
     println!(
-        "read hit ratio {:.4} (DRAM {:.4}, RO-SSD {:.4}, WO-SSD {:.4}); WED share {:.3}",
-        r.hit_ratio, r.dram_hit_ratio, r.ro_ssd_hit_ratio, r.wo_ssd_hit_ratio, r.wed_share
+        "read hit ratio {} (DRAM {}, RO-SSD {}, WO-SSD {}); WED share {}",
+        pct(r.hit_ratio),
+        pct(r.dram_hit_ratio),
+        pct(r.ro_ssd_hit_ratio),
+        pct(r.wo_ssd_hit_ratio),
+        pct(r.wed_share)
     );
     println!(
         "SSD page writes {} (RO-SSD {}, WO-SSD {}); HDD reads {} writes {}",
         r.ssd_writes, r.ro_ssd_writes, r.wo_ssd_writes, r.hdd_reads, r.hdd_writes
     );
     println!(
-        "response mean {:.1} us, p99 {:.1} us; elapsed {:.3} s",
+        "response mean {:.1} µs, p99 {:.1} µs; elapsed {:.3} s",
         r.mean_response_us, r.p99_response_us, r.elapsed_s
     );
     println!(

@@ -53,16 +53,9 @@ pub fn run(a: &SimArgs) -> Result<()> {
     };
     let open = || tiercache_trace::open(&a.trace, format, &ropts);
     let stats = tiercache_trace::trace_stats(open()?, tier_block)?;
-    let replay = match a.replay.as_deref() {
-        Some("open") => Replay::Open,
-        Some("closed") => Replay::Closed {
-            queue_depth: a.queue_depth,
-        },
-        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
-        None if stats.duration_ns > 0 => Replay::Open,
-        None => Replay::Closed {
-            queue_depth: a.queue_depth,
-        },
+    let replay = match crate::cmd::sim::replay_choice(a, || Ok(stats.duration_ns > 0))? {
+        None => Replay::Open,
+        Some(queue_depth) => Replay::Closed { queue_depth },
     };
     let base = |policy: PolicyKind, fast_tier_bytes: u64| TierSimConfig {
         policy,

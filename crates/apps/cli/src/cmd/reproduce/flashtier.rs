@@ -2,8 +2,8 @@
 //! difference, write amplification, miss rate of SSD, SSC and SSC-V under
 //! write-through caching) and Table VI (device and host memory under
 //! write-back caching) on the shared DiskSim traces and a synthetic zipfian
-//! overwrite workload. Prints the tables and writes PREFIX-vii.csv and
-//! PREFIX-vi.csv.
+//! overwrite workload. Prints the tables and, with `--out PREFIX`, writes
+//! PREFIX-vii.csv and PREFIX-vi.csv.
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -19,9 +19,9 @@ pub struct Args {
     /// Folder of the shared traces.
     #[arg(long, default_value = "../shared/traces")]
     pub traces: std::path::PathBuf,
-    /// Output prefix for the CSV files.
-    #[arg(long, default_value = "flashtier")]
-    pub out: PathBuf,
+    /// Also write the tables as PREFIX-vii.csv and PREFIX-vi.csv.
+    #[arg(long, value_name = "PREFIX")]
+    pub out: Option<PathBuf>,
     /// Cache size as a share of each workload's unique blocks (FlashTier: 0.25).
     #[arg(long, default_value_t = 0.25)]
     pub cache_share: f64,
@@ -46,16 +46,17 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::bail!("--cache-share {} (allowed: above 0 up to 1)", a.cache_share);
     }
     let mut workloads = Vec::new();
-    for (name, file) in [
+    let traces = [
         ("iozone", "disksim/ssd-iozone-aligned2-100K.trace"),
         ("postmark", "disksim/ssd-postmark-aligned2.trace"),
-    ] {
-        let p = a.traces.join(file);
-        if p.exists() {
-            workloads.push(trace_workload(name, p)?);
-        } else {
-            eprintln!("skipping {name}: {} is absent", p.display());
-        }
+    ];
+    let rels: Vec<&str> = traces.iter().map(|(_, f)| *f).collect();
+    for (file, p) in super::find_traces(&a.traces, &rels)? {
+        let name = traces
+            .iter()
+            .find(|(_, f)| *f == file)
+            .map_or(file, |t| t.0);
+        workloads.push(trace_workload(name, p)?);
     }
     if a.zipf_requests > 0 {
         workloads.push(Workload::zipf(ZipfParams {
@@ -99,10 +100,12 @@ pub fn run(a: Args) -> Result<()> {
     println!("{}", format_vii(&vii));
     println!("Table VI: write-back caching (20 % dirty threshold), persistence on, hybrid layer");
     println!("{}", format_vi(&vi));
-    let pvii = PathBuf::from(format!("{}-vii.csv", a.out.display()));
-    let pvi = PathBuf::from(format!("{}-vi.csv", a.out.display()));
-    std::fs::write(&pvii, csv(&vii)).with_context(|| format!("writing {}", pvii.display()))?;
-    std::fs::write(&pvi, csv(&vi)).with_context(|| format!("writing {}", pvi.display()))?;
-    eprintln!("wrote {} and {}", pvii.display(), pvi.display());
+    if let Some(out) = &a.out {
+        let pvii = PathBuf::from(format!("{}-vii.csv", out.display()));
+        let pvi = PathBuf::from(format!("{}-vi.csv", out.display()));
+        std::fs::write(&pvii, csv(&vii)).with_context(|| format!("writing {}", pvii.display()))?;
+        std::fs::write(&pvi, csv(&vi)).with_context(|| format!("writing {}", pvi.display()))?;
+        eprintln!("wrote {} and {}", pvii.display(), pvi.display());
+    }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `tiercache reproduce PAPER`: one file per paper.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Subcommand;
+use std::path::{Path, PathBuf};
 
 pub mod flashtier;
 pub mod tica;
@@ -12,6 +13,34 @@ pub enum ReproduceCmd {
     Flashtier(flashtier::Args),
     /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
     Tica(tica::Args),
+}
+
+/// The traces of `rels` present under `dir`. An error, not an empty
+/// result, when the folder is missing or holds none of them: a reproduction
+/// run from the wrong directory must not print empty tables and succeed.
+pub fn find_traces<'a>(dir: &Path, rels: &[&'a str]) -> Result<Vec<(&'a str, PathBuf)>> {
+    let hint =
+        "run from the repository root (the traces live in ../shared/traces) or pass --traces DIR";
+    if !dir.is_dir() {
+        bail!("traces folder {} not found; {hint}", dir.display());
+    }
+    let mut found = Vec::new();
+    for rel in rels {
+        let p = dir.join(rel);
+        if p.exists() {
+            found.push((*rel, p));
+        } else {
+            tracing::warn!("skipping {}: not found", p.display());
+        }
+    }
+    if found.is_empty() {
+        bail!(
+            "none of the expected traces ({}) is under {}; {hint}",
+            rels.join(", "),
+            dir.display()
+        );
+    }
+    Ok(found)
 }
 
 pub fn run(c: ReproduceCmd) -> Result<()> {

@@ -64,13 +64,14 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) => Some(load_profile(p)?),
         None => None,
     };
+    let rels: Vec<&str> = WORKLOADS.iter().map(|(r, _)| *r).collect();
+    let found = super::find_traces(&a.traces, &rels)?;
     let mut all: Vec<(String, Vec<LevelsReport>)> = Vec::new();
     for (rel, format) in WORKLOADS {
-        let path = a.traces.join(rel);
-        if !path.exists() {
-            eprintln!("skipping {}: not found", path.display());
+        let Some((_, path)) = found.iter().find(|(r, _)| *r == rel) else {
             continue;
-        }
+        };
+        let path = path.clone();
         let input = TraceInput {
             path: path.clone(),
             format: Some(format),
@@ -91,7 +92,7 @@ pub fn run(a: Args) -> Result<()> {
             if let Some(p) = &profile {
                 cfg.profile = p.clone();
             }
-            eprintln!("{}: {}", rel, arch.name());
+            tracing::info!("{}: {}", rel, arch.name());
             rows.push(input.run(&cfg)?);
         }
         all.push((rel.to_string(), rows));
@@ -122,7 +123,7 @@ pub fn run(a: Args) -> Result<()> {
         ("Unreliability, 1 year (normalized to uCache)", |r| {
             r.unreliability
         }),
-        ("Absolute: mean response time, us", |r| r.mean_response_us),
+        ("Absolute: mean response time, µs", |r| r.mean_response_us),
     ];
     for (i, (title, f)) in metrics.iter().enumerate() {
         println!("\n{title}");
