@@ -195,13 +195,27 @@ impl super::LiveDesign for SsdCache {
     fn print_stats(&self, v: &serde_json::Value) {
         let l = &v["live"];
         println!("status            {}", v["status"].as_str().unwrap_or("?"));
-        println!("policy            {}", v["policy"]);
+        let p = &v["policy"];
+        let slots = v["slots"].as_u64().unwrap_or(0).max(1);
+        let dirty = v["dirty_lines"].as_u64().unwrap_or(0);
         println!(
-            "occupancy         {:.1} % ({} of {} lines), dirty {}",
+            "policy            {} lines of {}, {}, {}, {}, admission {}, dirty target {:.0} % ({} lines)",
+            v["slots"],
+            format_bytes(p["line_size"].as_u64().unwrap_or(0)),
+            p["assoc"].as_str().unwrap_or("?"),
+            p["eviction"].as_str().unwrap_or("?"),
+            p["write_policy"].as_str().unwrap_or("?"),
+            p["admission"].as_str().unwrap_or("?"),
+            p["dirty_target"].as_f64().unwrap_or(0.0) * 100.0,
+            v["dirty_target_lines"]
+        );
+        println!(
+            "occupancy         {:.1} % ({} of {} lines), dirty {:.1} % ({} lines)",
             v["occupancy"].as_f64().unwrap_or(0.0) * 100.0,
             v["occupied_lines"],
             v["slots"],
-            v["dirty_lines"]
+            dirty as f64 * 100.0 / slots as f64,
+            dirty
         );
         println!(
             "hit ratio         {:.2} % (hits {}, misses {})",
@@ -238,10 +252,17 @@ impl super::LiveDesign for SsdCache {
             "errors            cache {}, backing {}",
             l["cache_errors"], l["backing_errors"]
         );
-        println!(
-        "recovery          {:.1} ms, {} lines made dirty (unclean shutdown of a write-back cache)",
-        l["recovery_ms"].as_f64().unwrap_or(0.0),
-        l["recovery_dirtied_lines"].as_u64().unwrap_or(0)
-    );
+        let dirtied = l["recovery_dirtied_lines"].as_u64().unwrap_or(0);
+        if dirtied > 0 {
+            println!(
+                "recovery          {:.1} ms after an unclean shutdown: {dirtied} lines made dirty (written back by the cleaner)",
+                l["recovery_ms"].as_f64().unwrap_or(0.0)
+            );
+        } else {
+            println!(
+                "recovery          {:.1} ms",
+                l["recovery_ms"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
 }
