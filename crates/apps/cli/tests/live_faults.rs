@@ -419,11 +419,13 @@ fn backing_write_errors_during_writeback_keep_dirty_data() {
     let f = Fixture::new(&["--write-policy", "write-back"]);
     let mut c = f.client();
     let mut ledger = Ledger::new(BLOCKS);
-    write_blocks(&mut c, &mut ledger, 0..64);
-    c.flush().unwrap().unwrap();
+    // The rule comes first: the idle cleaner would otherwise write the lines
+    // back before the test looks (it runs after 10 ms without a request).
     f.backing_fault
         .add_rule(FaultRule::always(OpKinds::WRITE))
         .unwrap();
+    write_blocks(&mut c, &mut ledger, 0..64);
+    c.flush().unwrap().unwrap();
     // Cleaning fails in the background; nothing may be lost.
     let flushed = f.flush_all();
     assert!(
