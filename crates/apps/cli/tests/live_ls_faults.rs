@@ -91,7 +91,7 @@ impl Fixture {
         .expect("open cache");
         self.cache = Some(Arc::clone(&cache));
         let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-            design: Arc::new(tiercache_log_structured::LogStructured(cache)),
+            design: Arc::new(tiercache_log_structured::LogStructured::new(cache)),
             read_only: false,
         });
         let sock = self.sock.clone();

@@ -111,7 +111,7 @@ fn fail_under_fio(role: Role, removal: bool) {
         .build()
         .expect("runtime");
     let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-        design: Arc::new(tiercache_three_level::Tica(Arc::clone(&cache))),
+        design: Arc::new(tiercache_three_level::Tica::new(Arc::clone(&cache))),
         read_only: false,
     });
     let server = tiercache_nbd::Server::new([("tiercache".to_string(), export)]).unwrap();

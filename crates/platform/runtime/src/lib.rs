@@ -6,7 +6,8 @@
 //! once for all designs:
 //! - [`listen`]: `unix:PATH`, `tcp:HOST:PORT` or an inherited `fd:N`,
 //!   parsed and bound before any device is opened;
-//! - [`export`]: the NBD export adapter;
+//! - [`export`]: the NBD export adapter; [`blocking_design`]: the
+//!   [`Design`] of any synchronous store, run on the blocking pool;
 //! - [`control`]: the control socket (mode 0600, bounded requests, the same
 //!   commands and JSON for every design);
 //! - [`lifecycle`]: signals, drain and shutdown in an order that never loses
@@ -18,6 +19,7 @@
 //! - [`panic`]: the panic policy: abort, in every build (recovery restores
 //!   the acknowledged state, as after a kill -9).
 
+pub mod blocking_design;
 pub mod claim;
 pub mod control;
 pub mod design;
@@ -28,6 +30,7 @@ pub mod listen;
 pub mod panic;
 
 pub use async_trait::async_trait;
+pub use blocking_design::{OnBlockingPool, SyncStore};
 pub use claim::{Access, Claim, ClaimError, Claims};
 pub use design::{Design, WriteBack};
 pub use error::{blocking, Error, ErrorKind, Result};

@@ -1,27 +1,22 @@
-//! The three-level (TICA) cache as a [`Design`] of the live runtime.
+//! The three-level (TICA) cache as a design of the live runtime: a
+//! [`SyncStore`] served on the blocking pool (the cache does synchronous
+//! device I/O under its lock).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde_json::Value;
-use tiercache_runtime::{async_trait, blocking, Design, Error, Result, WriteBack};
+use tiercache_runtime::{Error, OnBlockingPool, Result, SyncStore};
 
 use crate::cache::{CacheError, ThreeLevel};
 
-/// A [`ThreeLevel`] cache served by the live runtime. Requests run on
-/// tokio's blocking pool (the cache does synchronous device I/O under its lock).
-pub struct Tica(pub Arc<ThreeLevel>);
+/// A [`ThreeLevel`] cache as the runtime serves it (`Tica::new(cache)`).
+pub type Tica = OnBlockingPool<ThreeLevel>;
 
 fn conv(e: CacheError) -> Error {
     Error::io(e.0)
 }
 
-fn dirty(c: &ThreeLevel) -> u64 {
-    c.stats_json()["dirty_pages"].as_u64().unwrap_or(0)
-}
-
-#[async_trait]
-impl Design for Tica {
+impl SyncStore for ThreeLevel {
     fn name(&self) -> &'static str {
         "tica"
     }
@@ -29,68 +24,36 @@ impl Design for Tica {
         "tiercache: TICA three-level cache (DRAM, RO-SSD, WO-SSD)".into()
     }
     fn size(&self) -> u64 {
-        self.0.size()
+        ThreeLevel::size(self)
     }
     fn backing_path(&self) -> PathBuf {
-        self.0.backing_path().to_path_buf()
+        ThreeLevel::backing_path(self).to_path_buf()
     }
-    fn can_prefetch(&self) -> bool {
-        false
+    fn unit(&self) -> &'static str {
+        "pages"
     }
-    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let (c, n) = (Arc::clone(&self.0), buf.len());
-        let data = blocking(move || c.read(offset, n).map_err(conv)).await?;
-        buf.copy_from_slice(&data);
-        Ok(())
+    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        ThreeLevel::read(self, offset, len).map_err(conv)
     }
-    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
-        let c = Arc::clone(&self.0);
-        blocking(move || c.write(offset, &data, fua).map_err(conv)).await
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        ThreeLevel::write(self, offset, data, fua).map_err(conv)
     }
-    async fn flush(&self) -> Result<()> {
-        let c = Arc::clone(&self.0);
-        blocking(move || c.flush().map_err(conv)).await
+    fn flush(&self) -> Result<()> {
+        ThreeLevel::flush(self).map_err(conv)
     }
-    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
-        let c = Arc::clone(&self.0);
-        blocking(move || c.trim(offset, len).map_err(conv)).await
+    fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        ThreeLevel::trim(self, offset, len).map_err(conv)
     }
-    async fn stats(&self) -> Value {
-        let c = Arc::clone(&self.0);
-        blocking(move || Ok(c.stats_json()))
-            .await
-            .unwrap_or_default()
+    fn stats(&self) -> Value {
+        self.stats_json()
     }
-    async fn write_back(&self) -> Result<WriteBack> {
-        let c = Arc::clone(&self.0);
-        blocking(move || {
-            let n = c.write_back_all().map_err(conv)?;
-            Ok(WriteBack {
-                written_back: n,
-                dirty_left: dirty(&c),
-                unit: "pages",
-            })
-        })
-        .await
+    fn dirty(&self) -> u64 {
+        self.stats_json()["dirty_pages"].as_u64().unwrap_or(0)
     }
-    async fn detach(&self) -> Result<WriteBack> {
-        let c = Arc::clone(&self.0);
-        blocking(move || {
-            let n = c.write_back_all().map_err(conv)?;
-            let left = dirty(&c);
-            if left == 0 {
-                c.shutdown(true).map_err(conv)?;
-            }
-            Ok(WriteBack {
-                written_back: n,
-                dirty_left: left,
-                unit: "pages",
-            })
-        })
-        .await
+    fn write_back_all(&self) -> Result<u64> {
+        ThreeLevel::write_back_all(self).map_err(conv)
     }
-    async fn shutdown(&self) -> Result<()> {
-        let c = Arc::clone(&self.0);
-        blocking(move || c.shutdown(false).map_err(conv)).await
+    fn close(&self, detach: bool) -> Result<()> {
+        self.shutdown(detach).map_err(conv)
     }
 }

@@ -210,7 +210,7 @@ impl super::LiveDesign for LogStructured {
             r.dropped_clean,
             r.clean_shutdown
         );
-        Ok(Arc::new(ls::LogStructured(cache)))
+        Ok(Arc::new(ls::LogStructured::new(cache)))
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
         check(path, json)

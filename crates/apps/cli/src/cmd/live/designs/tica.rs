@@ -177,7 +177,7 @@ impl super::LiveDesign for Tica {
             r["recovery"]["duration_ms"].as_f64().unwrap_or(0.0),
             r["recovery"]
         );
-        Ok(Arc::new(three::Tica(cache)))
+        Ok(Arc::new(three::Tica::new(cache)))
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
         // Each SSD of the pair keeps its own `tiercache-store` metadata.
