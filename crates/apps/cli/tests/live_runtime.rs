@@ -648,3 +648,33 @@ fn a_panic_aborts_and_recovery_keeps_every_flushed_write() {
         }
     }
 }
+
+#[test]
+fn check_json_is_structured_for_every_design() {
+    for d in ALL {
+        let st = Setup::new(d);
+        let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
+        assert!(ok, "{d:?}: {out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{d:?}: {e}: {out}"));
+        let want = match d {
+            Design::Cache | Design::Tica => "cache",
+            Design::LogStructured => "log-structured",
+            Design::Tier => "tier",
+        };
+        assert_eq!(v["ok"], true, "{d:?}: {v}");
+        assert_eq!(v["design"], want, "{d:?}: {v}");
+        assert!(v["findings"].is_array(), "{d:?}: {v}");
+        assert_eq!(v["device"], s(&st.primary), "{d:?}: {v}");
+    }
+    // A damaged checkpoint is a finding with a severity, and the exit is non-zero.
+    let st = Setup::new(Design::Cache);
+    let mut img = std::fs::read(&st.primary).unwrap();
+    let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
+    assert!(ok, "{out}");
+    for b in &mut img[0..8192] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&st.primary, &img).unwrap();
+    let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
+    assert!(!ok, "a cache with both superblock copies destroyed passed check: {out}");
+}

@@ -146,18 +146,19 @@ fn print_stats(v: &serde_json::Value) {
 /// `tiercache check` on a stopped log-structured cache.
 fn check(cache: &Path, json: bool) -> Result<()> {
     let r = ls::check(cache)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"ok": r.is_ok(), "report": r.to_string(), "mapped_blocks": r.mapped_blocks, "dirty_blocks": r.dirty_blocks})
-        );
-    } else {
-        println!("{r}");
+    super::CheckOutput {
+        design: "log-structured",
+        device: cache,
+        counts: serde_json::json!({
+            "mapped_blocks": r.mapped_blocks,
+            "dirty_blocks": r.dirty_blocks,
+            "clean_shutdown": r.clean_shutdown,
+        }),
+        problems: &r.problems,
+        warnings: &[],
+        text: r.to_string(),
     }
-    if !r.is_ok() {
-        bail!("{} has metadata problems", cache.display());
-    }
-    Ok(())
+    .print(json)
 }
 
 /// The log-structured cache (FlashTier's design on a commodity SSD).

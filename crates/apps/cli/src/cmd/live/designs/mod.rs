@@ -54,3 +54,59 @@ pub fn detect(path: &Path) -> &'static dyn LiveDesign {
 pub fn by_name(name: &str) -> Option<&'static dyn LiveDesign> {
     DESIGNS.iter().copied().find(|d| d.name() == name)
 }
+
+/// What `check` found, printed the same way for every design: the report
+/// for a person, or (`--json`) `{"ok", "design", "device", counts...,
+/// "findings": [{"severity", "message"}], "report"}`.
+pub struct CheckOutput<'a> {
+    pub design: &'static str,
+    pub device: &'a Path,
+    /// Counts of the design (mapped and dirty units, ...).
+    pub counts: serde_json::Value,
+    pub problems: &'a [String],
+    pub warnings: &'a [String],
+    /// The human report.
+    pub text: String,
+}
+
+impl CheckOutput<'_> {
+    /// Print it; an error (non-zero exit) when there are problems.
+    pub fn print(self, json: bool) -> Result<()> {
+        let ok = self.problems.is_empty();
+        if json {
+            let findings: Vec<serde_json::Value> = self
+                .problems
+                .iter()
+                .map(|m| serde_json::json!({"severity": "problem", "message": m}))
+                .chain(
+                    self.warnings
+                        .iter()
+                        .map(|m| serde_json::json!({"severity": "warning", "message": m})),
+                )
+                .collect();
+            let mut v = serde_json::json!({
+                "ok": ok,
+                "design": self.design,
+                "device": self.device.display().to_string(),
+                "findings": findings,
+                "report": self.text,
+            });
+            if let (Some(o), Some(c)) = (v.as_object_mut(), self.counts.as_object()) {
+                for (k, x) in c {
+                    o.insert(k.clone(), x.clone());
+                }
+            }
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!("{}", self.text);
+        }
+        if !ok {
+            anyhow::bail!(
+                "{} has metadata problems: {}",
+                self.device.display(),
+                self.problems.join("; ")
+            );
+        }
+        Ok(())
+    }
+}

@@ -115,18 +115,19 @@ pub fn recorded_backing(cache: &Path) -> Result<PathBuf> {
 pub fn check_store(path: &Path, json: bool) -> Result<()> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let r = tiercache_store::check(&f)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"ok": r.is_ok(), "report": r.to_string()})
-        );
-    } else {
-        println!("{r}");
+    super::CheckOutput {
+        design: "cache",
+        device: path,
+        counts: serde_json::json!({
+            "mapped_slots": r.mapped_slots,
+            "dirty_slots": r.dirty_slots,
+            "dirty_sub_blocks": r.dirty_sub_blocks,
+        }),
+        problems: &r.problems,
+        warnings: &r.warnings,
+        text: r.to_string(),
     }
-    if !r.is_ok() {
-        bail!("{} has metadata problems", path.display());
-    }
-    Ok(())
+    .print(json)
 }
 
 impl super::LiveDesign for SsdCache {

@@ -107,18 +107,19 @@ fn print_stats(v: &serde_json::Value) {
 /// `tiercache check FAST` on a tiered volume that is not being served.
 fn check(fast: &std::path::Path, json: bool) -> Result<()> {
     let r = tiercache_tiered_volume::check_volume(fast)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"ok": r.problems.is_empty(), "report": r.to_string()})
-        );
-    } else {
-        println!("{r}");
+    super::CheckOutput {
+        design: "tier",
+        device: fast,
+        counts: serde_json::json!({
+            "blocks": r.blocks,
+            "fast_slots": r.fast_slots,
+            "fast_used": r.fast_used,
+        }),
+        problems: &r.problems,
+        warnings: &[],
+        text: r.to_string(),
     }
-    if !r.problems.is_empty() {
-        bail!("{} has metadata problems", fast.display());
-    }
-    Ok(())
+    .print(json)
 }
 
 /// The OODT tiered volume.
