@@ -17,7 +17,6 @@
 mod common;
 
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
-use common::tiercache;
 
 fn ls_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
     let design = CrashDesign {

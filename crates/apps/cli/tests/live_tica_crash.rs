@@ -20,7 +20,7 @@ use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 fn tica_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
     let design = CrashDesign {
         format: Box::new(|d| {
-            let args = "format --mode tica --ro-ssd ro.img --wo-ssd wo.img --backing backing.img \\
+            let args = "format --mode tica --ro-ssd ro.img --wo-ssd wo.img --backing backing.img \
                         --size 6MiB --dram-size 256KiB --tica-policy";
             tiercache_in(d, &format!("{args} {policy}"))
         }),

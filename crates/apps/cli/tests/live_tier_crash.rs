@@ -28,7 +28,7 @@ fn tier_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
     let design = CrashDesign {
         backing: "slow.img",
         format: Box::new(|d| {
-            let args = "format --mode tier --tiers fast.img,slow.img --size 1MiB \\
+            let args = "format --mode tier --tiers fast.img,slow.img --size 1MiB \
                         --block-size 16KiB --plan-every 40 --tier-policy";
             tiercache_in(d, &format!("{args} {policy}"))
         }),

@@ -27,10 +27,10 @@ impl InProcess {
     /// A temporary directory and a runtime; nothing served yet.
     pub fn new() -> InProcess {
         // TIERCACHE_LOG=tiercache::ops=trace shows every op, to diagnose a failure.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_env("TIERCACHE_LOG"))
-            .with_writer(std::io::stderr)
-            .try_init();
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("TIERCACHE_LOG") {
+            let log = tracing_subscriber::fmt().with_env_filter(filter);
+            let _ = log.with_writer(std::io::stderr).try_init();
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
