@@ -12,91 +12,59 @@
 
 mod common;
 
+use common::inproc::{write_blocks, InProcess};
 use common::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_nbd::{Server, ServerHandle};
+use tiercache_io::{FaultRule, FaultyDev, OpKinds};
+use tiercache_server::design::SsdCache;
 use tiercache_server::live::LiveCache;
 
 /// 4 MiB of data; the cache (6 MiB file, most of it metadata) holds 256 lines of 4 KiB.
 const BLOCKS: u64 = 1024;
 
 struct Fixture {
-    rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
+    served: InProcess,
     backing: PathBuf,
-    sock: PathBuf,
     cache_fault: Arc<FaultyDev>,
     backing_fault: Arc<FaultyDev>,
     live: Arc<LiveCache>,
-    handle: Option<ServerHandle>,
 }
 
 impl Fixture {
     /// Format a cache with `policy` (CLI spelling) and serve it in process behind faulty devices.
     fn new(policy: &[&str]) -> Fixture {
-        // TIERCACHE_LOG=tiercache::ops=trace shows every op, to diagnose a failure.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_env("TIERCACHE_LOG"))
-            .with_writer(std::io::stderr)
-            .try_init();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let backing = dir.path().join("backing.img");
-        let cache = dir.path().join("cache.img");
-        let sock = dir.path().join("nbd.sock");
+        let mut served = InProcess::new();
+        let (backing, cache) = (served.path("backing.img"), served.path("cache.img"));
         init_backing(&backing, BLOCKS);
         format_cache(&cache, &backing, "6MiB", policy);
-        let open = |p: &PathBuf| -> Arc<dyn BlockDev> {
-            Arc::new(FileDev::open(p, FileDevOptions::default()).expect("open device"))
-        };
-        let cache_fault = Arc::new(FaultyDev::new(open(&cache), 7));
-        let backing_fault = Arc::new(FaultyDev::new(open(&backing), 11));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let opened = tiercache_server::open_with_devices(
-            &cache,
-            cache_fault.clone(),
-            backing_fault.clone(),
-            &backing,
-        )
-        .expect("open cache");
-        let live = opened.cache;
-        live.set_op_tracking(true);
-        let handle = rt.block_on(async {
+        let cache_fault = served.faulty("cache.img", 7);
+        let backing_fault = served.faulty("backing.img", 11);
+        let (c, b) = (cache_fault.clone(), backing_fault.clone());
+        let design = served.serve(|| {
+            let live = tiercache_server::open_with_devices(&cache, c, b, &backing)
+                .expect("open cache")
+                .cache;
+            live.set_op_tracking(true);
             live.start_background();
-            let export: Arc<dyn tiercache_nbd::Backend> =
-                Arc::new(tiercache_runtime::export::Export {
-                    design: Arc::new(tiercache_server::design::SsdCache {
-                        cache: Arc::clone(&live),
-                        backing: backing.clone(),
-                    }),
-                    read_only: false,
-                });
-            Server::new([("tiercache", export)])
-                .expect("server")
-                .serve_unix(&sock)
-                .await
-                .expect("listen")
+            let backing = backing.clone();
+            Arc::new(SsdCache {
+                cache: live,
+                backing,
+            })
         });
         Fixture {
-            rt,
-            _dir: dir,
+            served,
             backing,
-            sock,
             cache_fault,
             backing_fault,
-            live,
-            handle: Some(handle),
+            live: Arc::clone(&design.cache),
         }
     }
 
     fn client(&self) -> NbdClient {
-        NbdClient::connect(&self.sock).expect("connect")
+        self.served.client()
     }
 
     fn stats(&self) -> serde_json::Value {
@@ -106,34 +74,12 @@ impl Fixture {
     /// `tiercache flush`: write back every dirty line (bounded: fails the test after 60 s).
     fn flush_all(&self) -> Result<(), String> {
         let live = Arc::clone(&self.live);
-        self.rt.block_on(async move {
+        self.served.rt.block_on(async move {
             tokio::time::timeout(Duration::from_secs(60), live.flush_all())
                 .await
                 .map_err(|_| "flush_all did not finish within 60 s".to_string())?
                 .map_err(|e| e.0)
         })
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h.shutdown());
-        }
-    }
-}
-
-/// Write version `v` of each block in `blocks` (one request each), tracking them in the ledger.
-fn write_blocks(c: &mut NbdClient, ledger: &mut Ledger, blocks: impl IntoIterator<Item = u64>) {
-    for b in blocks {
-        let s = &mut ledger.blocks[b as usize];
-        let v = s.next;
-        s.next += 1;
-        s.issued.push(v);
-        c.write(b * BLOCK as u64, &make_block(b, v), false)
-            .expect("socket")
-            .unwrap_or_else(|e| panic!("write of block {b} failed with NBD error {e}"));
-        s.acked = v;
     }
 }
 
@@ -451,12 +397,12 @@ fn client_disconnects_mid_request_and_bad_handshakes_leave_the_server_serving() 
     write_blocks(&mut good, &mut ledger, 0..8);
     // 1. Garbage instead of client flags, then close.
     {
-        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let mut s = UnixStream::connect(&f.served.sock).unwrap();
         let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
     }
     // 2. A handshake that stops half way through an option.
     {
-        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let mut s = UnixStream::connect(&f.served.sock).unwrap();
         let _ = s.write_all(&3u32.to_be_bytes());
         let _ = s.write_all(&0x4948_4156_454F_5054u64.to_be_bytes());
         let _ = s.write_all(&7u32.to_be_bytes());
@@ -465,7 +411,7 @@ fn client_disconnects_mid_request_and_bad_handshakes_leave_the_server_serving() 
     }
     // 3. An option with an absurd length.
     {
-        let mut s = UnixStream::connect(&f.sock).unwrap();
+        let mut s = UnixStream::connect(&f.served.sock).unwrap();
         let _ = s.write_all(&3u32.to_be_bytes());
         let _ = s.write_all(&0x4948_4156_454F_5054u64.to_be_bytes());
         let _ = s.write_all(&7u32.to_be_bytes());

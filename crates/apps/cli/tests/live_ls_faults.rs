@@ -13,68 +13,38 @@
 
 mod common;
 
+use common::crash::tiercache_in;
+use common::inproc::{dev, read_version, write_blocks, InProcess};
 use common::*;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_log_structured::{open_with_devices, LogCache, Superblock};
-use tiercache_nbd::{Server, ServerHandle};
-use tiercache_runtime::export::Export;
+use tiercache_io::{FaultRule, FaultyDev, OpKinds};
+use tiercache_log_structured::{open_with_devices, LogCache, LogStructured, Superblock};
 
 /// 16 MiB of data in front of a 6 MiB cache.
 const BLOCKS: u64 = 4096;
 
 struct Fixture {
-    rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-    cache_path: PathBuf,
-    backing: PathBuf,
-    sock: PathBuf,
+    served: InProcess,
     cache_fault: Arc<FaultyDev>,
     backing_fault: Arc<FaultyDev>,
     cache: Option<Arc<LogCache>>,
-    handle: Option<ServerHandle>,
-}
-
-fn open(p: &PathBuf) -> Arc<dyn BlockDev> {
-    Arc::new(FileDev::open(p, FileDevOptions::default()).expect("open device"))
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let backing = dir.path().join("backing.img");
-        let cache_path = dir.path().join("cache.img");
-        init_backing(&backing, BLOCKS);
-        tiercache(&[
-            "format",
-            "--layout",
-            "log-structured",
-            "--segment-size",
-            "256KiB",
-            "--cache",
-            cache_path.to_str().unwrap(),
-            "--backing",
-            backing.to_str().unwrap(),
-            "--size",
-            "6MiB",
-        ]);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let served = InProcess::new();
+        init_backing(&served.path("backing.img"), BLOCKS);
+        let args = "format --layout log-structured --segment-size 256KiB --size 6MiB";
+        tiercache_in(
+            served.dir.path(),
+            &format!("{args} --cache cache.img --backing backing.img"),
+        );
         let mut f = Fixture {
-            rt,
-            sock: dir.path().join("nbd.sock"),
-            _dir: dir,
-            cache_fault: Arc::new(FaultyDev::new(open(&cache_path), 7)),
-            backing_fault: Arc::new(FaultyDev::new(open(&backing), 11)),
-            cache_path,
-            backing,
+            cache_fault: served.faulty("cache.img", 7),
+            backing_fault: served.faulty("backing.img", 11),
+            served,
             cache: None,
-            handle: None,
         };
         f.start();
         f
@@ -82,33 +52,18 @@ impl Fixture {
 
     /// Open the cache (recovering it) behind the faulty devices and serve it.
     fn start(&mut self) {
-        let _ = std::fs::remove_file(&self.sock);
-        let cache = open_with_devices(
-            self.cache_fault.clone(),
-            self.backing_fault.clone(),
-            &self.backing,
-        )
-        .expect("open cache");
-        self.cache = Some(Arc::clone(&cache));
-        let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-            design: Arc::new(tiercache_log_structured::LogStructured::new(cache)),
-            read_only: false,
+        let (c, b) = (self.cache_fault.clone(), self.backing_fault.clone());
+        let backing = self.served.path("backing.img");
+        let design = self.served.serve(|| {
+            let cache = open_with_devices(c, b, &backing).expect("open cache");
+            Arc::new(LogStructured::new(cache))
         });
-        let sock = self.sock.clone();
-        self.handle = Some(self.rt.block_on(async move {
-            Server::new([("tiercache", export)])
-                .expect("server")
-                .serve_unix(&sock)
-                .await
-                .expect("listen")
-        }));
+        self.cache = Some(Arc::clone(&design.0));
     }
 
     /// A crash: stop serving and drop the cache without a shutdown.
     fn crash(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h.shutdown());
-        }
+        self.served.stop();
         self.cache = None;
     }
 
@@ -117,34 +72,8 @@ impl Fixture {
     }
 
     fn client(&self) -> NbdClient {
-        NbdClient::connect(&self.sock).expect("connect")
+        self.served.client()
     }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.rt.block_on(h.shutdown());
-        }
-    }
-}
-
-fn write_blocks(c: &mut NbdClient, ledger: &mut Ledger, blocks: impl IntoIterator<Item = u64>) {
-    for b in blocks {
-        let s = &mut ledger.blocks[b as usize];
-        let v = s.next;
-        s.next += 1;
-        s.issued.push(v);
-        c.write(b * BLOCK as u64, &make_block(b, v), false)
-            .expect("socket")
-            .unwrap_or_else(|e| panic!("write of block {b} failed with NBD error {e}"));
-        s.acked = v;
-    }
-}
-
-fn read_version(c: &mut NbdClient, b: u64) -> Result<u64, u32> {
-    let d = c.read(b * BLOCK as u64, BLOCK).expect("socket")?;
-    Ok(parse_block(b, &d).unwrap_or_else(|e| panic!("block {b}: {e}")))
 }
 
 #[test]
@@ -183,7 +112,7 @@ fn cache_read_errors_serve_clean_data_from_backing_and_never_stale_dirty_data() 
 #[test]
 fn bad_cache_sectors_send_writes_around_and_a_crash_keeps_them() {
     let mut f = Fixture::new();
-    let sb = Superblock::read(open(&f.cache_path).as_ref()).unwrap();
+    let sb = Superblock::read(dev(&f.served.path("cache.img")).as_ref()).unwrap();
     // The first half of the segment area goes bad for writes; metadata stays good.
     let bad = sb.seg_off..sb.seg_off + sb.nsegs as u64 / 2 * sb.seg_bytes;
     f.cache_fault

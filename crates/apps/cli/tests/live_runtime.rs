@@ -655,7 +655,8 @@ fn check_json_is_structured_for_every_design() {
         let st = Setup::new(d);
         let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
         assert!(ok, "{d:?}: {out}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{d:?}: {e}: {out}"));
+        let v: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{d:?}: {e}: {out}"));
         let want = match d {
             Design::Cache | Design::Tica => "cache",
             Design::LogStructured => "log-structured",
@@ -676,5 +677,8 @@ fn check_json_is_structured_for_every_design() {
     }
     std::fs::write(&st.primary, &img).unwrap();
     let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
-    assert!(!ok, "a cache with both superblock copies destroyed passed check: {out}");
+    assert!(
+        !ok,
+        "a cache with both superblock copies destroyed passed check: {out}"
+    );
 }

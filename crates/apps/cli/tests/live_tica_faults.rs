@@ -9,14 +9,16 @@
 //! nothing lost), and after shutdown the backing file alone passes fio's
 //! verify too. Skipped with a message when fio is not installed.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::crash::tiercache_in;
+use common::inproc::{dev, InProcess};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_runtime::export::Export;
-use tiercache_three_level::{open_with_devices, Role};
+use tiercache_io::{FaultRule, OpKinds};
+use tiercache_three_level::{open_with_devices, Role, Tica};
 
 const DATA: &str = "48M";
 
@@ -25,22 +27,6 @@ fn have_fio() -> bool {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success())
-}
-
-fn tiercache(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(args)
-        .output()
-        .expect("run tiercache");
-    assert!(
-        out.status.success(),
-        "tiercache {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn dev(p: &Path) -> Arc<dyn BlockDev> {
-    Arc::new(FileDev::open(p, FileDevOptions::default()).expect("open device"))
 }
 
 /// The fio job both runs share: the same offsets and verify headers.
@@ -79,43 +65,26 @@ fn fail_under_fio(role: Role, removal: bool) {
         eprintln!("SKIPPED: fio is not installed (apt-get install fio); the three-level fault test needs it");
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let p = |n: &str| -> PathBuf { dir.path().join(n) };
-    let (ro, wo, backing, sock) = (p("ro.img"), p("wo.img"), p("backing.img"), p("nbd.sock"));
+    let mut served = InProcess::new();
+    let (wo, backing) = (served.path("wo.img"), served.path("backing.img"));
     std::fs::File::create(&backing)
         .and_then(|f| f.set_len(64 << 20))
         .expect("backing file");
-    tiercache(&[
-        "format",
-        "--mode",
-        "tica",
-        "--ro-ssd",
-        ro.to_str().unwrap(),
-        "--wo-ssd",
-        wo.to_str().unwrap(),
-        "--backing",
-        backing.to_str().unwrap(),
-        "--size",
-        "12MiB",
-        "--dram-size",
-        "1MiB",
-    ]);
-    let ro_f = Arc::new(FaultyDev::new(dev(&ro), 3));
-    let wo_f = Arc::new(FaultyDev::new(dev(&wo), 5));
-    let cache = open_with_devices(ro_f.clone(), wo_f.clone(), dev(&backing), &backing)
-        .expect("open the cache");
-    cache.start_background();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
-        design: Arc::new(tiercache_three_level::Tica::new(Arc::clone(&cache))),
-        read_only: false,
+    let args = "format --mode tica --ro-ssd ro.img --wo-ssd wo.img --backing backing.img";
+    tiercache_in(
+        served.dir.path(),
+        &format!("{args} --size 12MiB --dram-size 1MiB"),
+    );
+    let ro_f = served.faulty("ro.img", 3);
+    let wo_f = served.faulty("wo.img", 5);
+    let (r, w) = (ro_f.clone(), wo_f.clone());
+    let design = served.serve(|| {
+        let cache = open_with_devices(r, w, dev(&backing), &backing).expect("open the cache");
+        cache.start_background();
+        Arc::new(Tica::new(cache))
     });
-    let server = tiercache_nbd::Server::new([("tiercache".to_string(), export)]).unwrap();
-    let handle = rt.block_on(server.serve_unix(&sock)).expect("listen");
+    let cache = Arc::clone(&design.0);
+    let sock = &served.sock;
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let child = Command::new("fio")
         .args(job())
@@ -173,7 +142,7 @@ fn fail_under_fio(role: Role, removal: bool) {
         deg.written_back,
         st["status"]
     );
-    rt.block_on(handle.shutdown());
+    served.stop();
     cache.shutdown(false).expect("shutdown");
     // The backing file alone holds every block fio wrote.
     let out = Command::new("fio")

@@ -13,146 +13,66 @@
 //! migrations that had begun without a switch; it reports how many were
 //! caught between their switch and their end (a window of microseconds under
 //! kill -9, which keeps written data; `tiered-volume/tests/power_loss.rs` cuts
-//! the power exactly there). The last round stops cleanly (SIGTERM) and the
-//! restart verifies once more.
+//! the power exactly there). The volume refuses detach: the last round stops
+//! cleanly (SIGTERM) and the restart verifies once more. The loop is the
+//! shared harness of `common::crash`.
 //!
 //! `TIERCACHE_CRASH_ROUNDS` and `TIERCACHE_CRASH_SEED` override rounds and seed.
 
 mod common;
 
+use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 use common::*;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
-/// 16 MiB of checked 4 KiB blocks.
-const BLOCKS: u64 = 4096;
-
-fn crash_rounds(label: &str, policy: &str, default_rounds: u64, default_seed: u64) {
-    let rounds = env_u64("TIERCACHE_CRASH_ROUNDS").unwrap_or(default_rounds);
-    let seed = env_u64("TIERCACHE_CRASH_SEED").unwrap_or(default_seed);
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path().to_path_buf();
-    let fast = root.join("fast.img");
-    let slow = root.join("slow.img");
-    let sock = root.join("nbd.sock");
-    let log = root.join("serve.log");
-    init_backing(&slow, BLOCKS);
-    let tiers = format!("{},{}", fast.display(), slow.display());
-    let formatted = tiercache(&[
-        "format",
-        "--mode",
-        "tier",
-        "--tiers",
-        &tiers,
-        "--size",
-        "1MiB",
-        "--block-size",
-        "16KiB",
-        "--tier-policy",
-        policy,
-        "--plan-every",
-        "40",
-    ]);
-    eprintln!(
-        "[{label}] seed {seed}, {rounds} rounds: {}",
-        formatted.trim()
-    );
-    let fail = |msg: String| -> ! {
-        panic!(
-            "[{label}] seed {seed}: {msg}\n--- server log (tail) ---\n{}",
-            tail(&log)
-        )
-    };
-    let mut ledger = Ledger::new(BLOCKS);
-    let mut rng = Rng(seed);
-    let shape = LoadShape {
-        hot_blocks: 256,
-        ..LoadShape::default()
-    };
-    let (mut completed, mut after_switch, mut rolled_back, mut migrations) = (0, 0, 0, 0);
-    for round in 0..=rounds {
-        let mut srv = ServeProc::start(&fast, &sock, &log);
-        let st = srv.stats();
-        let rec = &st["recovery"];
-        completed += rec["completed"].as_u64().unwrap_or(0);
-        after_switch += rec["completed_after_switch"].as_u64().unwrap_or(0);
-        rolled_back += rec["rolled_back"].as_u64().unwrap_or(0);
-        let mut c = NbdClient::connect(&sock).unwrap_or_else(|e| fail(format!("connect: {e}")));
-        assert_eq!(
-            c.size,
-            BLOCKS * BLOCK as u64,
-            "export size is the slow tier's"
-        );
-        let newer = verify_all(&mut c, &mut ledger)
-            .unwrap_or_else(|e| fail(format!("round {round}: after restart ({rec}): {e}")));
-        eprintln!(
-            "[{label}] round {round}: recovery {rec}; {newer} blocks newer than their last flush"
-        );
-        if round == rounds {
-            let until = Instant::now() + Duration::from_millis(500);
-            match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
-                Ok(LoadEnd::Done) => {}
-                Ok(LoadEnd::Broken(e)) => fail(format!("final load: connection broke: {e}")),
-                Err(e) => fail(format!("final load: {e}")),
+fn tier_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
+    let design = CrashDesign {
+        backing: "slow.img",
+        format: Box::new(|d| {
+            let args = "format --mode tier --tiers fast.img,slow.img --size 1MiB \
+                        --block-size 16KiB --plan-every 40 --tier-policy";
+            tiercache_in(d, &format!("{args} {policy}"))
+        }),
+        serve: &["fast.img"],
+        detach: false,
+        shape: LoadShape {
+            hot_blocks: 256,
+            ..LoadShape::default()
+        },
+        on_start: Box::new(|run, st| {
+            let rec = &st["recovery"];
+            for k in ["completed", "completed_after_switch", "rolled_back"] {
+                run.add(k, rec[k].as_u64().unwrap_or(0) as f64);
             }
-            c.disconnect();
-            migrations = srv.stats()["migrations"].as_u64().unwrap_or(0);
-            let _ = Command::new("kill")
-                .args(["-TERM", &srv.child.id().to_string()])
-                .status();
-            let status = srv.wait_exit();
-            assert!(
-                status.success(),
-                "server after SIGTERM exited with {status}"
-            );
-            let srv = ServeProc::start(&fast, &sock, &log);
-            let st = srv.stats();
-            assert_eq!(
-                st["recovery"]["log_records"], 0,
-                "a clean shutdown leaves an empty log: {st}"
-            );
-            let mut c = NbdClient::connect(&sock).unwrap_or_else(|e| fail(format!("connect: {e}")));
-            verify_all(&mut c, &mut ledger)
-                .unwrap_or_else(|e| fail(format!("after a clean restart: {e}")));
-            c.disconnect();
-            break;
-        }
-        let kill_after = Duration::from_millis(150 + rng.below(1350));
-        let pid = srv.child.id();
-        let killer = std::thread::spawn(move || {
-            std::thread::sleep(kill_after);
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        });
-        let until = Instant::now() + kill_after + Duration::from_secs(30);
-        match run_load(&mut c, &mut ledger, &mut rng, shape, until) {
-            Ok(LoadEnd::Broken(_)) => {}
-            Ok(LoadEnd::Done) => fail("load ended before the kill".into()),
-            Err(e) => fail(format!("round {round}: during load: {e}")),
-        }
-        killer.join().expect("killer thread");
-        srv.kill9();
-    }
-    eprintln!(
-        "[{label}] done: {} writes acked, {} flushes, {} reads checked live; {migrations} migrations in the last round; \
-         recovery completed {completed} switched migrations ({after_switch} caught after their switch) and rolled back {rolled_back}",
-        ledger.writes_acked, ledger.flushes_done, ledger.reads_checked
-    );
-    assert!(
-        migrations > 0,
-        "[{label}] no migration ran in the last round"
-    );
-    assert!(
-        completed > 0 && rolled_back > 0,
-        "[{label}] seed {seed}: both recovery paths must occur: {completed} completed, {rolled_back} rolled back"
-    );
+            Ok(format!("recovery {rec}"))
+        }),
+        before_stop: Box::new(|_, st| match st["migrations"].as_u64().unwrap_or(0) {
+            0 => Err("no migration ran in the last round".into()),
+            n => Ok(format!("{n} migrations in the last round")),
+        }),
+        after_stop: Box::new(|run| {
+            let (_srv, st) = run.restart_and_verify("after a clean restart");
+            if st["recovery"]["log_records"] != 0 {
+                return Err(format!("a clean shutdown leaves an empty log: {st}"));
+            }
+            let (completed, rolled_back) = (run.get("completed"), run.get("rolled_back"));
+            if completed == 0.0 || rolled_back == 0.0 {
+                return Err(format!(
+                    "both recovery paths must occur: {completed} completed, {rolled_back} rolled back"
+                ));
+            }
+            Ok(())
+        }),
+        ..CrashDesign::default()
+    };
+    crash_rounds(design, label, rounds, seed);
 }
 
 #[test]
 fn kill9_during_migrations_oodt() {
-    crash_rounds("tier-oodt", "oodt", 14, 0x71e2_0001);
+    tier_rounds("tier-oodt", "oodt", 14, 0x71e2_0001);
 }
 
 #[test]
 fn kill9_during_migrations_frequency() {
-    crash_rounds("tier-frequency", "frequency", 8, 0x71e2_0002);
+    tier_rounds("tier-frequency", "frequency", 8, 0x71e2_0002);
 }

@@ -1,8 +1,12 @@
 //! Shared helpers of the live-server crash and fault tests: a small pipelined
 //! NBD client, self-checking versioned 4 KiB blocks, a ledger of what was
 //! written, acknowledged and flushed, a random write/read/flush load, and the
-//! `tiercache serve` process.
+//! `tiercache serve` process; the kill -9 harness of every design (`crash`)
+//! and the in-process fixture of the fault tests (`inproc`).
 #![allow(dead_code)]
+
+pub mod crash;
+pub mod inproc;
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
