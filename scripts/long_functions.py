@@ -69,6 +69,7 @@ def scan(path):
     pending = None  # fn whose body brace has not been seen yet
     skip_test_from = None  # depth at which a #[cfg(test)] mod opened
     cfg_test = False
+    nest = 0  # ( and [ depth, so `[u64; 4]` in a signature is not a `;`
     results = []
     for idx, raw in enumerate(lines, 1):
         code, in_bc = strip_line(raw, in_bc)
@@ -97,7 +98,11 @@ def scan(path):
                 if stack and stack[-1][2] == depth:
                     name, start, _ = stack.pop()
                     results.append((name, start, idx - start + 1))
-            elif ch == ";" and pending is not None:
+            elif ch in "([":
+                nest += 1
+            elif ch in ")]":
+                nest -= 1
+            elif ch == ";" and pending is not None and nest == 0:
                 pending = None  # declaration without body (trait item)
     return results, len(lines) - (1 if lines and lines[-1] == "" else 0)
 
