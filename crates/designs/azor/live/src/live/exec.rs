@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Dev, IoKind, Op, Purpose, Source};
-use tiercache_io::IoOp;
+use tiercache_io::{BlockDev, IoOp};
 
 impl LiveCache {
+    /// Run one op: wait for its dependencies and slot barriers, do the I/O,
+    /// record the outcome, then run the ops that replace it on failure.
     pub(super) async fn exec(
         self: Arc<Self>,
         op: Op,
@@ -21,35 +23,83 @@ impl LiveCache {
             self.wait_op(d).await;
         }
         let slot = (op.offset / self.line) as Slot;
-        if op.purpose == Purpose::Fill {
-            // The read feeding this fill failed: the buffer holds no data, do not cache it.
-            let failed = {
-                let mut c = self.core.lock().expect("core");
-                op.deps().any(|d| c.failed_reads.remove(&d))
-            };
-            if failed {
-                let (f, l) = self.subs_of(op.offset, op.len);
-                Self::invalidate_failed(&mut self.core.lock().expect("core"), &op, slot, f, l);
-                self.finish(&op, buf.as_ref().map(|b| b.offset), false);
-                return Ok(());
-            }
+        if op.purpose == Purpose::Fill && self.drop_failed_fill(&op, slot, buf.as_ref()) {
+            return Ok(());
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
-            let line = buf.as_ref().map(|b| (b.offset + op.buf_off) / self.line);
-            // The usual case under one lock: no barrier on the slot, and the
-            // log claims nothing the write overwrites (what `wait_slot_ready`
-            // and `guard_overwrite` would find, without their two locks).
-            let ready = line.is_some_and(|line| self.slot_ready_now(&op, slot, line));
-            if !ready {
-                self.phase(&op, "slot");
-                self.wait_slot_ready(slot, op.id).await;
-                if let Some(line) = line {
-                    self.phase(&op, "log");
-                    self.guard_overwrite(&op, slot, line).await;
-                }
+            self.wait_write_barriers(&op, slot, buf.as_ref()).await;
+        }
+        let res = self.run_io(&op, buf.as_ref()).await;
+        let res = match res {
+            Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
+                self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
+                Ok(bytes)
+            }
+            r => r,
+        };
+        let mut then = Vec::new();
+        // Whether the I/O itself succeeded: only then may the log record what it wrote
+        // (a failed cache write may still succeed for the client, rerouted).
+        let io_ok = res.is_ok();
+        let result = match res {
+            Ok(bytes) => {
+                self.deliver_read(&op, buf.as_ref(), bytes);
+                Ok(())
+            }
+            Err(e) => self.on_error(&op, buf.as_ref(), e, &mut then).await,
+        };
+        self.finish(&op, buf.as_ref().map(|b| b.offset), io_ok);
+        // Ops that replace this one (a failed cache write rerouted to the backing device).
+        let mut result = result;
+        for o in then {
+            let r = Arc::clone(&self)
+                .spawn_exec(o, buf.clone())
+                .await
+                .unwrap_or_else(|e| Err(LiveError(format!("op task failed: {e}"))));
+            result = result.and(r);
+        }
+        result
+    }
+
+    /// A fill whose feeding backing read failed: the buffer holds no data, so
+    /// the fill's sub-blocks are invalidated and the op finishes unrun.
+    /// Returns whether it did so.
+    fn drop_failed_fill(&self, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) -> bool {
+        let failed = {
+            let mut c = self.core.lock().expect("core");
+            op.deps().any(|d| c.failed_reads.remove(&d))
+        };
+        if failed {
+            let (f, l) = self.subs_of(op.offset, op.len);
+            Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
+            self.finish(op, buf.map(|b| b.offset), false);
+        }
+        failed
+    }
+
+    /// Before a cache write: wait until the slot's barriers are released and
+    /// the log withdrew every claim on the bytes it overwrites.
+    async fn wait_write_barriers(self: &Arc<Self>, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) {
+        let line = buf.map(|b| (b.offset + op.buf_off) / self.line);
+        // The usual case under one lock: no barrier on the slot, and the
+        // log claims nothing the write overwrites (what `wait_slot_ready`
+        // and `guard_overwrite` would find, without their two locks).
+        let ready = line.is_some_and(|line| self.slot_ready_now(op, slot, line));
+        if !ready {
+            self.phase(op, "slot");
+            self.wait_slot_ready(slot, op.id).await;
+            if let Some(line) = line {
+                self.phase(op, "log");
+                self.guard_overwrite(op, slot, line).await;
             }
         }
-        self.phase(&op, "io");
+    }
+
+    /// Do the op's I/O on its device, by the cheapest path that applies
+    /// (buffered pwrite or page-cache read here, else the I/O engine or the
+    /// blocking pool), and count its latency.
+    async fn run_io(&self, op: &Op, buf: Option<&Arc<ReqBuf>>) -> std::io::Result<Vec<u8>> {
+        self.phase(op, "io");
         tracing::trace!(target: "tiercache::ops", "start {}", op.id);
         let dev = match op.dev {
             Dev::Cache => Arc::clone(&self.cache),
@@ -67,41 +117,17 @@ impl LiveCache {
         // the request's buffer, here, with no copy and no hand-off.
         let mut written: Option<std::io::Result<Vec<u8>>> = None;
         if kind == IoKind::Write && !op.fua && matches!(op.src, Source::Request) {
-            let b = buf.as_ref().expect("request buffer");
+            let b = buf.expect("request buffer");
             let d = b.data.lock().expect("buf");
             let s = op.buf_off as usize;
             written = tiercache_io::write_buffered(&*dev, &d[s..s + len], off)
                 .map(|r| r.map(|_| Vec::new()));
         }
         // The bytes a write carries (when not written above).
-        let payload: Option<Vec<u8>> = match (op.kind, op.src) {
-            _ if written.is_some() => None,
-            (IoKind::Write, Source::Request) => {
-                let b = buf.as_ref().expect("request buffer");
-                let d = b.data.lock().expect("buf");
-                let s = op.buf_off as usize;
-                Some(d[s..s + op.len as usize].to_vec())
-            }
-            (IoKind::Write, Source::Op(rd)) => {
-                let mut c = self.core.lock().expect("core");
-                let data = c.wb_reads.get_mut(&rd).and_then(|w| w.1.take());
-                c.wb_reads.remove(&rd);
-                data
-            }
-            (IoKind::Write, Source::Ops(first, n)) => {
-                // A merged writeback: the reads' buffers, concatenated.
-                let mut c = self.core.lock().expect("core");
-                let mut all = Vec::with_capacity(op.len as usize);
-                let mut complete = true;
-                for rd in first..first + n as u64 {
-                    match c.wb_reads.remove(&rd).and_then(|w| w.1) {
-                        Some(d) => all.extend_from_slice(&d),
-                        None => complete = false,
-                    }
-                }
-                complete.then_some(all)
-            }
-            _ => None,
+        let payload = if written.is_some() {
+            None
+        } else {
+            self.write_payload(op, buf)
         };
         let missing_source = kind == IoKind::Write && payload.is_none() && written.is_none();
         // A cache read whose data is in the page cache: read it here, no hand-off
@@ -130,90 +156,117 @@ impl LiveCache {
                 "writeback data is missing (its read failed)",
             ))
         } else {
-            let engine = self.io.lock().expect("io").clone();
-            match engine {
-                // An I/O engine (io_uring or a thread pool) of tiercache-io.
-                Some(engine) => {
-                    let io_op = match kind {
-                        IoKind::Read => IoOp::Read { offset: off, len },
-                        IoKind::Write => IoOp::Write {
-                            offset: off,
-                            data: payload.expect("payload"),
-                            fua: op.fua,
-                        },
-                        IoKind::Trim => IoOp::Trim {
-                            offset: off,
-                            len: op.len,
-                        },
-                        IoKind::Flush => IoOp::Flush,
-                    };
-                    engine.run(&dev, io_op).await
-                }
-                // Portable default: positional I/O on tokio's blocking pool.
-                None => tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-                    match kind {
-                        IoKind::Read => {
-                            let mut v = vec![0u8; len];
-                            dev.read_at(&mut v, off)?;
-                            Ok(v)
-                        }
-                        IoKind::Write => {
-                            let p = payload.expect("payload");
-                            if op.fua {
-                                dev.write_at_fua(&p, off)?;
-                            } else {
-                                dev.write_at(&p, off)?;
-                            }
-                            Ok(Vec::new())
-                        }
-                        IoKind::Trim => dev.trim(off, op.len).map(|_| Vec::new()),
-                        IoKind::Flush => dev.flush().map(|_| Vec::new()),
-                    }
-                })
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
-            }
+            self.device_io(dev, off, op, payload).await
         };
         self.stats.record_op(op.dev, started.elapsed());
-        let res = match res {
-            Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
-                self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
-                Ok(bytes)
+        res
+    }
+
+    /// The bytes a write carries: the request's, or those its writeback
+    /// read(s) left (`None` when such a read failed, or for other ops).
+    fn write_payload(&self, op: &Op, buf: Option<&Arc<ReqBuf>>) -> Option<Vec<u8>> {
+        match (op.kind, op.src) {
+            (IoKind::Write, Source::Request) => {
+                let b = buf.expect("request buffer");
+                let d = b.data.lock().expect("buf");
+                let s = op.buf_off as usize;
+                Some(d[s..s + op.len as usize].to_vec())
             }
-            r => r,
-        };
-        let mut then = Vec::new();
-        // Whether the I/O itself succeeded: only then may the log record what it wrote
-        // (a failed cache write may still succeed for the client, rerouted).
-        let io_ok = res.is_ok();
-        let result = match res {
-            Ok(bytes) => {
-                if op.kind == IoKind::Read {
-                    if op.purpose == Purpose::WritebackRead {
-                        if let Some(w) = self.core.lock().expect("core").wb_reads.get_mut(&op.id) {
-                            w.1 = Some(bytes);
-                        }
-                    } else if let Some(b) = &buf {
-                        let mut d = b.data.lock().expect("buf");
-                        let s = op.buf_off as usize;
-                        d[s..s + bytes.len()].copy_from_slice(&bytes);
+            (IoKind::Write, Source::Op(rd)) => {
+                let mut c = self.core.lock().expect("core");
+                let data = c.wb_reads.get_mut(&rd).and_then(|w| w.1.take());
+                c.wb_reads.remove(&rd);
+                data
+            }
+            (IoKind::Write, Source::Ops(first, n)) => {
+                // A merged writeback: the reads' buffers, concatenated.
+                let mut c = self.core.lock().expect("core");
+                let mut all = Vec::with_capacity(op.len as usize);
+                let mut complete = true;
+                for rd in first..first + n as u64 {
+                    match c.wb_reads.remove(&rd).and_then(|w| w.1) {
+                        Some(d) => all.extend_from_slice(&d),
+                        None => complete = false,
                     }
                 }
-                Ok(())
+                complete.then_some(all)
             }
-            Err(e) => self.on_error(&op, buf.as_ref(), e, &mut then).await,
-        };
-        self.finish(&op, buf.as_ref().map(|b| b.offset), io_ok);
-        // Ops that replace this one (a failed cache write rerouted to the backing device).
-        let mut result = result;
-        for o in then {
-            let r = Arc::clone(&self)
-                .spawn_exec(o, buf.clone())
-                .await
-                .unwrap_or_else(|e| Err(LiveError(format!("op task failed: {e}"))));
-            result = result.and(r);
+            _ => None,
         }
-        result
+    }
+
+    /// The I/O handed off: to the I/O engine when one is set, else as
+    /// positional I/O on tokio's blocking pool.
+    async fn device_io(
+        &self,
+        dev: Arc<dyn BlockDev>,
+        off: u64,
+        op: &Op,
+        payload: Option<Vec<u8>>,
+    ) -> std::io::Result<Vec<u8>> {
+        let kind = op.kind;
+        let len = op.len as usize;
+        let fua = op.fua;
+        let op_len = op.len;
+        let engine = self.io.lock().expect("io").clone();
+        match engine {
+            // An I/O engine (io_uring or a thread pool) of tiercache-io.
+            Some(engine) => {
+                let io_op = match kind {
+                    IoKind::Read => IoOp::Read { offset: off, len },
+                    IoKind::Write => IoOp::Write {
+                        offset: off,
+                        data: payload.expect("payload"),
+                        fua,
+                    },
+                    IoKind::Trim => IoOp::Trim {
+                        offset: off,
+                        len: op_len,
+                    },
+                    IoKind::Flush => IoOp::Flush,
+                };
+                engine.run(&dev, io_op).await
+            }
+            // Portable default: positional I/O on tokio's blocking pool.
+            None => tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                match kind {
+                    IoKind::Read => {
+                        let mut v = vec![0u8; len];
+                        dev.read_at(&mut v, off)?;
+                        Ok(v)
+                    }
+                    IoKind::Write => {
+                        let p = payload.expect("payload");
+                        if fua {
+                            dev.write_at_fua(&p, off)?;
+                        } else {
+                            dev.write_at(&p, off)?;
+                        }
+                        Ok(Vec::new())
+                    }
+                    IoKind::Trim => dev.trim(off, op_len).map(|_| Vec::new()),
+                    IoKind::Flush => dev.flush().map(|_| Vec::new()),
+                }
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string()))),
+        }
+    }
+
+    /// Hand the bytes a successful read returned to their consumer: the
+    /// writeback write that uses them, or the request's buffer.
+    fn deliver_read(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: Vec<u8>) {
+        if op.kind == IoKind::Read {
+            if op.purpose == Purpose::WritebackRead {
+                if let Some(w) = self.core.lock().expect("core").wb_reads.get_mut(&op.id) {
+                    w.1 = Some(bytes);
+                }
+            } else if let Some(b) = buf {
+                let mut d = b.data.lock().expect("buf");
+                let s = op.buf_off as usize;
+                d[s..s + bytes.len()].copy_from_slice(&bytes);
+            }
+        }
     }
 
     /// A cache read queued behind a failed cache write of the same line: the
