@@ -13,6 +13,32 @@ impl LogCache {
     /// Reclaim segment `v`: drop its live clean blocks, move its live dirty
     /// blocks into the open segment (or write them back if they do not fit).
     pub(crate) fn clean_segment(&self, st: &mut State, v: u32) -> Res<()> {
+        let live = self.live_blocks(st, v);
+        let mut dirty = Vec::new();
+        for (lba, slot) in live {
+            if st.map.get(lba).is_some_and(|e| e.dirty) {
+                dirty.push((lba, slot));
+            } else {
+                self.evict(st, lba);
+                st.stats.silent_evictions += 1;
+            }
+        }
+        if !dirty.is_empty() {
+            self.move_dirty(st, &dirty)?;
+        }
+        debug_assert_eq!(
+            st.segs[v as usize].live, 0,
+            "segment {v} still has live blocks"
+        );
+        st.segs[v as usize].state = SegState::Free;
+        st.free.push_back(v);
+        st.stats.segments_cleaned += 1;
+        Ok(())
+    }
+
+    /// The live blocks of segment `v` as `(block, slot)`: from its summary
+    /// when readable and complete, else by scanning the map.
+    fn live_blocks(&self, st: &mut State, v: u32) -> Vec<(u64, u32)> {
         let base = self.seg_offset(st, v);
         let mut head = vec![0u8; 2 * self.geo.summary_blocks as usize * BLOCK as usize];
         let summary = match self.cache.read_at(&mut head, base) {
@@ -57,64 +83,53 @@ impl LogCache {
                 .map(|(l, e)| (l, e.slot))
                 .collect();
         }
-        let mut dirty = Vec::new();
-        for (lba, slot) in live {
-            if st.map.get(lba).is_some_and(|e| e.dirty) {
-                dirty.push((lba, slot));
-            } else {
+        live
+    }
+
+    /// Move the live dirty blocks `dirty` (`(block, old slot)`) of a segment
+    /// being cleaned into the open segment, or write them back when they do
+    /// not fit (or the cache is degraded).
+    fn move_dirty(&self, st: &mut State, dirty: &[(u64, u32)]) -> Res<()> {
+        let mut data = vec![0u8; dirty.len() * BLOCK as usize];
+        for (i, &(_, slot)) in dirty.iter().enumerate() {
+            let off = self.slot_offset(st, slot);
+            if let Err(e) = self
+                .cache
+                .read_at(&mut data[i * BLOCK as usize..(i + 1) * BLOCK as usize], off)
+            {
+                self.cache_error(st, "reading a dirty block to clean", &e);
+                return Err(err(format!(
+                    "cache device: reading dirty block {} to move it: {e}",
+                    dirty[i].0
+                )));
+            }
+        }
+        let lbas: Vec<u64> = dirty.iter().map(|d| d.0).collect();
+        let moved = st.degraded.is_none()
+            && self.room(st) >= lbas.len()
+            && self.append_into_open(st, &lbas, &data, true)?;
+        if moved {
+            // A moved copy supersedes what its old copy superseded, and
+            // the old copy itself, which holds the same data.
+            for &(lba, old) in dirty {
+                let slot = st.map.get(lba).expect("moved block is mapped").slot;
+                let s = shadows(st, old);
+                set_shadows(st, slot, s);
+            }
+            st.stats.moved_dirty += lbas.len() as u64;
+        } else {
+            for (i, &lba) in lbas.iter().enumerate() {
+                if let Err(e) = self.backing.write_at(
+                    &data[i * BLOCK as usize..(i + 1) * BLOCK as usize],
+                    lba * BLOCK,
+                ) {
+                    return Err(self.backing_error(st, "writing back a dirty block", e));
+                }
+                st.backing_dirty = true;
                 self.evict(st, lba);
-                st.stats.silent_evictions += 1;
+                st.stats.cleaning_written_back += 1;
             }
         }
-        if !dirty.is_empty() {
-            let mut data = vec![0u8; dirty.len() * BLOCK as usize];
-            for (i, &(_, slot)) in dirty.iter().enumerate() {
-                let off = self.slot_offset(st, slot);
-                if let Err(e) = self
-                    .cache
-                    .read_at(&mut data[i * BLOCK as usize..(i + 1) * BLOCK as usize], off)
-                {
-                    self.cache_error(st, "reading a dirty block to clean", &e);
-                    return Err(err(format!(
-                        "cache device: reading dirty block {} to move it: {e}",
-                        dirty[i].0
-                    )));
-                }
-            }
-            let lbas: Vec<u64> = dirty.iter().map(|d| d.0).collect();
-            let moved = st.degraded.is_none()
-                && self.room(st) >= lbas.len()
-                && self.append_into_open(st, &lbas, &data, true)?;
-            if moved {
-                // A moved copy supersedes what its old copy superseded, and
-                // the old copy itself, which holds the same data.
-                for &(lba, old) in &dirty {
-                    let slot = st.map.get(lba).expect("moved block is mapped").slot;
-                    let s = shadows(st, old);
-                    set_shadows(st, slot, s);
-                }
-                st.stats.moved_dirty += lbas.len() as u64;
-            } else {
-                for (i, &lba) in lbas.iter().enumerate() {
-                    if let Err(e) = self.backing.write_at(
-                        &data[i * BLOCK as usize..(i + 1) * BLOCK as usize],
-                        lba * BLOCK,
-                    ) {
-                        return Err(self.backing_error(st, "writing back a dirty block", e));
-                    }
-                    st.backing_dirty = true;
-                    self.evict(st, lba);
-                    st.stats.cleaning_written_back += 1;
-                }
-            }
-        }
-        debug_assert_eq!(
-            st.segs[v as usize].live, 0,
-            "segment {v} still has live blocks"
-        );
-        st.segs[v as usize].state = SegState::Free;
-        st.free.push_back(v);
-        st.stats.segments_cleaned += 1;
         Ok(())
     }
 

@@ -1,9 +1,9 @@
 //! Unit tests of the log-structured cache: requests, cleaning and recovery round trips.
 
 use super::*;
-use crate::segment::BLOCK;
 use crate::layout::{format, FormatOptions};
 use crate::recovery::open_with_devices;
+use crate::segment::BLOCK;
 use tiercache_io::{FileDev, FileDevOptions};
 
 fn dev(p: &Path) -> Arc<dyn BlockDev> {
