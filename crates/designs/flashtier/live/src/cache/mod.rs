@@ -109,6 +109,24 @@ pub struct Counters {
     pub backing_errors: u64,
 }
 
+/// How many blocks the cache holds ([`LogCache::occupancy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// Blocks mapped (cached).
+    pub mapped: u64,
+    /// Mapped blocks that are dirty.
+    pub dirty: u64,
+}
+
+/// Host memory of the block map, in bytes per block ([`LogCache::map_bytes_per_block`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MapBytesPerBlock {
+    /// Per block mapped now.
+    pub mapped: f64,
+    /// Per slot, as if the cache were full.
+    pub full: f64,
+}
+
 /// The segment being appended to.
 #[derive(Clone, Debug)]
 struct OpenSeg {

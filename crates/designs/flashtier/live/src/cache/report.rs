@@ -1,7 +1,7 @@
 //! Reporting: counters, occupancy, map size and the JSON stats.
 
-use super::LogCache;
 use super::{Counters, Res};
+use super::{LogCache, MapBytesPerBlock, Occupancy};
 use crate::cleaning::{pick_victim, SegState};
 use serde_json::{json, Value};
 
@@ -25,16 +25,22 @@ impl LogCache {
     }
 
     /// Blocks mapped and dirty blocks.
-    pub fn occupancy(&self) -> (u64, u64) {
+    pub fn occupancy(&self) -> Occupancy {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        (st.map.len() as u64, st.map.dirty() as u64)
+        Occupancy {
+            mapped: st.map.len() as u64,
+            dirty: st.map.dirty() as u64,
+        }
     }
 
     /// Host memory of the map per mapped block (bytes), and at a full cache.
-    pub fn map_bytes_per_block(&self) -> (f64, f64) {
+    pub fn map_bytes_per_block(&self) -> MapBytesPerBlock {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
         let m = st.map.memory_bytes() as f64;
-        (m / st.map.len().max(1) as f64, m / st.sb.slots() as f64)
+        MapBytesPerBlock {
+            mapped: m / st.map.len().max(1) as f64,
+            full: m / st.sb.slots() as f64,
+        }
     }
 
     /// `tiercache stats --json`.
