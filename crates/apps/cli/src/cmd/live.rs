@@ -354,8 +354,9 @@ async fn serve_uncached(
         None => {
             let f = std::fs::File::open(&a.cache)
                 .with_context(|| format!("opening {}", a.cache.display()))?;
-            let (sb, _) = tiercache_store::Superblock::read(&f)
-                .with_context(|| format!("{} is not a tiercache cache", a.cache.display()))?;
+            let sb = tiercache_store::Superblock::read(&f)
+                .with_context(|| format!("{} is not a tiercache cache", a.cache.display()))?
+                .newest;
             PathBuf::from(&sb.backing.path)
         }
     };
