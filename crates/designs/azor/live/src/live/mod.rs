@@ -42,6 +42,13 @@
 //!   rerouted to the backing device through the core, and reads queued behind
 //!   it are served from its payload;
 //! - FLUSH and FUA flush the backing device and commit the log.
+//!
+//! This file holds the shared state ([`LiveCache`], the core and the log
+//! view) and its construction; the work is split by responsibility:
+//! `intake` (request submission), `journal` (log records and commits),
+//! `barriers` (slot barriers, `guard_overwrite`), `exec` (running ops on the
+//! devices), `failure` (device errors, degraded mode), `cleaner` (background
+//! tasks), `lifecycle` (`flush_all`, shutdown) and `debug` (debug state).
 
 mod barriers;
 mod cleaner;

@@ -15,6 +15,11 @@
 //! [`Engine::complete`]. A driver that completes every op before submitting
 //! the next request (the `--no-timing` simulator) may switch dependency
 //! tracking off with [`Engine::set_synchronous`]: decisions are identical.
+//!
+//! This file holds the engine's state, setup, recovery, accessors, request
+//! decoding and completion; the rest is split by step: `read` and `write`
+//! (per-line request paths), `allocate` (admission and eviction), `clean`
+//! (write-back cleaning) and `emit` (op merging and ordering).
 
 use crate::admission::nhit::Nhit;
 use crate::admission::seq_cutoff::SeqCutoff;

@@ -19,6 +19,11 @@
 //! although the backing device holds newer data.
 //!
 //! Requests run one at a time under one lock, with synchronous device I/O.
+//!
+//! This file holds the cache's types, state and shared helpers (mapping and
+//! eviction, offsets, error accounting); the rest is split: `log` (appends,
+//! rolling segments), `clean` (segment cleaning, write-back, checkpoints),
+//! `read`, `write` (writes, trims, FLUSH), `lifecycle` and `report`.
 
 mod clean;
 mod lifecycle;

@@ -23,6 +23,11 @@
 //! since each switch is durable before anyone can write to the new location.
 //! Checkpoints are taken by the worker between migrations when the log fills
 //! up, at open (after recovery) and at clean shutdown.
+//!
+//! This file holds the live volume's state and accessors; the rest is split:
+//! `format` (configuration, formatting), `open` (opening and recovery),
+//! `check` (offline check), `requests` (claims, routing, I/O) and `worker`
+//! (migrations, checkpoints, shutdown).
 
 mod check;
 mod format;

@@ -27,6 +27,11 @@
 //!   backing device. The request that met the error is then served that way.
 //! - Recovery (see [`crate::open`]) trusts the WO-SSD's metadata; the
 //!   RO-SSD's only after a clean shutdown of both.
+//!
+//! This file holds the types, the state and the cache's accessors; the rest
+//! is split: `exec` (running the policy's ops), `pages` (page accesses),
+//! `flushing` (flusher batches, FLUSH, write-back), `degrade` (SSD failure),
+//! `requests`, `background` (flusher thread), `lifecycle` and `report`.
 
 mod background;
 mod degrade;
