@@ -42,7 +42,8 @@ pub fn trace_dir() -> Option<PathBuf> {
 
 /// `tests/reference/libcachesim.json`.
 pub fn reference() -> Reference {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/reference/libcachesim.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/reference/libcachesim.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
