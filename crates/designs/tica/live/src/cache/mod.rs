@@ -122,6 +122,15 @@ struct Counters {
     errors: u64,
 }
 
+/// A dirty page held by fewer than two devices ([`ThreeLevel::single_copy_dirty_pages`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SingleCopyPage {
+    /// The page.
+    pub page: Page,
+    /// The devices holding it: `dram`, `ro_ssd`, `wo_ssd`.
+    pub held_by: Vec<&'static str>,
+}
+
 /// The cache state behind the lock.
 pub(crate) struct State {
     pub(crate) tica: Tica,

@@ -1,17 +1,17 @@
 //! Reporting: dirty pages held on a single copy and the JSON stats.
 
-use super::ThreeLevel;
+use super::{SingleCopyPage, ThreeLevel};
 use crate::pair::PAGE;
 use crate::ssd::Ssd;
 use serde_json::{json, Value};
 use tiercache_levels::Architecture;
-use tiercache_levels::{Mode, Page};
+use tiercache_levels::Mode;
 
 impl ThreeLevel {
     /// Dirty pages (newer than the backing device) held by fewer than two
     /// devices, each with the devices that hold it: empty unless a device
     /// failed and the cache is degraded (then nothing is dirty either).
-    pub fn single_copy_dirty_pages(&self) -> Vec<(Page, Vec<&'static str>)> {
+    pub fn single_copy_dirty_pages(&self) -> Vec<SingleCopyPage> {
         let s = self.lock();
         s.dirty_pages()
             .into_iter()
@@ -26,7 +26,10 @@ impl ThreeLevel {
                 if s.wo.get(p).is_some() {
                     on.push("wo_ssd");
                 }
-                (on.len() < 2).then_some((p, on))
+                (on.len() < 2).then_some(SingleCopyPage {
+                    page: p,
+                    held_by: on,
+                })
             })
             .collect()
     }
