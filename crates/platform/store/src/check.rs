@@ -5,7 +5,7 @@ use crate::device::MetaDevice;
 use crate::error::{Result, StoreError};
 use crate::log::LogEnd;
 use crate::store::{recover, RecoveryReport};
-use crate::superblock::{State, Superblock};
+use crate::superblock::{State, Superblock, SuperblockCopies};
 
 /// What `check` found. `problems` make the store unusable or reveal a bug;
 /// `warnings` are leftovers of a crash that the next `open` repairs.
@@ -46,7 +46,10 @@ impl CheckReport {
 /// bitmap within the line. Errs only when the device holds no readable
 /// tiercache superblock or cannot be read.
 pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
-    let (sb, copies) = Superblock::read(dev)?;
+    let SuperblockCopies {
+        newest: sb,
+        valid: copies,
+    } = Superblock::read(dev)?;
     let l = sb.layout;
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
@@ -74,26 +77,11 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
             "device has {size} bytes, the layout needs {data_end}"
         ));
     }
-    let mut checkpoints = [String::new(), String::new()];
-    if layout_ok {
-        let uuid = *sb.uuid.as_bytes();
-        for (i, status) in checkpoints.iter_mut().enumerate() {
-            *status = match checkpoint::read_header(dev, &l, &uuid, i)? {
-                HeaderStatus::Absent => "absent".to_string(),
-                HeaderStatus::Damaged(why) => {
-                    warnings.push(format!("checkpoint region {i}: {why}"));
-                    format!("damaged: {why}")
-                }
-                HeaderStatus::Present(h) => match checkpoint::read_body(dev, &l, i, &h)? {
-                    Ok(_) => format!("valid: epoch {}, {} entries", h.epoch, h.entries),
-                    Err(why) => {
-                        warnings.push(format!("checkpoint region {i} (epoch {}): {why}", h.epoch));
-                        format!("damaged: epoch {}: {why}", h.epoch)
-                    }
-                },
-            };
-        }
-    }
+    let checkpoints = if layout_ok {
+        check_checkpoints(dev, &sb, &mut warnings)?
+    } else {
+        [String::new(), String::new()]
+    };
     let mut report = CheckReport {
         superblock: sb.clone(),
         superblock_copies: copies,
@@ -109,7 +97,43 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
     if !layout_ok {
         return Ok(report);
     }
-    match recover(dev, &sb) {
+    check_recovery(dev, &sb, &mut report);
+    Ok(report)
+}
+
+/// Each checkpoint region's status, for the report; damaged ones are warnings.
+fn check_checkpoints(
+    dev: &impl MetaDevice,
+    sb: &Superblock,
+    warnings: &mut Vec<String>,
+) -> Result<[String; 2]> {
+    let l = sb.layout;
+    let mut checkpoints = [String::new(), String::new()];
+    let uuid = *sb.uuid.as_bytes();
+    for (i, status) in checkpoints.iter_mut().enumerate() {
+        *status = match checkpoint::read_header(dev, &l, &uuid, i)? {
+            HeaderStatus::Absent => "absent".to_string(),
+            HeaderStatus::Damaged(why) => {
+                warnings.push(format!("checkpoint region {i}: {why}"));
+                format!("damaged: {why}")
+            }
+            HeaderStatus::Present(h) => match checkpoint::read_body(dev, &l, i, &h)? {
+                Ok(_) => format!("valid: epoch {}, {} entries", h.epoch, h.entries),
+                Err(why) => {
+                    warnings.push(format!("checkpoint region {i} (epoch {}): {why}", h.epoch));
+                    format!("damaged: epoch {}: {why}", h.epoch)
+                }
+            },
+        };
+    }
+    Ok(checkpoints)
+}
+
+/// Recover the table read-only and check it: how the log ends against the
+/// superblock's state, and every slot's bitmaps.
+fn check_recovery(dev: &impl MetaDevice, sb: &Superblock, report: &mut CheckReport) {
+    let l = sb.layout;
+    match recover(dev, sb) {
         Ok(rec) => {
             match &rec.report.log_end {
                 LogEnd::Invalid(why) => report.problems.push(format!(
@@ -151,7 +175,6 @@ pub fn check(dev: &impl MetaDevice) -> Result<CheckReport> {
         }
         Err(e) => report.problems.push(e.to_string()),
     }
-    Ok(report)
 }
 
 impl std::fmt::Display for CheckReport {

@@ -163,4 +163,4 @@ pub use store::{
     dirty_all_valid, format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened,
     RecoveryReport, Store,
 };
-pub use superblock::{BackingIdentity, State, Superblock};
+pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};

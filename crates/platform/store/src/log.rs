@@ -174,9 +174,14 @@ pub(crate) fn replay(
     first_seq: u64,
     table: &mut [Option<LineMeta>],
 ) -> Result<Replay> {
-    let bm = layout.bitmap_bytes();
-    let subs = layout.sub_blocks();
-    let seed = epoch_seed(uuid, epoch);
+    let cx = BlockCheck {
+        layout,
+        uuid,
+        epoch,
+        seed: epoch_seed(uuid, epoch),
+        bm: layout.bitmap_bytes(),
+        subs: layout.sub_blocks(),
+    };
     let mut out = Replay {
         records: 0,
         blocks: 0,
@@ -201,67 +206,14 @@ pub(crate) fn replay(
             .map_err(|e| StoreError::io("reading the metadata log", e))?;
         out.bytes_read += run * BLOCK;
         for block in buf.chunks(BLOCK as usize) {
-            let at = || {
-                format!(
-                    "log block {} (epoch {epoch})",
-                    (start + i) % layout.log_blocks
-                )
-            };
-            if &block[0..4] != MAGIC {
-                out.end = LogEnd::Clean;
-                break 'scan;
-            }
-            let stored = u32::from_le_bytes(block[4..8].try_into().unwrap_or_default());
-            if stored != header_crc(uuid, block) {
-                out.end = LogEnd::Torn(format!("{}: header checksum mismatch", at()));
-                break 'scan;
-            }
-            let mut h = Reader::new(&block[8..HEADER]);
-            let (b_epoch, b_seq, nrec, used, flags) = (
-                h.u64().unwrap_or(0),
-                h.u64().unwrap_or(0),
-                h.u16().unwrap_or(0),
-                h.u16().unwrap_or(0) as usize,
-                h.u32().unwrap_or(0),
-            );
-            if b_epoch != epoch {
-                out.end = LogEnd::Clean;
-                break 'scan;
-            }
-            if b_seq != seq {
-                out.end = LogEnd::Torn(format!(
-                    "{}: sequence gap (expected {seq}, block starts at {b_seq})",
-                    at()
-                ));
-                break 'scan;
-            }
-            let payload = &block[HEADER..HEADER + used.min(PAYLOAD)];
-            let mut r = Reader::new(payload);
-            for k in 0..nrec {
-                let begin = r.pos();
-                let rec = Record::decode(&mut r, bm);
-                let end = r.pos();
-                let crc = r.u32();
-                let ok = match (rec, crc) {
-                    (Some(rec), Some(crc)) => {
-                        (crc == record_crc(seed, seq, &payload[begin..end])).then_some(rec)
-                    }
-                    _ => None,
-                };
-                let Some(rec) = ok else {
-                    out.end = LogEnd::Torn(format!("{}: record {k} (seq {seq}) is damaged", at()));
-                    break 'scan;
-                };
-                let slot = rec.slot() as usize;
-                let mapped = table.get(slot).is_some_and(|e| e.is_some());
-                if let Err(why) = rec.check(layout.slots, subs, mapped) {
-                    out.end = LogEnd::Invalid(format!("{}: record seq {seq}: {why}", at()));
+            let at = (start + i) % layout.log_blocks;
+            let flags = match cx.apply_block(block, at, &mut seq, table, &mut undo) {
+                Ok(flags) => flags,
+                Err(end) => {
+                    out.end = end;
                     break 'scan;
                 }
-                undo.push((slot, table[slot]));
-                rec.apply(table);
-                seq += 1;
-            }
+            };
             open_blocks += 1;
             i += 1;
             if flags & FLAG_COMMIT_END != 0 {
@@ -275,18 +227,7 @@ pub(crate) fn replay(
     }
     if out.end != LogEnd::RegionEnd {
         // `i` is the block where replay stopped; no later commit may follow.
-        let (later, scanned) = later_commit(dev, layout, uuid, epoch, start, i, out.next_seq)?;
-        out.bytes_read += scanned;
-        if let Some((pos, cseq)) = later {
-            return Err(StoreError::Corrupt(format!(
-                "metadata log damaged in the middle: replay of epoch {epoch} stopped at ring block {} ({}), yet block {pos} holds a later commit (seq {cseq}); recovering only the part before the damage could serve reused slots' data, so the cache cannot be trusted: reformat it with --force (dirty data not yet on the backing device is lost)",
-                (start + i) % layout.log_blocks,
-                match &out.end {
-                    LogEnd::Torn(w) | LogEnd::Invalid(w) => w.as_str(),
-                    _ => "no valid block",
-                },
-            )));
-        }
+        out.bytes_read += refuse_later_commit(dev, layout, uuid, epoch, start, i, &out)?;
     }
     if open_blocks > 0 || !undo.is_empty() {
         if out.end == LogEnd::Clean || out.end == LogEnd::RegionEnd {
@@ -300,6 +241,119 @@ pub(crate) fn replay(
         }
     }
     Ok(out)
+}
+
+/// What replay checks each log block against.
+struct BlockCheck<'a> {
+    layout: &'a Layout,
+    uuid: &'a [u8; 16],
+    epoch: u64,
+    seed: u32,
+    bm: usize,
+    subs: u32,
+}
+
+impl BlockCheck<'_> {
+    /// Check log block `block` (at ring position `pos`) and apply its records
+    /// to `table`, recording what they replaced in `undo` and advancing
+    /// `seq`. Returns the block's flags, or where the log ends (records of
+    /// the block applied before a damaged one stay in `undo`).
+    fn apply_block(
+        &self,
+        block: &[u8],
+        pos: u64,
+        seq: &mut u64,
+        table: &mut [Option<LineMeta>],
+        undo: &mut Vec<(usize, Option<LineMeta>)>,
+    ) -> std::result::Result<u32, LogEnd> {
+        let epoch = self.epoch;
+        let at = || format!("log block {pos} (epoch {epoch})");
+        if &block[0..4] != MAGIC {
+            return Err(LogEnd::Clean);
+        }
+        let stored = u32::from_le_bytes(block[4..8].try_into().unwrap_or_default());
+        if stored != header_crc(self.uuid, block) {
+            return Err(LogEnd::Torn(format!("{}: header checksum mismatch", at())));
+        }
+        let mut h = Reader::new(&block[8..HEADER]);
+        let (b_epoch, b_seq, nrec, used, flags) = (
+            h.u64().unwrap_or(0),
+            h.u64().unwrap_or(0),
+            h.u16().unwrap_or(0),
+            h.u16().unwrap_or(0) as usize,
+            h.u32().unwrap_or(0),
+        );
+        if b_epoch != epoch {
+            return Err(LogEnd::Clean);
+        }
+        if b_seq != *seq {
+            return Err(LogEnd::Torn(format!(
+                "{}: sequence gap (expected {}, block starts at {b_seq})",
+                at(),
+                *seq
+            )));
+        }
+        let payload = &block[HEADER..HEADER + used.min(PAYLOAD)];
+        let mut r = Reader::new(payload);
+        for k in 0..nrec {
+            let begin = r.pos();
+            let rec = Record::decode(&mut r, self.bm);
+            let end = r.pos();
+            let crc = r.u32();
+            let ok = match (rec, crc) {
+                (Some(rec), Some(crc)) => {
+                    (crc == record_crc(self.seed, *seq, &payload[begin..end])).then_some(rec)
+                }
+                _ => None,
+            };
+            let Some(rec) = ok else {
+                return Err(LogEnd::Torn(format!(
+                    "{}: record {k} (seq {}) is damaged",
+                    at(),
+                    *seq
+                )));
+            };
+            let slot = rec.slot() as usize;
+            let mapped = table.get(slot).is_some_and(|e| e.is_some());
+            if let Err(why) = rec.check(self.layout.slots, self.subs, mapped) {
+                return Err(LogEnd::Invalid(format!(
+                    "{}: record seq {}: {why}",
+                    at(),
+                    *seq
+                )));
+            }
+            undo.push((slot, table[slot]));
+            rec.apply(table);
+            *seq += 1;
+        }
+        Ok(flags)
+    }
+}
+
+/// After replay stopped at ring block `i` (relative to `start`): refuse a log
+/// with a later commit past the damage (recovering only the part before it
+/// could serve reused slots' data). Returns the bytes scanned.
+fn refuse_later_commit(
+    dev: &impl MetaDevice,
+    layout: &Layout,
+    uuid: &[u8; 16],
+    epoch: u64,
+    start: u64,
+    i: u64,
+    out: &Replay,
+) -> Result<u64> {
+    let (later, scanned) = later_commit(dev, layout, uuid, epoch, start, i, out.next_seq)?;
+    if let Some((pos, cseq)) = later {
+        return Err(StoreError::Corrupt(format!(
+            "metadata log damaged in the middle: replay of epoch {epoch} stopped at ring block {} ({}), yet block {pos} holds a later commit (seq {cseq}); recovering only the part before the damage could serve reused slots' data, so the cache cannot be trusted: reformat it with --force (dirty data not yet on the backing device is lost)",
+            (start + i) % layout.log_blocks,
+            match &out.end {
+                LogEnd::Torn(w) | LogEnd::Invalid(w) => w.as_str(),
+                _ => "no valid block",
+            },
+        )));
+    }
+    Ok(scanned)
 }
 
 /// Scans ring blocks `from..log_blocks` (relative to `start`) for a valid block

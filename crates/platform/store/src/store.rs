@@ -247,7 +247,7 @@ fn region_name(i: usize) -> &'static str {
 /// (a new epoch), so that a torn tail of the old log can never be mistaken
 /// for a continuation of new commits.
 pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result<Opened<D>> {
-    let (mut sb, _) = Superblock::read(&dev)?;
+    let mut sb = Superblock::read(&dev)?.newest;
     let size = dev
         .len()
         .map_err(|e| StoreError::io("sizing the cache device", e))?;

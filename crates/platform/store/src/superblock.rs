@@ -193,6 +193,15 @@ pub struct Superblock {
     pub state: State,
 }
 
+/// What [`Superblock::read`] found on the device.
+#[derive(Clone, Debug)]
+pub struct SuperblockCopies {
+    /// The valid copy with the highest generation.
+    pub newest: Superblock,
+    /// Which of the two copies (at offset 0 and at the second copy's offset) were valid.
+    pub valid: [bool; 2],
+}
+
 impl Superblock {
     /// Encodes into one 4 KiB block: magic, version, body length, crc32c, body.
     pub(crate) fn encode(&self) -> Result<Vec<u8>> {
@@ -348,7 +357,7 @@ impl Superblock {
 
     /// Reads both copies; returns the valid one with the highest generation and
     /// which copies were valid. Errors report the first copy's problem.
-    pub fn read(dev: &impl MetaDevice) -> Result<(Superblock, [bool; 2])> {
+    pub fn read(dev: &impl MetaDevice) -> Result<SuperblockCopies> {
         let mut best: Option<Superblock> = None;
         let mut valid = [false; 2];
         let mut first_err = None;
@@ -375,7 +384,7 @@ impl Superblock {
             }
         }
         match best {
-            Some(sb) => Ok((sb, valid)),
+            Some(sb) => Ok(SuperblockCopies { newest: sb, valid }),
             None => Err(first_err
                 .unwrap_or_else(|| StoreError::NotTiercache("no superblock copy found".into()))),
         }

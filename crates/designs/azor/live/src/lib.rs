@@ -139,12 +139,14 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
         .write(true)
         .open(&o.cache)
         .with_context(|| format!("opening cache {}", o.cache.display()))?;
-    let (sb, _) = tiercache_store::Superblock::read(&file).with_context(|| {
-        format!(
-            "{} is not a tiercache cache (run tiercache format first)",
-            o.cache.display()
-        )
-    })?;
+    let sb = tiercache_store::Superblock::read(&file)
+        .with_context(|| {
+            format!(
+                "{} is not a tiercache cache (run tiercache format first)",
+                o.cache.display()
+            )
+        })?
+        .newest;
     let backing_path = o
         .backing
         .clone()

@@ -17,7 +17,7 @@ pub mod stats;
 pub mod types;
 
 pub use config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
-pub use engine::Engine;
+pub use engine::{Engine, RestoredSlot, SlotBits, SlotState};
 pub use ops::{Dev, Op, OpId, Purpose, ReqId, Request, Source};
 pub use stats::Stats;
 pub use types::*;

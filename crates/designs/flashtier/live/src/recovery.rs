@@ -129,7 +129,6 @@ pub(crate) struct Rebuilt {
 pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> {
     let geo = sb.geometry();
     let d = geo.data_blocks();
-    let slots = sb.slots();
     let ck = Checkpoint::read_newest(cache, sb)
         .context("reading the checkpoints")?
         .context("the cache holds no valid checkpoint")?;
@@ -147,21 +146,8 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
         checkpoint_entries: ck.entries.len() as u64,
         ..Default::default()
     };
-    let mut map = SparseMap::new(slots, sb.backing_blocks(), slots).map_err(anyhow::Error::msg)?;
+    let mut map = checkpoint_map(&ck, sb, &mut info)?;
     let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
-    for &(lba, dirty, slot) in &ck.entries {
-        if slot as u64 >= slots {
-            return Err(bad(format!(
-                "checkpoint maps block {lba} to slot {slot} of {slots}"
-            )));
-        }
-        if unclean && !dirty {
-            info.dropped_clean += 1;
-            continue;
-        }
-        map.insert(lba, Entry { slot, dirty })
-            .map_err(|e| bad(format!("checkpoint: {e}")))?;
-    }
     let mut seqs = ck.seg_seqs.clone();
     let journal = read_journal(cache, sb, ck.epoch).context("reading the journal")?;
     let mut rewritten = vec![false; sb.nsegs as usize];
@@ -207,6 +193,46 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
             superseded |= old.is_some();
         }
     }
+    let segs = segment_table(&seqs, &map, d);
+    info.mapped_blocks = map.len() as u64;
+    info.dirty_blocks = map.dirty() as u64;
+    Ok(Rebuilt {
+        map,
+        segs,
+        next_seq,
+        epoch: ck.epoch,
+        journal_len: journal.len() as u32,
+        superseded,
+        info,
+    })
+}
+
+/// The map the checkpoint describes; after an unclean shutdown without its
+/// clean entries (clean data may be older than the backing device's).
+fn checkpoint_map(ck: &Checkpoint, sb: &Superblock, info: &mut RecoveryInfo) -> Result<SparseMap> {
+    let slots = sb.slots();
+    let unclean = !sb.clean;
+    let mut map = SparseMap::new(slots, sb.backing_blocks(), slots).map_err(anyhow::Error::msg)?;
+    let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
+    for &(lba, dirty, slot) in &ck.entries {
+        if slot as u64 >= slots {
+            return Err(bad(format!(
+                "checkpoint maps block {lba} to slot {slot} of {slots}"
+            )));
+        }
+        if unclean && !dirty {
+            info.dropped_clean += 1;
+            continue;
+        }
+        map.insert(lba, Entry { slot, dirty })
+            .map_err(|e| bad(format!("checkpoint: {e}")))?;
+    }
+    Ok(map)
+}
+
+/// Per segment its sequence number and live blocks (segments of `d` data
+/// blocks); a segment with live blocks is sealed, the others free.
+fn segment_table(seqs: &[u64], map: &SparseMap, d: u32) -> Vec<SegInfo> {
     let mut segs: Vec<SegInfo> = seqs
         .iter()
         .map(|&seq| SegInfo {
@@ -223,17 +249,7 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
             s.state = SegState::Sealed;
         }
     }
-    info.mapped_blocks = map.len() as u64;
-    info.dirty_blocks = map.dirty() as u64;
-    Ok(Rebuilt {
-        map,
-        segs,
-        next_seq,
-        epoch: ck.epoch,
-        journal_len: journal.len() as u32,
-        superseded,
-        info,
-    })
+    segs
 }
 
 /// What `tiercache check` found on a stopped log-structured cache.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tiercache_io::{
     BlockDev, CrashDev, CrashMode, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds,
 };
+use tiercache_log_structured::cache::Occupancy;
 use tiercache_log_structured::{
     format, open_with_devices, FormatOptions, LogCache, VictimPolicy, WritePolicy, BLOCK,
 };
@@ -170,7 +171,7 @@ fn run_reference(policy: WritePolicy, victim: VictimPolicy) -> tiercache_log_str
     assert_eq!(c.read(5 * BLOCK, BLOCK as usize).unwrap(), want);
     add(&mut total, &c);
     let counters = total;
-    let (mapped, dirty) = c.occupancy();
+    let Occupancy { mapped, dirty } = c.occupancy();
     assert!(
         mapped > 0 && dirty as f64 <= 0.3 * 448.0 + 8.0,
         "mapped {mapped}, dirty {dirty}"
@@ -483,7 +484,7 @@ fn cache_faults_fall_back_and_backing_faults_are_errors() {
         );
     }
     // Degraded: dirty data was written back, reads are not cached any more.
-    let (_, dirty) = c.occupancy();
+    let Occupancy { dirty, .. } = c.occupancy();
     assert_eq!(dirty, 0);
     let misses = c.counters().read_misses;
     c.read(500 * BLOCK, BLOCK as usize).unwrap();
@@ -557,10 +558,22 @@ fn prefetch_caches_and_trim_unmaps() {
         5,
         "prefetched blocks hit"
     );
-    assert_eq!(c.occupancy(), (5, 0));
+    assert_eq!(
+        c.occupancy(),
+        Occupancy {
+            mapped: 5,
+            dirty: 0
+        }
+    );
     // TRIM drops only whole blocks; the partial ones stay cached.
     c.trim(10 * BLOCK + 1, 3 * BLOCK).unwrap(); // whole: 11, 12
-    assert_eq!(c.occupancy(), (3, 0));
+    assert_eq!(
+        c.occupancy(),
+        Occupancy {
+            mapped: 3,
+            dirty: 0
+        }
+    );
 }
 
 #[test]

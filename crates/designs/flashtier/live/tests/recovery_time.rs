@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_log_structured::cache::{MapBytesPerBlock, Occupancy};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, WritePolicy, BLOCK};
 
 fn dev(p: &Path) -> Arc<dyn BlockDev> {
@@ -85,8 +86,11 @@ fn recovery_of_a_million_blocks() {
     }
     c.flush().unwrap();
     let write_s = t.elapsed().as_secs_f64();
-    let (mapped, dirty) = c.occupancy();
-    let (per_block, per_block_full) = c.map_bytes_per_block();
+    let Occupancy { mapped, dirty } = c.occupancy();
+    let MapBytesPerBlock {
+        mapped: per_block,
+        full: per_block_full,
+    } = c.map_bytes_per_block();
     let st = c.stats_json();
     assert_eq!(mapped, blocks);
     eprintln!(

@@ -103,7 +103,7 @@ impl MetaDevice for MetaDev {
 /// The pair description of a device, or `None` when it holds no tiercache
 /// superblock or one of another kind of cache.
 pub fn read_info(dev: &impl MetaDevice) -> Option<(Superblock, PairInfo)> {
-    let (sb, _) = Superblock::read(dev).ok()?;
+    let sb = Superblock::read(dev).ok()?.newest;
     let info: PairInfo = serde_json::from_str(&sb.policy).ok()?;
     (info.mode == "tica").then_some((sb, info))
 }

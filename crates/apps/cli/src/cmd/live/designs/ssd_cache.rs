@@ -102,12 +102,14 @@ fn io_engine(name: &str) -> Result<Option<Arc<dyn tiercache_io::Engine>>> {
 /// The backing device recorded in the cache's superblock.
 pub fn recorded_backing(cache: &Path) -> Result<PathBuf> {
     let f = std::fs::File::open(cache).with_context(|| format!("opening {}", cache.display()))?;
-    let (sb, _) = tiercache_store::Superblock::read(&f).with_context(|| {
-        format!(
-            "{} is not a tiercache cache (run tiercache format first)",
-            cache.display()
-        )
-    })?;
+    let sb = tiercache_store::Superblock::read(&f)
+        .with_context(|| {
+            format!(
+                "{} is not a tiercache cache (run tiercache format first)",
+                cache.display()
+            )
+        })?
+        .newest;
     Ok(PathBuf::from(&sb.backing.path))
 }
 

@@ -1,0 +1,107 @@
+//! The background tasks: the write-back cleaner paced by the cleaning rate,
+//! and the periodic journal commit.
+
+use super::LiveCache;
+use super::{CLEAN_TICK, CLEAN_TICK_MAX_LINES, COMMIT_INTERVAL};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tiercache_core::cleaning::{CleaningRate, CleaningTuning};
+
+impl LiveCache {
+    /// Start the background tasks: the committer and the write-back cleaner
+    /// (a rate controller on the dirty line count, full speed when idle).
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = me.commit_wanted.notified() => {}
+                    _ = tokio::time::sleep(COMMIT_INTERVAL) => {
+                        if me.core.lock().expect("core").pending.is_empty() {
+                            continue;
+                        }
+                    }
+                }
+                if let Err(e) = me.commit(false).await {
+                    tracing::error!("background commit failed: {e}");
+                }
+            }
+        });
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let (target, slots) = {
+                let c = me.core.lock().expect("core");
+                (
+                    c.engine.dirty_target_lines() as u64,
+                    c.engine.geometry().slots as u64,
+                )
+            };
+            let mut ctl = CleaningRate::new(target, CleaningTuning::for_slots(slots));
+            let mut tick = tokio::time::interval(CLEAN_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last = Instant::now();
+            let mut last_reqs = me.next_req.load(Ordering::Relaxed);
+            loop {
+                tick.tick().await;
+                let now = Instant::now();
+                let dt = now.duration_since(last).as_secs_f64();
+                last = now;
+                let reqs = me.next_req.load(Ordering::Relaxed);
+                let idle = reqs == last_reqs;
+                last_reqs = reqs;
+                let dirty = me.core.lock().expect("core").engine.dirty_lines() as u64;
+                let paced = ctl.step(dirty, dt);
+                let full = idle && dirty > target;
+                let n = if full { CLEAN_TICK_MAX_LINES } else { paced };
+                me.stats
+                    .cleaning_target_rate
+                    .store(ctl.rate().to_bits(), Ordering::Relaxed);
+                if n > 0 {
+                    let got = me.clean_step(n.min(CLEAN_TICK_MAX_LINES), false).await;
+                    if full {
+                        me.stats
+                            .idle_cleaned_lines
+                            .fetch_add(got as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Write back up to `max_lines` dirty lines (all of them if `force`) and wait for it.
+    /// Returns the lines cleaned.
+    pub async fn clean_step(self: &Arc<Self>, max_lines: usize, force: bool) -> usize {
+        if self.stopping.load(Ordering::Acquire) {
+            // A clean shutdown records the backing device as it is: leave it alone.
+            return 0;
+        }
+        let (ops, n) = {
+            let mut c = self.core.lock().expect("core");
+            let mut out = Vec::new();
+            let n = if force {
+                c.engine.clean(max_lines, true, &mut out)
+            } else {
+                c.engine.clean_at_most(max_lines, &mut out)
+            };
+            self.register(&mut c, &out);
+            tracing::trace!(target: "tiercache::ops", "clean -> {out:?}");
+            (out, n)
+        };
+        if n == 0 {
+            return 0;
+        }
+        self.stats
+            .cleaned_lines
+            .fetch_add(n as u64, Ordering::Relaxed);
+        let mut hs = Vec::new();
+        for op in ops {
+            let me = Arc::clone(self);
+            hs.push(tokio::spawn(async move { me.exec(op, None).await }));
+        }
+        for h in hs {
+            let _ = h.await;
+        }
+        n
+    }
+}

@@ -1,0 +1,212 @@
+//! Device failure handling: failed cache and backing ops, poisoned
+//! sub-blocks, rerouted writes, and degraded mode after repeated cache errors.
+
+use super::LiveCache;
+use super::{Core, LiveError, Poison, ReqBuf, DEGRADE_AFTER};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tiercache_core::eviction::Slot;
+use tiercache_core::{Dev, IoKind, Op, Purpose, WritePolicy};
+
+impl LiveCache {
+    /// Device error handling: data safe on the backing device is never lost.
+    pub(super) async fn on_error(
+        self: &Arc<Self>,
+        op: &Op,
+        buf: Option<&Arc<ReqBuf>>,
+        e: std::io::Error,
+        then: &mut Vec<Op>,
+    ) -> Result<(), LiveError> {
+        match op.dev {
+            Dev::Backing => self.backing_failed(op, e),
+            Dev::Cache => self.cache_failed(op, buf, e, then).await,
+        }
+    }
+
+    /// A backing op failed: a failed writeback leaves its lines dirty and
+    /// releases the unmap barriers waiting for it; the client gets the error.
+    fn backing_failed(&self, op: &Op, e: std::io::Error) -> Result<(), LiveError> {
+        self.stats.backing_errors.fetch_add(1, Ordering::Relaxed);
+        if op.purpose == Purpose::WritebackWrite {
+            // Keep the data dirty: it is still only in the cache.
+            let mut c = self.core.lock().expect("core");
+            for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line {
+                if let Some(s) = c.engine.mapping().lookup(line) {
+                    let start = op.offset.max(line * self.line);
+                    let end = (op.offset + op.len).min((line + 1) * self.line);
+                    let (f, l) = self.subs_of(start, end - start);
+                    c.engine.redirty(s, f, l);
+                }
+            }
+            for bs in c.pending_unmap.values_mut() {
+                bs.retain(|w| !w.0.contains(&op.id));
+            }
+            c.pending_unmap.retain(|_, bs| !bs.is_empty());
+        }
+        tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
+        Err(LiveError(format!("backing device I/O error: {e}")))
+    }
+
+    /// A cache op failed: count it (degrading after repeated errors), poison
+    /// what a failed write should have left, then recover by the op's kind:
+    /// a clean read hit is served from the backing device, a write-back write
+    /// is rerouted there, other writes just drop their sub-blocks.
+    async fn cache_failed(
+        self: &Arc<Self>,
+        op: &Op,
+        buf: Option<&Arc<ReqBuf>>,
+        e: std::io::Error,
+        then: &mut Vec<Op>,
+    ) -> Result<(), LiveError> {
+        self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        let slot = (op.offset / self.line) as Slot;
+        let (f, l) = self.subs_of(op.offset, op.len);
+        // The client offset of this op's data: from the request, not from the
+        // slot (which may hold another line by now).
+        let client_off = buf.map(|b| b.offset + op.buf_off);
+        let line = client_off.map(|o| o / self.line);
+        let (dirty, errors) = {
+            let mut c = self.core.lock().expect("core");
+            c.cache_errors += 1;
+            // Only the log's view knows whether the backing device already has the
+            // data (a Clean record follows the writeback); the core marks lines
+            // clean when their writeback starts.
+            let dirty = match c.view[slot as usize] {
+                Some(v) if Some(v.line) == line => (f..=l).any(|i| v.dirty.get(i)),
+                _ => false,
+            };
+            (dirty, c.cache_errors)
+        };
+        if let (IoKind::Write, Some(line), Some(b)) = (op.kind, line, buf) {
+            self.poison_failed_write(op, slot, (f, l), line, b);
+        }
+        tracing::warn!("cache device error ({:?} at {}): {e}", op.kind, op.offset);
+        if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::error!("cache device failing ({errors} errors in a row): no longer caching new data; dirty data is kept and cleaned");
+            self.core.lock().expect("core").engine.degrade();
+        }
+        match (op.kind, op.purpose) {
+            (IoKind::Read, Purpose::ReadHit) if !dirty => {
+                let Some(boff) = client_off else {
+                    return Err(LiveError(format!("cache read error: {e}")));
+                };
+                self.read_hit_from_backing(op, buf, slot, (f, l), boff)
+                    .await
+            }
+            (IoKind::Write, Purpose::WriteCache) if self.write_policy == WritePolicy::WriteBack => {
+                // The only copy would have been the cache: write it to the backing
+                // device instead, through the core so that it lands after any
+                // writeback of the line in flight. Invalidate and reroute under one
+                // lock: a read miss in between would read the backing device
+                // before the reroute is ordered ahead of it.
+                let (Some(line), Some(b)) = (line, buf) else {
+                    Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
+                    return Err(LiveError(format!("cache write error: {e}")));
+                };
+                let rerouted = {
+                    let mut c = self.core.lock().expect("core");
+                    Self::invalidate_failed(&mut c, op, slot, f, l);
+                    let mut out = Vec::new();
+                    c.engine.reroute_failed_write(op, line, &mut out);
+                    self.register(&mut c, &out);
+                    out
+                };
+                // Run it once this op is finished: a writeback of the line
+                // queued behind this op may be what it waits for.
+                let _ = b;
+                then.extend(rerouted);
+                Ok(())
+            }
+            (IoKind::Write, _) => {
+                // A fill or a write-through copy: the backing device has the data.
+                Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
+                Ok(())
+            }
+            _ => Err(LiveError(format!(
+                "cache device I/O error on dirty data: {e}"
+            ))),
+        }
+    }
+
+    /// Keep the bytes a failed cache write of `line` should have left in each
+    /// of its sub-blocks `f..=l`, for the reads queued behind it.
+    fn poison_failed_write(
+        &self,
+        op: &Op,
+        slot: Slot,
+        (f, l): (u32, u32),
+        line: u64,
+        b: &Arc<ReqBuf>,
+    ) {
+        let data = {
+            let d = b.data.lock().expect("buf");
+            Arc::new(d[op.buf_off as usize..(op.buf_off + op.len) as usize].to_vec())
+        };
+        let mut c = self.core.lock().expect("core");
+        self.any_poison.store(true, Ordering::Release);
+        for i in f..=l {
+            // The piece of the write within sub-block `i`.
+            let sb = (op.offset / self.line) * self.line + i as u64 * self.sub;
+            let (ps, pe) = (sb.max(op.offset), (sb + self.sub).min(op.offset + op.len));
+            let piece = data[(ps - op.offset) as usize..(pe - op.offset) as usize].to_vec();
+            c.poisoned.entry((slot, i)).or_default().push(Poison {
+                id: op.id,
+                line,
+                start: ps,
+                data: Arc::new(piece),
+            });
+        }
+    }
+
+    /// A clean read hit failed: serve it from the backing device at client
+    /// offset `boff` instead, and drop the unreadable sub-blocks `f..=l`.
+    async fn read_hit_from_backing(
+        &self,
+        op: &Op,
+        buf: Option<&Arc<ReqBuf>>,
+        slot: Slot,
+        (f, l): (u32, u32),
+        boff: u64,
+    ) -> Result<(), LiveError> {
+        let dev = Arc::clone(&self.backing);
+        let len = op.len as usize;
+        let r = tokio::task::spawn_blocking(move || {
+            let mut v = vec![0u8; len];
+            dev.read_at(&mut v, boff).map(|_| v)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
+        match r {
+            Ok(bytes) => {
+                if let Some(b) = buf {
+                    let mut d = b.data.lock().expect("buf");
+                    let s = op.buf_off as usize;
+                    d[s..s + bytes.len()].copy_from_slice(&bytes);
+                }
+                Ok(())
+            }
+            Err(e) => Err(LiveError(format!("backing device I/O error: {e}"))),
+        }
+    }
+
+    /// Drop sub-blocks `f..=l` of `slot` after a failed cache op, except those a
+    /// later cache write still in flight rewrites (dropping them would lose that write).
+    pub(super) fn invalidate_failed(c: &mut Core, op: &Op, slot: Slot, f: u32, l: u32) {
+        let later: Vec<(u32, u32)> = c
+            .inflight_writes
+            .get(&slot)
+            .map(|ws| {
+                ws.iter()
+                    .filter(|w| w.0 > op.id)
+                    .map(|w| (w.1, w.2))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for i in f..=l {
+            if !later.iter().any(|&(a, b)| a <= i && i <= b) {
+                c.engine.invalidate(slot, i, i);
+            }
+        }
+    }
+}

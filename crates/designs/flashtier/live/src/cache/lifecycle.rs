@@ -1,0 +1,41 @@
+//! Lifecycle: writing every dirty block back and the clean shutdown.
+
+use super::LogCache;
+use super::{err, Res};
+
+impl LogCache {
+    /// Write every dirty block back, flush the backing device and
+    /// checkpoint (the `flush` control command). Returns how many.
+    pub fn write_back_all(&self) -> Res<u64> {
+        let mut st = self.lock()?;
+        let before = st.stats.written_back;
+        st.clean_cursor = 0;
+        while st.map.dirty() > 0 {
+            if self.write_back_some(&mut st, 1024)? == 0 {
+                break;
+            }
+        }
+        self.flush_locked(&mut st)?;
+        self.checkpoint(&mut st)?;
+        Ok(st.stats.written_back - before)
+    }
+
+    /// Clean shutdown: everything durable, a checkpoint, the superblock
+    /// marked clean. With `detach`, every dirty block is written back first,
+    /// so the backing device alone holds all data.
+    pub fn shutdown(&self, detach: bool) -> Res<()> {
+        if detach {
+            self.write_back_all()?;
+        }
+        let mut st = self.lock()?;
+        self.flush_locked(&mut st)?;
+        self.checkpoint(&mut st)?;
+        st.sb.clean = true;
+        let mut sb = st.sb.clone();
+        sb.write(self.cache.as_ref())
+            .map_err(|e| err(format!("cache device: writing the superblock: {e}")))?;
+        st.sb = sb;
+        st.closed = true;
+        Ok(())
+    }
+}

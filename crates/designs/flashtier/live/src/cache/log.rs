@@ -1,0 +1,214 @@
+//! The log: appending blocks to the open segment, rolling it (journal
+//! record, then the segment summary), and keeping free segments ready.
+
+use super::LogCache;
+use super::{err, OpenSeg, Res, State, RESERVE};
+use crate::checkpoint::JournalRecord;
+use crate::cleaning::{pick_victim, SegInfo, SegState};
+use crate::segment::{entry, Summary, BLOCK, EMPTY};
+
+impl LogCache {
+    /// Flush the data, write the open segment's summary (into the older
+    /// copy), flush again: afterwards every entry so far is durable.
+    pub(super) fn persist_summary(&self, st: &mut State) -> Res<()> {
+        let Some(o) = st.open.as_ref() else {
+            return Ok(());
+        };
+        if o.durable == o.entries.len() {
+            return Ok(());
+        }
+        let s = Summary {
+            seg: o.seg,
+            seq: o.seq,
+            version: o.version + 1,
+            entries: o.entries.clone(),
+        };
+        let off = self.seg_offset(st, o.seg) + self.geo.summary_offset(s.copy());
+        let r = self
+            .cache
+            .flush()
+            .and_then(|_| self.cache.write_at(&s.encode(&self.geo), off))
+            .and_then(|_| self.cache.flush());
+        if let Err(e) = r {
+            self.cache_error(st, "writing a segment summary", &e);
+            return Err(err(format!("cache device: writing a segment summary: {e}")));
+        }
+        st.stats.summary_writes += 1;
+        let o = st.open.as_mut().expect("open segment");
+        o.version += 1;
+        o.durable = o.entries.len();
+        Ok(())
+    }
+
+    /// Seal the open segment and open a free one: the sealed summary and a
+    /// backing flush are durable first; then the journal record naming the new
+    /// segment, then its two summaries (a crash between them leaves a record
+    /// that recovery skips); all of it before any data goes into the segment.
+    pub(super) fn roll(&self, st: &mut State) -> Res<()> {
+        if st.open.is_some() {
+            self.persist_summary(st)?;
+            let o = st.open.take().expect("open segment");
+            st.segs[o.seg as usize].state = SegState::Sealed;
+        }
+        if st.backing_dirty {
+            if let Err(e) = self.backing.flush() {
+                return Err(self.backing_error(st, "flush", e));
+            }
+            st.backing_dirty = false;
+        }
+        if st.journal_next >= st.sb.journal_records || st.ckpt_before_reuse {
+            self.checkpoint(st)?;
+        }
+        // Free segments are reused in the order they were freed (`evict`).
+        let Some(seg) = st.free.pop_front() else {
+            return Err(err("no free segment (cleaning could not free one)"));
+        };
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let base = self.seg_offset(st, seg);
+        let rec = JournalRecord {
+            epoch: st.epoch,
+            index: st.journal_next,
+            seg,
+            seq,
+        };
+        // The journal record first, flushed, then the new life's summaries:
+        // a crash in between leaves a record whose segment still holds its
+        // old summary (recovery skips it and drops the checkpoint's entries
+        // into it), never a new summary that no record names while the
+        // checkpoint still maps blocks into the old life.
+        let mut r = self
+            .cache
+            .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
+            .and_then(|_| self.cache.flush());
+        for v in 0..2u64 {
+            let s = Summary {
+                seg,
+                seq,
+                version: v,
+                entries: Vec::new(),
+            };
+            r = r.and_then(|_| {
+                self.cache.write_at(
+                    &s.encode(&self.geo),
+                    base + self.geo.summary_offset(s.copy()),
+                )
+            });
+        }
+        let r = r.and_then(|_| self.cache.flush());
+        st.journal_next += 1;
+        st.segs[seg as usize] = SegInfo {
+            state: SegState::Open,
+            seq,
+            live: 0,
+        };
+        if let Err(e) = r {
+            // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.
+            st.segs[seg as usize].state = SegState::Sealed;
+            self.cache_error(st, "opening a segment", &e);
+            return Err(err(format!("cache device: opening a segment: {e}")));
+        }
+        st.stats.segments_opened += 1;
+        st.open = Some(OpenSeg {
+            seg,
+            seq,
+            entries: Vec::new(),
+            version: 1,
+            durable: 0,
+        });
+        Ok(())
+    }
+
+    /// Room left in the open segment.
+    pub(super) fn room(&self, st: &State) -> usize {
+        st.open
+            .as_ref()
+            .map_or(0, |o| self.data_blocks as usize - o.entries.len())
+    }
+
+    /// Append whole blocks `lbas` (data in `data`, 4 KiB each) to the log
+    /// and map them. Returns how many were appended before a cache error
+    /// (the rest were not).
+    pub(super) fn append(
+        &self,
+        st: &mut State,
+        lbas: &[u64],
+        data: &[u8],
+        dirty: bool,
+    ) -> Res<usize> {
+        let mut done = 0;
+        while done < lbas.len() {
+            if st.free.len() < RESERVE {
+                self.ensure_free(st)?;
+            }
+            if self.room(st) == 0 {
+                if st.free.is_empty() {
+                    self.ensure_free(st)?;
+                }
+                match self.roll(st) {
+                    Ok(()) => {}
+                    // The cache device failed: the caller goes around it.
+                    Err(e) if e.0.starts_with("cache device") => return Ok(done),
+                    Err(e) => return Err(e),
+                }
+            }
+            let n = self.room(st).min(lbas.len() - done);
+            if !self.append_into_open(
+                st,
+                &lbas[done..done + n],
+                &data[done * BLOCK as usize..(done + n) * BLOCK as usize],
+                dirty,
+            )? {
+                return Ok(done);
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Write blocks that fit the open segment into it; `false` on a cache
+    /// write error (the slots are burnt: summary entries EMPTY).
+    pub(super) fn append_into_open(
+        &self,
+        st: &mut State,
+        lbas: &[u64],
+        data: &[u8],
+        dirty: bool,
+    ) -> Res<bool> {
+        let o = st.open.as_ref().expect("open segment");
+        debug_assert!(lbas.len() <= self.data_blocks as usize - o.entries.len());
+        let slot0 = o.seg * self.data_blocks + o.entries.len() as u32;
+        let off = self.slot_offset(st, slot0);
+        if let Err(e) = self.cache.write_at(data, off) {
+            st.open
+                .as_mut()
+                .expect("open")
+                .entries
+                .extend(std::iter::repeat_n(EMPTY, lbas.len()));
+            self.cache_error(st, "appending to a segment", &e);
+            return Ok(false);
+        }
+        for (i, &lba) in lbas.iter().enumerate() {
+            self.map_to(st, lba, slot0 + i as u32, dirty)?;
+            st.open
+                .as_mut()
+                .expect("open")
+                .entries
+                .push(entry(lba, dirty));
+        }
+        st.stats.appended_blocks += lbas.len() as u64;
+        Ok(true)
+    }
+
+    /// Clean segments until `RESERVE` are free (or none is left to clean).
+    pub(super) fn ensure_free(&self, st: &mut State) -> Res<()> {
+        let policy = *self.victim_policy.lock().unwrap_or_else(|e| e.into_inner());
+        while st.free.len() < RESERVE {
+            let Some(v) = pick_victim(&st.segs, self.data_blocks, st.next_seq, policy) else {
+                break;
+            };
+            self.clean_segment(st, v)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! Reads: hits from the log, misses from the backing device with fills,
+//! and prefetch.
+
+use super::LogCache;
+use super::{err, Res, State};
+use crate::segment::BLOCK;
+
+impl LogCache {
+    /// Read whole blocks `b0..b0 + n`; misses are cached (`fill`) unless degraded.
+    pub(super) fn read_blocks(
+        &self,
+        st: &mut State,
+        b0: u64,
+        n: usize,
+        fill: bool,
+        count: bool,
+    ) -> Res<Vec<u8>> {
+        let mut buf = vec![0u8; n * BLOCK as usize];
+        let mut i = 0;
+        let mut misses: Vec<(usize, usize)> = Vec::new();
+        while i < n {
+            let e = st.map.get(b0 + i as u64);
+            let mut k = 1;
+            match e {
+                Some(e) => {
+                    while i + k < n
+                        && !(e.slot + k as u32).is_multiple_of(self.data_blocks)
+                        && st.map.get(b0 + (i + k) as u64).map(|x| x.slot)
+                            == Some(e.slot + k as u32)
+                    {
+                        k += 1;
+                    }
+                    let range = i * BLOCK as usize..(i + k) * BLOCK as usize;
+                    if let Err(er) = self
+                        .cache
+                        .read_at(&mut buf[range], self.slot_offset(st, e.slot))
+                    {
+                        self.cache_error(st, "reading cached data", &er);
+                        // Clean blocks come from the backing device; dirty ones are lost.
+                        for j in i..i + k {
+                            let lba = b0 + j as u64;
+                            if st.map.get(lba).is_some_and(|x| x.dirty) {
+                                return Err(err(format!(
+                                    "cache device: reading dirty block {lba}: {er}"
+                                )));
+                            }
+                            self.unmap(st, lba);
+                            let r = &mut buf[j * BLOCK as usize..(j + 1) * BLOCK as usize];
+                            if let Err(e) = self.backing.read_at(r, lba * BLOCK) {
+                                return Err(self.backing_error(st, "read", e));
+                            }
+                        }
+                    }
+                    if count {
+                        st.stats.read_hits += k as u64;
+                    }
+                }
+                None => {
+                    while i + k < n && st.map.get(b0 + (i + k) as u64).is_none() {
+                        k += 1;
+                    }
+                    let range = i * BLOCK as usize..(i + k) * BLOCK as usize;
+                    if let Err(e) = self
+                        .backing
+                        .read_at(&mut buf[range], (b0 + i as u64) * BLOCK)
+                    {
+                        return Err(self.backing_error(st, "read", e));
+                    }
+                    if count {
+                        st.stats.read_misses += k as u64;
+                    }
+                    misses.push((i, k));
+                }
+            }
+            i += k;
+        }
+        if fill && st.degraded.is_none() {
+            for (i, k) in misses {
+                let lbas: Vec<u64> = (b0 + i as u64..b0 + (i + k) as u64).collect();
+                let done = self.append(
+                    st,
+                    &lbas,
+                    &buf[i * BLOCK as usize..(i + k) * BLOCK as usize],
+                    false,
+                )?;
+                st.stats.fills += done as u64;
+            }
+        }
+        Ok(buf)
+    }
+
+    /// Bytes `offset..offset + len`.
+    pub fn read(&self, offset: u64, len: usize) -> Res<Vec<u8>> {
+        let mut st = self.lock()?;
+        let (b0, b1) = (offset / BLOCK, (offset + len as u64).div_ceil(BLOCK));
+        let buf = self.read_blocks(&mut st, b0, (b1 - b0) as usize, true, true)?;
+        let s = (offset - b0 * BLOCK) as usize;
+        Ok(buf[s..s + len].to_vec())
+    }
+
+    /// Prefetch `offset..offset + len` into the cache (NBD CACHE).
+    pub fn prefetch(&self, offset: u64, len: u64) -> Res<()> {
+        let mut st = self.lock()?;
+        let (b0, b1) = (offset / BLOCK, (offset + len).div_ceil(BLOCK));
+        let mut b = b0;
+        while b < b1 {
+            let n = (b1 - b).min(256);
+            self.read_blocks(&mut st, b, n as usize, true, false)?;
+            b += n;
+        }
+        Ok(())
+    }
+}

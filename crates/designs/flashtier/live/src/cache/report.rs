@@ -1,0 +1,119 @@
+//! Reporting: counters, occupancy, map size and the JSON stats.
+
+use super::{Counters, Res};
+use super::{LogCache, MapBytesPerBlock, Occupancy};
+use crate::cleaning::{pick_victim, SegState};
+use serde_json::{json, Value};
+
+impl LogCache {
+    /// Clean segments until `n` are free (tests and benchmarks).
+    pub fn clean_segments(&self, n: usize) -> Res<()> {
+        let mut st = self.lock()?;
+        let policy = *self.victim_policy.lock().unwrap_or_else(|e| e.into_inner());
+        while st.free.len() < n {
+            let Some(v) = pick_victim(&st.segs, self.data_blocks, st.next_seq, policy) else {
+                break;
+            };
+            self.clean_segment(&mut st, v)?;
+        }
+        Ok(())
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> Counters {
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).stats
+    }
+
+    /// Blocks mapped and dirty blocks.
+    pub fn occupancy(&self) -> Occupancy {
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        Occupancy {
+            mapped: st.map.len() as u64,
+            dirty: st.map.dirty() as u64,
+        }
+    }
+
+    /// Host memory of the map per mapped block (bytes), and at a full cache.
+    pub fn map_bytes_per_block(&self) -> MapBytesPerBlock {
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let m = st.map.memory_bytes() as f64;
+        MapBytesPerBlock {
+            mapped: m / st.map.len().max(1) as f64,
+            full: m / st.sb.slots() as f64,
+        }
+    }
+
+    /// `tiercache stats --json`.
+    pub fn stats_json(&self) -> Value {
+        let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let c = st.stats;
+        let count = |s: SegState| st.segs.iter().filter(|x| x.state == s).count();
+        let (hits, misses) = (c.read_hits + c.write_hits, c.read_misses + c.write_misses);
+        let r = &self.recovery;
+        let m = st.map.memory_bytes() as f64;
+        json!({
+            "mode": "log-structured",
+            "status": match (&st.degraded, st.closed) { (_, true) => "closed", (Some(_), _) => "degraded", _ => "ok" },
+            "degraded_reason": st.degraded,
+            "write_policy": self.policy.to_string(),
+            "backing": self.backing_path.display().to_string(),
+            "size": self.size,
+            "slots": st.sb.slots(),
+            "mapped_blocks": st.map.len(),
+            "dirty_blocks": st.map.dirty(),
+            "occupancy": st.map.len() as f64 / st.sb.slots() as f64,
+            "hits": hits,
+            "misses": misses,
+            "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
+            "read_hits": c.read_hits,
+            "read_misses": c.read_misses,
+            "write_hits": c.write_hits,
+            "write_misses": c.write_misses,
+            "fills": c.fills,
+            "appended_blocks": c.appended_blocks,
+            "bypassed_blocks": c.bypassed,
+            "flushes": c.flushes,
+            "segments": {
+                "total": st.sb.nsegs,
+                "bytes": st.sb.seg_bytes,
+                "data_blocks": self.data_blocks,
+                "free": count(SegState::Free),
+                "open": count(SegState::Open),
+                "sealed": count(SegState::Sealed),
+                "opened": c.segments_opened,
+            },
+            "cleaning": {
+                "segments_cleaned": c.segments_cleaned,
+                "silent_evictions": c.silent_evictions,
+                "moved_dirty_blocks": c.moved_dirty,
+                "cleaning_written_back": c.cleaning_written_back,
+                "written_back": c.written_back,
+            },
+            "metadata": {
+                "summary_writes": c.summary_writes,
+                "checkpoints": c.checkpoints,
+                "epoch": st.epoch,
+                "journal_records": st.journal_next,
+            },
+            "map": {
+                "bytes": st.map.memory_bytes(),
+                "entry_bytes": st.map.entry_bytes(),
+                "capacity": st.map.capacity(),
+                "bytes_per_cached_block": m / st.map.len().max(1) as f64,
+                "bytes_per_block_full": m / st.sb.slots() as f64,
+            },
+            "errors": { "cache": c.cache_errors, "backing": c.backing_errors },
+            "recovery": {
+                "ms": r.duration.as_secs_f64() * 1000.0,
+                "clean_shutdown": r.clean_shutdown,
+                "checkpoint_epoch": r.checkpoint_epoch,
+                "checkpoint_entries": r.checkpoint_entries,
+                "replayed_segments": r.replayed_segments,
+                "replayed_entries": r.replayed_entries,
+                "dropped_clean": r.dropped_clean,
+                "mapped_blocks": r.mapped_blocks,
+                "dirty_blocks": r.dirty_blocks,
+            },
+        })
+    }
+}

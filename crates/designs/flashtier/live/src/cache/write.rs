@@ -1,0 +1,151 @@
+//! Writes, trims and FLUSH: appending dirty or clean copies by the write
+//! policy, bypass for uncached writes, and the durable flush sequence.
+
+use super::LogCache;
+use super::{Res, State};
+use crate::layout::WritePolicy;
+use crate::segment::BLOCK;
+
+impl LogCache {
+    /// Store `data` at `offset`; with `fua`, durable on return.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Res<()> {
+        if data.is_empty() {
+            return if fua { self.flush() } else { Ok(()) };
+        }
+        let mut st = self.lock()?;
+        let st = &mut *st;
+        let (b0, b1) = (offset / BLOCK, (offset + data.len() as u64).div_ceil(BLOCK));
+        let n = (b1 - b0) as usize;
+        for b in b0..b1 {
+            if st.map.get(b).is_some() {
+                st.stats.write_hits += 1;
+            } else {
+                st.stats.write_misses += 1;
+            }
+        }
+        match self.policy {
+            WritePolicy::WriteBack => {
+                let s = (offset - b0 * BLOCK) as usize;
+                let full = if s == 0 && data.len() == n * BLOCK as usize {
+                    data.to_vec()
+                } else {
+                    // Partial blocks: read-modify-write of the first and last block.
+                    let mut buf = vec![0u8; n * BLOCK as usize];
+                    let head = self.read_blocks(st, b0, 1, false, false)?;
+                    buf[..BLOCK as usize].copy_from_slice(&head);
+                    if n > 1 {
+                        let tail = self.read_blocks(st, b1 - 1, 1, false, false)?;
+                        buf[(n - 1) * BLOCK as usize..].copy_from_slice(&tail);
+                    }
+                    buf[s..s + data.len()].copy_from_slice(data);
+                    buf
+                };
+                let lbas: Vec<u64> = (b0..b1).collect();
+                let done = if st.degraded.is_none() {
+                    self.append(st, &lbas, &full, true)?
+                } else {
+                    0
+                };
+                if done < n {
+                    self.bypass(st, b0 + done as u64, &full[done * BLOCK as usize..])?;
+                }
+                self.clean_to_target(st)?;
+                if fua {
+                    self.flush_locked(st)?;
+                }
+            }
+            WritePolicy::WriteThrough => {
+                let r = if fua {
+                    self.backing.write_at_fua(data, offset)
+                } else {
+                    self.backing.write_at(data, offset)
+                };
+                if let Err(e) = r {
+                    // The old cached copies may be stale now.
+                    for b in b0..b1 {
+                        self.unmap(st, b);
+                    }
+                    return Err(self.backing_error(st, "write", e));
+                }
+                if !fua {
+                    st.backing_dirty = true;
+                }
+                // Whole blocks get a clean cache copy; partial ones are dropped.
+                let fb0 = offset.div_ceil(BLOCK);
+                let fb1 = (offset + data.len() as u64) / BLOCK;
+                for b in (b0..b1).filter(|&b| b < fb0 || b >= fb1) {
+                    self.unmap(st, b);
+                }
+                if fb1 > fb0 {
+                    let s = (fb0 * BLOCK - offset) as usize;
+                    let lbas: Vec<u64> = (fb0..fb1).collect();
+                    let bytes = &data[s..s + lbas.len() * BLOCK as usize];
+                    let done = if st.degraded.is_none() {
+                        self.append(st, &lbas, bytes, false)?
+                    } else {
+                        0
+                    };
+                    for &b in &lbas[done..] {
+                        self.unmap(st, b);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write whole blocks to the backing device around the cache.
+    pub(super) fn bypass(&self, st: &mut State, b0: u64, data: &[u8]) -> Res<()> {
+        if let Err(e) = self.backing.write_at(data, b0 * BLOCK) {
+            return Err(self.backing_error(st, "write", e));
+        }
+        let n = data.len() as u64 / BLOCK;
+        for b in b0..b0 + n {
+            self.unmap(st, b);
+        }
+        st.backing_dirty = true;
+        st.need_ckpt = true;
+        st.stats.bypassed += n;
+        Ok(())
+    }
+
+    pub(super) fn flush_locked(&self, st: &mut State) -> Res<()> {
+        st.stats.flushes += 1;
+        if self.policy == WritePolicy::WriteBack {
+            self.persist_summary(st)?;
+        }
+        if st.need_ckpt {
+            self.checkpoint(st)?;
+        }
+        if st.backing_dirty {
+            if let Err(e) = self.backing.flush() {
+                return Err(self.backing_error(st, "flush", e));
+            }
+            st.backing_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Make every completed write durable (NBD FLUSH).
+    pub fn flush(&self) -> Res<()> {
+        let mut st = self.lock()?;
+        self.flush_locked(&mut st)
+    }
+
+    /// Discard whole blocks of `offset..offset + len` from the cache and the
+    /// backing device (contents afterwards are unspecified, as NBD allows).
+    pub fn trim(&self, offset: u64, len: u64) -> Res<()> {
+        let mut st = self.lock()?;
+        let (b0, b1) = (offset.div_ceil(BLOCK), (offset + len) / BLOCK);
+        for b in b0..b1.max(b0) {
+            self.unmap(&mut st, b);
+        }
+        if b1 > b0 {
+            if let Err(e) = self.backing.trim(b0 * BLOCK, (b1 - b0) * BLOCK) {
+                return Err(self.backing_error(&mut st, "trim", e));
+            }
+            st.backing_dirty = true;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! Formatting: the volume's configuration, writing a new volume's
+//! superblock, mapping and log, and refusing to overwrite foreign data.
+
+use crate::journal::Journal;
+use crate::superblock::{Layout, Superblock, TierRecord, SB_BYTES};
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Arc;
+
+use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_store::BackingIdentity;
+use tiercache_tiering::planner::PlannerConfig;
+use tiercache_tiering::policy::PolicyKind;
+use tiercache_tiering::MappingTable;
+/// Placement policy and migration pacing, recorded in the superblock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeConfig {
+    /// `oodt`, `frequency`, `hystor` or `raf`.
+    pub policy: String,
+    /// Plan after this many requests.
+    pub plan_every: u64,
+    /// Also plan after this many milliseconds without requests.
+    pub idle_ms: u64,
+    /// At most this many block moves per planning round.
+    pub max_moves_per_round: usize,
+    /// At most this many migrated bytes per second.
+    pub migrate_rate: u64,
+}
+
+impl VolumeConfig {
+    /// Defaults for `policy`: plan every 1000 requests or after 200 ms idle,
+    /// at most 64 moves per round, 64 MiB/s.
+    pub fn new(policy: PolicyKind) -> VolumeConfig {
+        VolumeConfig {
+            policy: policy.to_string(),
+            plan_every: 1000,
+            idle_ms: 200,
+            max_moves_per_round: 64,
+            migrate_rate: 64 << 20,
+        }
+    }
+
+    pub(super) fn validate(&self) -> anyhow::Result<PolicyKind> {
+        let kind: PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
+        self.planner().validate()?;
+        if self.migrate_rate == 0 {
+            bail!("migration rate 0 B/s (allowed: at least 1)");
+        }
+        Ok(kind)
+    }
+
+    pub(super) fn planner(&self) -> PlannerConfig {
+        PlannerConfig {
+            every_requests: self.plan_every,
+            idle_ns: Some(self.idle_ms.max(1) * 1_000_000),
+            max_moves_per_round: self.max_moves_per_round,
+        }
+    }
+}
+
+/// Write a new tiered volume: metadata on `fast`, data on both tiers. The
+/// volume is `slow`'s size and starts with `slow`'s contents (every block at
+/// home). Refuses a `fast` tier holding a filesystem, a cache or another
+/// volume, and a `slow` tier holding a tiered-volume superblock, unless
+/// `force`. Creates `fast` as a file of `create_size` bytes if it is absent.
+pub fn format_volume(
+    fast: &Path,
+    slow: &Path,
+    block_bytes: u32,
+    cfg: &VolumeConfig,
+    create_size: Option<u64>,
+    force: bool,
+) -> anyhow::Result<Superblock> {
+    cfg.validate()?;
+    if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
+        bail!("block size {block_bytes} B (allowed: a power of two from 4KiB to 4MiB)");
+    }
+    if !slow.exists() {
+        bail!("slow tier {} does not exist", slow.display());
+    }
+    if !fast.exists() {
+        let Some(size) = create_size else {
+            bail!(
+                "fast tier {} does not exist (give --size to create a file)",
+                fast.display()
+            );
+        };
+        let f =
+            std::fs::File::create(fast).with_context(|| format!("creating {}", fast.display()))?;
+        f.set_len(size)?;
+    }
+    let fast = &std::fs::canonicalize(fast)?;
+    let slow = &std::fs::canonicalize(slow)?;
+    if fast == slow {
+        bail!("the fast and the slow tier are the same file");
+    }
+    let fast_f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fast)
+        .with_context(|| format!("opening {}", fast.display()))?;
+    if !force {
+        if let Some(what) = foreign(fast, &fast_f)? {
+            bail!(
+                "{} holds {what}; formatting would destroy it (use --force to overwrite)",
+                fast.display()
+            );
+        }
+        if crate::superblock::is_tiered_volume(slow) {
+            bail!(
+                "{} is the fast tier of a tiered volume, not a slow tier (use --force to use it anyway)",
+                slow.display()
+            );
+        }
+    }
+    let fast_id = BackingIdentity::probe(fast)?;
+    let slow_id = BackingIdentity::probe(slow)?;
+    if slow_id.size % 512 != 0 || slow_id.size == 0 {
+        bail!(
+            "slow tier {} is {} bytes (must be a non-zero multiple of 512)",
+            slow.display(),
+            slow_id.size
+        );
+    }
+    let blocks = slow_id.size.div_ceil(u64::from(block_bytes));
+    let layout = Layout::compute(fast_id.size, blocks, block_bytes)?;
+    let sb = Superblock {
+        uuid: *uuid::Uuid::new_v4().as_bytes(),
+        block_bytes,
+        volume_bytes: slow_id.size,
+        config: serde_json::to_string(cfg)?,
+        tiers: vec![
+            TierRecord { identity: fast_id },
+            TierRecord { identity: slow_id },
+        ],
+        layout,
+    };
+    let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(fast, FileDevOptions::default())?);
+    initialize(&dev, &sb)?;
+    Ok(sb)
+}
+
+/// Write the metadata of a new volume described by `sb` on its fast tier
+/// `dev`: the initial mapping (every block at home), an empty log, then the
+/// superblock copies, so a crash in the middle leaves no volume.
+pub fn initialize(dev: &Arc<dyn BlockDev>, sb: &Superblock) -> anyhow::Result<()> {
+    let table = MappingTable::new(sb.block_bytes, sb.blocks(), &[sb.layout.fast_slots])?;
+    Journal::format(Arc::clone(dev), sb.layout, &table)?;
+    let b = sb.encode()?;
+    dev.write_at(&b, SB_BYTES)?;
+    dev.write_at(&b, 0)?;
+    dev.flush()?;
+    Ok(())
+}
+
+/// What `fast` holds that formatting would destroy.
+fn foreign(path: &Path, f: &std::fs::File) -> anyhow::Result<Option<String>> {
+    if crate::superblock::is_tiered_volume(path) {
+        let what = match Superblock::read(path) {
+            Ok(sb) => format!("an existing tiered volume (uuid {})", sb.uuid_string()),
+            Err(_) => "a damaged tiered-volume superblock".to_string(),
+        };
+        return Ok(Some(what));
+    }
+    Ok(tiercache_store::detect_foreign(f)?)
+}

@@ -1,0 +1,307 @@
+//! The live tiered volume: requests routed by the mapping, and migrations
+//! run by a background worker with real I/O.
+//!
+//! **Requests.** A request is split at block boundaries
+//! ([`tiercache_tiering::dispatcher::split`]); each part goes to the tier and
+//! slot the mapping names. While its I/O runs, a request holds every block it
+//! touches (a user count per block). A block under migration is *locked*
+//! (Algorithm 1): a request touching it waits until the mapping switched,
+//! then routes to the new location.
+//!
+//! **Migrations.** A worker thread runs the planner (Algorithm 2) every
+//! `plan_every` requests, or after `idle_ms` without requests, and executes
+//! at most `max_moves_per_round` moves per round at no more than
+//! `migrate_rate` bytes per second. One migration, each step complete
+//! before the next ([`tiercache_tiering::migration`]): reserve the
+//! destination and lock the block; wait until requests already on it finish;
+//! log `Begin` (durable); copy; flush the destination tier; log `Switch`
+//! (durable: the commit point); switch the mapping and unlock; trim the
+//! source; release its slot; log `Done`. The mapping in memory therefore only
+//! ever points at data whose location is durable in the log or checkpoint.
+//!
+//! **Durability.** FLUSH flushes every tier; the mapping needs nothing more,
+//! since each switch is durable before anyone can write to the new location.
+//! Checkpoints are taken by the worker between migrations when the log fills
+//! up, at open (after recovery) and at clean shutdown.
+//!
+//! This file holds the live volume's state and accessors; the rest is split:
+//! `format` (configuration, formatting), `open` (opening and recovery),
+//! `check` (offline check), `requests` (claims, routing, I/O) and `worker`
+//! (migrations, checkpoints, shutdown).
+
+mod check;
+mod format;
+mod open;
+mod requests;
+mod worker;
+
+pub use check::{check_volume, CheckReport};
+pub use format::{format_volume, initialize, VolumeConfig};
+pub use open::{open_volume, OpenOptions};
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use tiercache_io::BlockDev;
+use tiercache_tiering::planner::{PlannerConfig, Trigger};
+use tiercache_tiering::policy::TierPolicy;
+use tiercache_tiering::{BlockId, Loc, MappingTable, TierError, TierId};
+
+use crate::journal::{Journal, RecoveryReport};
+use crate::superblock::Superblock;
+
+/// One request's claim on a byte range of a block.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    /// Arrival order of the request.
+    ticket: u64,
+    start: u32,
+    end: u32,
+    /// A write or trim: excludes every overlapping claim.
+    write: bool,
+}
+
+impl Claim {
+    fn conflicts(&self, o: &Claim) -> bool {
+        (self.write || o.write) && self.start < o.end && o.start < self.end
+    }
+}
+
+/// Per-block state of requests and migrations.
+#[derive(Clone, Debug, Default)]
+struct Busy {
+    /// Requests registered on the block, waiting or with I/O in flight.
+    /// Overlapping claims run in arrival order when one of them writes, so
+    /// a read never sees a write half done and writes land in order.
+    claims: Vec<Claim>,
+    /// A migration holds the block (from reservation to switch): new
+    /// requests wait; the migration waits until `claims` is empty.
+    migrating: bool,
+}
+
+/// State shared by requests and the worker, under one mutex.
+struct Core {
+    table: MappingTable,
+    busy: FxHashMap<BlockId, Busy>,
+    /// Blocks whose migration lost track of its durable state: they fail.
+    poisoned: FxHashSet<BlockId>,
+    policy: Box<dyn TierPolicy>,
+    planner: PlannerConfig,
+    trigger: Trigger,
+    plan_due: bool,
+    last_request: Instant,
+    next_ticket: u64,
+    next_migration: u64,
+    /// Why migrations stopped (a metadata write failed).
+    failed: Option<String>,
+}
+
+/// Counters of the live volume.
+#[derive(Default)]
+struct Counters {
+    ops: [[AtomicU64; 2]; 2],
+    bytes: [[AtomicU64; 2]; 2],
+    migrations: AtomicU64,
+    promotions: AtomicU64,
+    demotions: AtomicU64,
+    migrated_bytes: AtomicU64,
+    in_flight: AtomicU64,
+    rolled_back_live: AtomicU64,
+    planner_rounds: AtomicU64,
+    migration_errors: AtomicU64,
+    checkpoints: AtomicU64,
+    flushes: AtomicU64,
+}
+
+/// What a request part does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write,
+    Trim,
+}
+
+/// One part of a request, inside one block.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    /// Offset of the part in the request.
+    at: usize,
+    len: usize,
+    tier: TierId,
+    /// Byte offset on the tier's device.
+    dev_offset: u64,
+}
+
+/// A live tiered volume (see the module docs).
+pub struct TieredVolume {
+    sb: Superblock,
+    cfg: VolumeConfig,
+    devs: Vec<Arc<dyn BlockDev>>,
+    core: Mutex<Core>,
+    /// Signalled when a migrating block's last request finished.
+    drained: Condvar,
+    /// Signalled when a block's migration switched (or was abandoned).
+    unlocked: tokio::sync::Notify,
+    journal: Mutex<Journal>,
+    wake: (Mutex<()>, Condvar),
+    stop: AtomicBool,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    counters: Counters,
+    recovery: RecoveryReport,
+    shut_down: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn tier_err(e: TierError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// A request's claims on its blocks, from registration until dropped
+/// (after its I/O, or when the request is abandoned while waiting).
+struct Held {
+    vol: Arc<TieredVolume>,
+    ticket: u64,
+    blocks: Vec<BlockId>,
+    /// Filled once the request may run.
+    parts: Vec<Part>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.vol.release(self.ticket, &self.blocks);
+    }
+}
+
+impl TieredVolume {
+    /// Exported size in bytes (the slow tier's size).
+    pub fn size(&self) -> u64 {
+        self.sb.volume_bytes
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Where `block` lives now (`None` past the end of the volume).
+    pub fn location(&self, block: BlockId) -> Option<Loc> {
+        lock(&self.core).table.lookup(block)
+    }
+
+    /// What recovery found at open.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Where the tier-`loc.tier` slot lives: device and byte offset.
+    fn locate_in<'a>(
+        devs: &'a [Arc<dyn BlockDev>],
+        sb: &Superblock,
+        loc: Loc,
+    ) -> (&'a Arc<dyn BlockDev>, u64) {
+        let base = if loc.tier == 0 {
+            sb.layout.data_offset
+        } else {
+            0
+        };
+        (
+            &devs[loc.tier as usize],
+            base + loc.byte_offset(sb.block_bytes),
+        )
+    }
+
+    fn locate(&self, loc: Loc) -> (&Arc<dyn BlockDev>, u64) {
+        Self::locate_in(&self.devs, &self.sb, loc)
+    }
+
+    /// Statistics as JSON: tier occupancy, hits per tier, migrations, recovery.
+    pub fn stats_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let (used, slots, blocks, failed, locked, stats_bytes, map_bytes) = {
+            let c = lock(&self.core);
+            (
+                [c.table.used_slots(0), c.table.used_slots(1)],
+                c.table.slots(0).unwrap_or(0),
+                c.table.blocks(),
+                c.failed.clone(),
+                c.busy.values().filter(|b| b.migrating).count(),
+                c.policy.stats_bytes(),
+                c.table.memory_bytes(),
+            )
+        };
+        let (seq, log_records) = {
+            let j = lock(&self.journal);
+            (j.seq(), j.log_records())
+        };
+        let n = &self.counters;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let tiers: Vec<_> = (0..2)
+            .map(|t| {
+                let cap = if t == 0 { slots } else { blocks };
+                json!({
+                    "tier": t,
+                    "path": self.sb.tiers[t].identity.path,
+                    "slots": cap,
+                    "used_slots": used[t],
+                    "occupancy": used[t] as f64 / cap.max(1) as f64,
+                    "read_hits": ld(&n.ops[t][0]),
+                    "write_hits": ld(&n.ops[t][1]),
+                    "read_bytes": ld(&n.bytes[t][0]),
+                    "write_bytes": ld(&n.bytes[t][1]),
+                })
+            })
+            .collect();
+        let r = &self.recovery;
+        json!({
+            "mode": "tier",
+            "status": match &failed { None => "ok".to_string(), Some(w) => format!("migrations stopped: {w}") },
+            "uuid": self.sb.uuid_string(),
+            "policy": self.cfg,
+            "block_size": self.sb.block_bytes,
+            "volume_bytes": self.sb.volume_bytes,
+            "blocks": blocks,
+            "tiers": tiers,
+            "fast_tier_block_share": used[0] as f64 / blocks.max(1) as f64,
+            "migrations": ld(&n.migrations),
+            "promotions": ld(&n.promotions),
+            "demotions": ld(&n.demotions),
+            "migrations_in_flight": ld(&n.in_flight),
+            "locked_blocks": locked,
+            "migrated_bytes": ld(&n.migrated_bytes),
+            "migrations_abandoned": ld(&n.rolled_back_live),
+            "migration_errors": ld(&n.migration_errors),
+            "planner_rounds": ld(&n.planner_rounds),
+            "flushes": ld(&n.flushes),
+            "checkpoints": ld(&n.checkpoints),
+            "checkpoint_seq": seq,
+            "log_records": log_records,
+            "metadata_bytes": map_bytes + stats_bytes,
+            "recovery": {
+                "ms": r.duration.as_secs_f64() * 1000.0,
+                "checkpoint_seq": r.checkpoint_seq,
+                "log_records": r.log_records,
+                "completed": r.completed,
+                "completed_after_switch": r.completed_after_switch,
+                "rolled_back": r.rolled_back,
+                "trimmed": r.trimmed,
+            },
+            "live": { "recovery_ms": r.duration.as_secs_f64() * 1000.0 },
+        })
+    }
+}
+
+/// Run blocking device I/O on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?
+}

@@ -1,0 +1,155 @@
+//! Opening a formatted volume: its devices checked against the superblock,
+//! recovery from the checkpoint and log, and the live volume built.
+
+use super::{Core, Counters, TieredVolume, VolumeConfig};
+use crate::journal::Journal;
+use crate::superblock::Superblock;
+use anyhow::{bail, Context};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_store::BackingIdentity;
+use tiercache_tiering::planner::Trigger;
+use tiercache_tiering::policy::{build, PolicyConfig};
+/// How to open a volume for serving.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// The fast tier (holds the superblock).
+    pub fast: PathBuf,
+    /// The slow tier, if it moved [default: the path recorded at format time;
+    /// either way it must be the same device: size and inode or serial].
+    pub slow: Option<PathBuf>,
+    /// Open the tiers with `O_DIRECT` where they allow it.
+    pub direct: bool,
+    /// Delay the slow tier's I/O by the HDD model (demos and benchmarks).
+    pub emulate_hdd: bool,
+}
+
+/// Open (and recover) a formatted volume.
+pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
+    let sb = Superblock::read(&o.fast).with_context(|| {
+        format!(
+            "{} is not a tiered volume (run tiercache format --mode tier first)",
+            o.fast.display()
+        )
+    })?;
+    let fo = FileDevOptions {
+        direct: o.direct,
+        ..Default::default()
+    };
+    let mut devs: Vec<Arc<dyn BlockDev>> = Vec::new();
+    for (i, t) in sb.tiers.iter().enumerate() {
+        let path = match (i, &o.slow) {
+            (0, _) => o.fast.clone(),
+            (_, Some(p)) => p.clone(),
+            _ => PathBuf::from(&t.identity.path),
+        };
+        let found = BackingIdentity::probe(&path)
+            .with_context(|| format!("tier {i}: probing {}", path.display()))?;
+        let mut recorded = t.identity.clone();
+        if i == 0 {
+            // The fast tier carries the superblock: whatever device holds it
+            // now (a copy, a renamed file) is the fast tier if its size fits.
+            recorded.path = found.path.clone();
+            recorded.file_id = found.file_id;
+            recorded.serial = found.serial.clone();
+        }
+        if let Some(d) = recorded.differences(&found, false) {
+            bail!(
+                "tier {i} ({}) is not the device the volume was formatted with: {d}",
+                path.display()
+            );
+        }
+        let mut dev: Arc<dyn BlockDev> = Arc::new(
+            FileDev::open(&path, fo).with_context(|| format!("opening {}", path.display()))?,
+        );
+        if o.emulate_hdd && i + 1 == sb.tiers.len() {
+            let model = tiercache_model::Profile::default()
+                .hdd_model()
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            dev = Arc::new(tiercache_io::EmulatedHdd::new(dev, model));
+        }
+        devs.push(dev);
+    }
+    TieredVolume::open(sb, devs)
+}
+
+impl TieredVolume {
+    /// Recover the mapping from the devices' metadata and build the volume
+    /// (tier 0 holds the superblock and metadata). The worker is not started:
+    /// see [`start_background`](Self::start_background).
+    pub fn open(sb: Superblock, devs: Vec<Arc<dyn BlockDev>>) -> anyhow::Result<Arc<Self>> {
+        let cfg: VolumeConfig =
+            serde_json::from_str(&sb.config).context("reading the recorded policy")?;
+        let kind = cfg.validate()?;
+        if devs.len() != 2 {
+            bail!("{} tiers given (a volume has 2)", devs.len());
+        }
+        if devs[1].len() < sb.volume_bytes {
+            bail!(
+                "slow tier {} is {} bytes, smaller than the volume ({} bytes)",
+                devs[1].name(),
+                devs[1].len(),
+                sb.volume_bytes
+            );
+        }
+        let l = sb.layout;
+        if devs[0].len() < l.data_offset + l.fast_slots * u64::from(sb.block_bytes) {
+            bail!(
+                "fast tier {} is smaller than its recorded layout",
+                devs[0].name()
+            );
+        }
+        let (mut journal, rec) = Journal::open(Arc::clone(&devs[0]), l)
+            .with_context(|| format!("recovering the mapping on {}", devs[0].name()))?;
+        if rec.table.blocks() != sb.blocks() || rec.table.block_bytes() != sb.block_bytes {
+            bail!("the mapping checkpoint does not match the superblock's geometry");
+        }
+        let bs = u64::from(sb.block_bytes);
+        for loc in &rec.trim {
+            let (dev, off) = Self::locate_in(&devs, &sb, *loc);
+            let len = bs.min(dev.len().saturating_sub(off));
+            dev.trim(off, len)
+                .with_context(|| format!("trimming {loc:?} after recovery"))?;
+        }
+        for d in &devs {
+            d.flush()?;
+        }
+        // A new epoch: the replayed log is never needed again.
+        journal.checkpoint(&rec.table)?;
+        let policy = build(kind, &PolicyConfig::default(), sb.blocks(), sb.block_bytes)?;
+        let planner = cfg.planner();
+        let mut report = rec.report;
+        report.duration = report.duration.max(Duration::from_micros(1));
+        Ok(Arc::new(TieredVolume {
+            core: Mutex::new(Core {
+                table: rec.table,
+                busy: FxHashMap::default(),
+                poisoned: FxHashSet::default(),
+                policy,
+                planner,
+                trigger: Trigger::default(),
+                plan_due: false,
+                last_request: Instant::now(),
+                next_ticket: 1,
+                next_migration: 1,
+                failed: None,
+            }),
+            sb,
+            cfg,
+            devs,
+            drained: Condvar::new(),
+            unlocked: tokio::sync::Notify::new(),
+            journal: Mutex::new(journal),
+            wake: (Mutex::new(()), Condvar::new()),
+            stop: AtomicBool::new(false),
+            worker: Mutex::new(None),
+            counters: Counters::default(),
+            recovery: report,
+            shut_down: AtomicBool::new(false),
+        }))
+    }
+}

@@ -1,0 +1,245 @@
+//! Requests: registering a request's claims on its blocks, waiting for
+//! migrations, routing each part to its tier and slot, and the I/O.
+
+use super::TieredVolume;
+use super::{blocking, lock, Claim, Held, Kind, Part};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tiercache_tiering::dispatcher::split;
+use tiercache_tiering::policy::Access;
+use tiercache_tiering::BlockId;
+
+impl TieredVolume {
+    /// Claim the blocks of `[offset, offset + len)` (waiting while any is
+    /// under migration), wait until no earlier overlapping claim conflicts,
+    /// and route each part.
+    pub(super) async fn acquire(
+        self: &Arc<Self>,
+        offset: u64,
+        len: u64,
+        kind: Kind,
+    ) -> io::Result<Held> {
+        if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.size()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "range {offset}+{len} is outside the volume of {} bytes",
+                    self.size()
+                ),
+            ));
+        }
+        let mut held = loop {
+            let notified = self.unlocked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(h) = self.register(offset, len, kind)? {
+                break h;
+            }
+            notified.await;
+        };
+        loop {
+            let notified = self.unlocked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_route(&mut held, offset, len, kind) {
+                return Ok(held);
+            }
+            notified.await;
+        }
+    }
+
+    /// Register the request's claims unless a block is under migration.
+    pub(super) fn register(
+        self: &Arc<Self>,
+        offset: u64,
+        len: u64,
+        kind: Kind,
+    ) -> io::Result<Option<Held>> {
+        let bs = self.sb.block_bytes;
+        let mut c = lock(&self.core);
+        for (block, _, _) in split(offset, len, bs) {
+            if c.poisoned.contains(&block) {
+                return Err(io::Error::other(format!(
+                    "block {block}: its migration's metadata write failed; the block is unavailable until restart"
+                )));
+            }
+            if c.busy.get(&block).is_some_and(|b| b.migrating) {
+                return Ok(None);
+            }
+        }
+        let ticket = c.next_ticket;
+        c.next_ticket += 1;
+        let mut blocks = Vec::new();
+        for (block, at, plen) in split(offset, len, bs) {
+            let start = (at % u64::from(bs)) as u32;
+            c.busy.entry(block).or_default().claims.push(Claim {
+                ticket,
+                start,
+                end: start + plen,
+                write: kind != Kind::Read,
+            });
+            blocks.push(block);
+        }
+        Ok(Some(Held {
+            vol: Arc::clone(self),
+            ticket,
+            blocks,
+            parts: Vec::new(),
+        }))
+    }
+
+    /// If no earlier claim conflicts with the request's, route its parts
+    /// (and let the policy observe them).
+    pub(super) fn try_route(&self, held: &mut Held, offset: u64, len: u64, kind: Kind) -> bool {
+        let bs = self.sb.block_bytes;
+        let mut c = lock(&self.core);
+        for &block in &held.blocks {
+            let b = &c.busy[&block];
+            let mine = b
+                .claims
+                .iter()
+                .find(|x| x.ticket == held.ticket)
+                .expect("registered");
+            if b.claims
+                .iter()
+                .any(|x| x.ticket < held.ticket && x.conflicts(mine))
+            {
+                return false;
+            }
+        }
+        let c = &mut *c;
+        for (i, (block, at, plen)) in split(offset, len, bs).enumerate() {
+            let loc = c.table.lookup(block).expect("range checked");
+            let (_, base) = self.locate(loc);
+            held.parts.push(Part {
+                at: (at - offset) as usize,
+                len: plen as usize,
+                tier: loc.tier,
+                dev_offset: base + at % u64::from(bs),
+            });
+            if kind != Kind::Trim {
+                c.policy.observe(&Access {
+                    block,
+                    offset: at,
+                    len: plen,
+                    read: kind == Kind::Read,
+                    meta: false,
+                    request_offset: offset,
+                    request_len: len,
+                    first_part: i == 0,
+                });
+            }
+        }
+        if kind != Kind::Trim {
+            c.last_request = Instant::now();
+            if c.trigger.on_request(&c.planner) {
+                c.plan_due = true;
+                self.wake_worker();
+            }
+        }
+        true
+    }
+
+    /// Drop request `ticket`'s claims; wake a migration waiting for the
+    /// block to drain and requests waiting behind the claims.
+    pub(super) fn release(&self, ticket: u64, blocks: &[BlockId]) {
+        let mut c = lock(&self.core);
+        let mut drained = false;
+        for block in blocks {
+            if let Some(b) = c.busy.get_mut(block) {
+                b.claims.retain(|x| x.ticket != ticket);
+                if b.claims.is_empty() {
+                    if b.migrating {
+                        drained = true;
+                    } else {
+                        c.busy.remove(block);
+                    }
+                }
+            }
+        }
+        drop(c);
+        if drained {
+            self.drained.notify_all();
+        }
+        self.unlocked.notify_waiters();
+    }
+
+    pub(super) fn count(&self, kind: Kind, parts: &[Part]) {
+        let k = usize::from(kind == Kind::Write);
+        for p in parts {
+            let t = usize::from(p.tier != 0);
+            self.counters.ops[t][k].fetch_add(1, Ordering::Relaxed);
+            self.counters.bytes[t][k].fetch_add(p.len as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Read `buf.len()` bytes at `offset`.
+    pub async fn read(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let held = self.acquire(offset, buf.len() as u64, Kind::Read).await?;
+        self.count(Kind::Read, &held.parts);
+        let n = buf.len();
+        let data = blocking(move || {
+            let mut v = vec![0u8; n];
+            for p in &held.parts {
+                held.vol.devs[p.tier as usize].read_at(&mut v[p.at..p.at + p.len], p.dev_offset)?;
+            }
+            drop(held);
+            Ok(v)
+        })
+        .await?;
+        buf.copy_from_slice(&data);
+        Ok(())
+    }
+
+    /// Write `data` at `offset`; with `fua`, durable when this returns.
+    pub async fn write(self: &Arc<Self>, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        let held = self.acquire(offset, data.len() as u64, Kind::Write).await?;
+        self.count(Kind::Write, &held.parts);
+        let data = data.to_vec();
+        blocking(move || {
+            let mut touched = [false; 2];
+            for p in &held.parts {
+                held.vol.devs[p.tier as usize].write_at(&data[p.at..p.at + p.len], p.dev_offset)?;
+                touched[p.tier as usize] = true;
+            }
+            if fua {
+                for (t, _) in touched.iter().enumerate().filter(|(_, &x)| x) {
+                    held.vol.devs[t].flush()?;
+                }
+            }
+            drop(held);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Discard `[offset, offset + len)` where its blocks live now (advisory).
+    pub async fn trim(self: &Arc<Self>, offset: u64, len: u64) -> io::Result<()> {
+        let held = self.acquire(offset, len, Kind::Trim).await?;
+        blocking(move || {
+            for p in &held.parts {
+                held.vol.devs[p.tier as usize].trim(p.dev_offset, p.len as u64)?;
+            }
+            drop(held);
+            Ok(())
+        })
+        .await
+    }
+
+    /// Make every completed write durable: flush every tier. (The mapping
+    /// is always durable: each switch is logged before it takes effect.)
+    pub async fn flush(self: &Arc<Self>) -> io::Result<()> {
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        let me = Arc::clone(self);
+        blocking(move || me.flush_devices()).await
+    }
+
+    pub(super) fn flush_devices(&self) -> io::Result<()> {
+        for d in &self.devs {
+            d.flush()?;
+        }
+        Ok(())
+    }
+}

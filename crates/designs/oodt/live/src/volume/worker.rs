@@ -1,0 +1,257 @@
+//! The migration worker: planning rounds, running migrations step by step
+//! (lock, copy, flush, switch, trim, release), checkpoints, and shutdown.
+
+use super::TieredVolume;
+use super::{lock, tier_err, Core};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiercache_tiering::migration::{Action, LogRecord, Migration, Phase};
+use tiercache_tiering::planner::{plan, Move};
+use tiercache_tiering::{BlockId, TierError};
+
+impl TieredVolume {
+    /// Start the migration worker.
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        let h = std::thread::Builder::new()
+            .name("tier-migrate".into())
+            .spawn(move || me.worker())
+            .expect("spawn the migration worker");
+        *lock(&self.worker) = Some(h);
+    }
+
+    pub(super) fn wake_worker(&self) {
+        let _g = lock(&self.wake.0);
+        self.wake.1.notify_all();
+    }
+
+    /// The migration worker's loop (see the module docs).
+    pub(super) fn worker(self: Arc<Self>) {
+        let idle = Duration::from_millis(self.cfg.idle_ms.max(1));
+        let tick = idle.min(Duration::from_millis(50));
+        let rate = self.cfg.migrate_rate as f64;
+        let mut pace = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            {
+                let g = lock(&self.wake.0);
+                let _ = self.wake.1.wait_timeout(g, tick);
+            }
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let moves = self.plan_round(idle);
+            for mv in moves {
+                if self.stop.load(Ordering::Acquire) || !self.checkpoint_if_full() {
+                    break;
+                }
+                let now = Instant::now();
+                if pace > now {
+                    std::thread::sleep(pace - now);
+                }
+                match self.migrate(mv) {
+                    Ok(bytes) => {
+                        pace = pace.max(now) + Duration::from_secs_f64(bytes as f64 / rate);
+                    }
+                    Err(e) => {
+                        self.counters
+                            .migration_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::error!("migration of block {}: {e}", mv.block);
+                        break;
+                    }
+                }
+            }
+            self.checkpoint_if_full();
+        }
+    }
+
+    /// Between migrations: checkpoint when the log lacks room for one more
+    /// migration's records. `false` if that failed (migrations stop).
+    pub(super) fn checkpoint_if_full(&self) -> bool {
+        if !lock(&self.journal).needs_checkpoint(3) {
+            return true;
+        }
+        match self.checkpoint() {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(format!("checkpoint: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Run the planner if a round is due; the moves to make, in order.
+    pub(super) fn plan_round(&self, idle: Duration) -> Vec<Move> {
+        let mut c = lock(&self.core);
+        if c.failed.is_some() {
+            return Vec::new();
+        }
+        let idle_for = c.last_request.elapsed();
+        let planner = c.planner;
+        let due = std::mem::take(&mut c.plan_due)
+            || (idle_for >= idle && c.trigger.on_idle(&planner, idle_for.as_nanos() as u64));
+        if !due {
+            return Vec::new();
+        }
+        self.counters.planner_rounds.fetch_add(1, Ordering::Relaxed);
+        let c = &mut *c;
+        let mut cands = Vec::new();
+        let fast = c.table.slots(0).unwrap_or(0);
+        c.policy.candidates(fast, &mut cands);
+        let matrix = plan(&c.table, &mut cands);
+        matrix.schedule(&c.table, planner.max_moves_per_round)
+    }
+
+    pub(super) fn fail(&self, why: String) {
+        tracing::error!("tiered volume: migrations stopped: {why}");
+        lock(&self.core).failed.get_or_insert(why);
+    }
+
+    /// Write a checkpoint of the mapping (no migration in flight: called
+    /// by the worker between migrations, or after it stopped).
+    pub(super) fn checkpoint(&self) -> io::Result<()> {
+        let table = lock(&self.core).table.clone();
+        lock(&self.journal).checkpoint(&table)?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Unlock a block after its switch or an abandoned migration.
+    pub(super) fn unlock(&self, c: &mut Core, block: BlockId) {
+        if let Some(b) = c.busy.get_mut(&block) {
+            b.migrating = false;
+            if b.claims.is_empty() {
+                c.busy.remove(&block);
+            }
+        }
+        self.unlocked.notify_waiters();
+    }
+
+    /// Move one block; the bytes copied (0 when the move no longer applies).
+    pub(super) fn migrate(&self, mv: Move) -> io::Result<u64> {
+        let bs = u64::from(self.sb.block_bytes);
+        if (mv.block + 1) * bs > self.size() {
+            return Ok(0); // a partial last block stays home
+        }
+        let mut m = {
+            let mut c = lock(&self.core);
+            if c.table.tier_of(mv.block) != Some(mv.from) {
+                return Ok(0);
+            }
+            let id = c.next_migration;
+            let m = match Migration::start(&mut c.table, id, mv.block, mv.to) {
+                Ok(m) => m,
+                Err(TierError::TierFull(_)) => return Ok(0),
+                Err(e) => return Err(tier_err(e)),
+            };
+            c.next_migration += 1;
+            c.busy.entry(mv.block).or_default().migrating = true;
+            while c.busy.get(&mv.block).is_some_and(|b| !b.claims.is_empty()) {
+                c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
+            }
+            m
+        };
+        self.counters.in_flight.store(1, Ordering::Relaxed);
+        let r = self.run_migration(&mut m);
+        self.counters.in_flight.store(0, Ordering::Relaxed);
+        r?;
+        self.counters.migrations.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .migrated_bytes
+            .fetch_add(bs, Ordering::Relaxed);
+        if m.dst.tier < m.src.tier {
+            self.counters.promotions.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.demotions.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(bs)
+    }
+
+    pub(super) fn run_migration(&self, m: &mut Migration) -> io::Result<()> {
+        let bs = self.sb.block_bytes as usize;
+        let mut buf = vec![0u8; bs];
+        let mut journal = lock(&self.journal);
+        while let Some(a) = m.next_action() {
+            let r = match a {
+                Action::Log(rec) => journal.append(&rec),
+                Action::Copy { from, to } => {
+                    let (src, so) = self.locate(from);
+                    let (dst, d_off) = self.locate(to);
+                    src.read_at(&mut buf, so)
+                        .and_then(|_| dst.write_at(&buf, d_off))
+                }
+                Action::Flush { tier } => self.devs[tier as usize].flush(),
+                // Advisory: a failed trim leaves old bytes no block maps to.
+                Action::Trim { loc } => {
+                    let (d, off) = self.locate(loc);
+                    if let Err(e) = d.trim(off, bs as u64) {
+                        tracing::warn!("trimming the source of migration {}: {e}", m.id);
+                    }
+                    Ok(())
+                }
+            };
+            if let Err(e) = r {
+                drop(journal);
+                return Err(self.abandon(m, a, e));
+            }
+            let mut c = lock(&self.core);
+            let was_locked = m.locks_block();
+            m.advance(&mut c.table).map_err(tier_err)?;
+            if was_locked && !m.locks_block() {
+                self.unlock(&mut c, m.block);
+            }
+        }
+        Ok(())
+    }
+
+    /// A step of `m` failed with `e`: undo what can be undone.
+    pub(super) fn abandon(&self, m: &Migration, a: Action, e: io::Error) -> io::Error {
+        let mut c = lock(&self.core);
+        match (m.phase(), a) {
+            // The switch may or may not be durable: the block's location is
+            // unknown until recovery decides.
+            (Phase::Flushed, Action::Log(LogRecord::Switch { .. })) => {
+                c.poisoned.insert(m.block);
+                drop(c);
+                self.fail(format!("logging the switch of migration {}: {e}", m.id));
+                let mut c = lock(&self.core);
+                self.unlock(&mut c, m.block);
+            }
+            // Before the commit point: the block stays at its source.
+            (p, _) if p < Phase::Switched => {
+                c.table.release(m.dst);
+                self.counters
+                    .rolled_back_live
+                    .fetch_add(1, Ordering::Relaxed);
+                self.unlock(&mut c, m.block);
+                if matches!(a, Action::Log(_)) {
+                    drop(c);
+                    self.fail(format!("migration log write: {e}"));
+                }
+            }
+            // After it: only the log's Done is missing; recovery re-trims.
+            _ => {
+                drop(c);
+                self.fail(format!("migration log write: {e}"));
+            }
+        }
+        e
+    }
+
+    /// Stop the worker (finishing the migration in flight), flush every tier
+    /// and write a checkpoint. Idempotent.
+    pub fn shutdown(&self) -> io::Result<()> {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop.store(true, Ordering::Release);
+        self.wake_worker();
+        if let Some(h) = lock(&self.worker).take() {
+            let _ = h.join();
+        }
+        self.flush_devices()?;
+        self.checkpoint()
+    }
+}

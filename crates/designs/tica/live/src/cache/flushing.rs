@@ -1,0 +1,126 @@
+//! Flushing and write-back: the DRAM flusher's batches, FLUSH (SSD
+//! commits), and writing every dirty page back to the backing device.
+
+use super::State;
+use super::{CacheError, Fault};
+use crate::pair::Role;
+use rustc_hash::FxHashSet;
+use tiercache_levels::Architecture;
+use tiercache_levels::Page;
+
+impl State {
+    /// Copy up to `max` dirty DRAM pages to the RO-SSD (the flusher).
+    pub(super) fn flush_some(&mut self, max: usize) -> Result<usize, CacheError> {
+        if self.degraded.is_some() || self.closed {
+            return Ok(0);
+        }
+        let mut ops = Vec::new();
+        let started = self.tica.start_flushes(max, &mut ops);
+        match self.exec(&ops, None) {
+            Ok(_) => {
+                for &(p, gen) in &started {
+                    self.tica.flush_done(p, gen);
+                }
+                self.counters.flusher_pages += started.len() as u64;
+                self.gc_dram();
+                Ok(started.len())
+            }
+            Err(Fault::Ssd(role, why)) => {
+                self.degrade(role, &why)?;
+                Ok(0)
+            }
+            Err(Fault::Other(e)) => Err(CacheError(e)),
+        }
+    }
+
+    /// FLUSH: make every acknowledged write durable.
+    pub(super) fn flush(&mut self) -> Result<(), CacheError> {
+        self.counters.flushes += 1;
+        self.sync()
+    }
+
+    /// Commit everything (degrading on an SSD error; then the backing
+    /// device is complete and flushed).
+    pub(super) fn sync(&mut self) -> Result<(), CacheError> {
+        loop {
+            if self.degraded.is_some() {
+                return self.backing_flush();
+            }
+            match self.commit_all() {
+                Ok(()) => return Ok(()),
+                Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
+                Err(Fault::Other(e)) => return Err(CacheError(e)),
+            }
+        }
+    }
+
+    /// Pages newer than the backing device, each with where its newest copy
+    /// is: DRAM first, else an SSD.
+    pub(super) fn dirty_pages(&self) -> Vec<Page> {
+        let mut set: FxHashSet<Page> = self
+            .dram
+            .iter()
+            .filter(|(_, d)| d.dirty)
+            .map(|(p, _)| *p)
+            .collect();
+        for (p, e) in self.wo.entries().chain(self.ro.entries()) {
+            if e.dirty {
+                set.insert(p);
+            }
+        }
+        let mut v: Vec<Page> = set.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Write every dirty page back (control `flush`, `detach`): healthy
+    /// only; marks the pages clean in the policy and on both SSDs.
+    pub(super) fn write_back_all(&mut self) -> Result<u64, CacheError> {
+        if self.degraded.is_some() {
+            self.backing_flush()?;
+            return Ok(0);
+        }
+        let pages = self.dirty_pages();
+        for &p in &pages {
+            let data = match self.dram.get(&p) {
+                Some(d) => d.data.clone(),
+                None => {
+                    let role = if self.ro.get(p).is_some() {
+                        Role::RoSsd
+                    } else {
+                        Role::WoSsd
+                    };
+                    match self.ssd(role).read(p) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            // Degrading writes everything back itself.
+                            self.degrade(role, &e.0)?;
+                            return Ok(pages.len() as u64);
+                        }
+                    }
+                }
+            };
+            self.backing_write(p, &data)?;
+        }
+        self.backing_flush()?;
+        for &p in &pages {
+            self.tica.mark_clean(p);
+            if let Some(d) = self.dram.get_mut(&p) {
+                d.dirty = false;
+            }
+            for role in [Role::RoSsd, Role::WoSsd] {
+                if let Err(e) = self.ssd(role).mark_clean(p) {
+                    self.degrade(role, &e.0)?;
+                    return Ok(pages.len() as u64);
+                }
+            }
+        }
+        self.gc_dram();
+        match self.commit_all() {
+            Ok(()) => {}
+            Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
+            Err(Fault::Other(e)) => return Err(CacheError(e)),
+        }
+        Ok(pages.len() as u64)
+    }
+}

@@ -1,0 +1,110 @@
+//! Page accesses: reading, peeking and writing one page through the policy.
+
+use super::State;
+use super::{CacheError, Fault};
+use crate::pair::Role;
+use tiercache_levels::Architecture;
+use tiercache_levels::Page;
+
+impl State {
+    /// Read one page (healthy or degraded).
+    pub(super) fn read_page(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
+        loop {
+            if self.degraded.is_some() {
+                if let Some(d) = self.dram.get(&p) {
+                    self.counters.degraded_dram_reads += 1;
+                    return Ok(d.data.clone());
+                }
+                self.counters.degraded_backing_reads += 1;
+                return self.backing_read(p);
+            }
+            let mut ops = Vec::new();
+            self.tica.access(p, false, &mut ops);
+            match self.exec(&ops, None) {
+                Ok(mut bufs) => {
+                    self.gc_dram();
+                    return bufs
+                        .remove(&p)
+                        .ok_or_else(|| CacheError(format!("internal: no op read page {p}")));
+                }
+                Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
+                Err(Fault::Other(e)) => {
+                    self.counters.errors += 1;
+                    if !self.tica.on_wo(p) {
+                        // A failed miss: the policy placed the page in DRAM
+                        // without data; forget it there.
+                        let mut trims = Vec::new();
+                        self.tica.trim(p, &mut trims);
+                        self.dram.remove(&p);
+                    }
+                    self.resync_policy();
+                    return Err(CacheError(e));
+                }
+            }
+        }
+    }
+
+    /// The current contents of a page without touching the policy's order
+    /// (the old bytes of a partial write).
+    pub(super) fn peek_page(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
+        if let Some(d) = self.dram.get(&p) {
+            return Ok(d.data.clone());
+        }
+        if self.degraded.is_none() {
+            let role = if self.ro.get(p).is_some() {
+                Some(Role::RoSsd)
+            } else if self.wo.get(p).is_some() {
+                Some(Role::WoSsd)
+            } else {
+                None
+            };
+            if let Some(role) = role {
+                match self.ssd(role).read(p) {
+                    Ok(d) => return Ok(d),
+                    Err(e) => {
+                        self.degrade(role, &e.0)?;
+                        return self.peek_page(p);
+                    }
+                }
+            }
+        }
+        self.backing_read(p)
+    }
+
+    /// Write one whole page.
+    pub(super) fn write_page(&mut self, p: Page, data: &[u8]) -> Result<(), CacheError> {
+        loop {
+            if self.degraded.is_some() {
+                self.backing_write(p, data)?;
+                if let Some(d) = self.dram.get_mut(&p) {
+                    d.data.copy_from_slice(data);
+                    d.dirty = false;
+                }
+                self.counters.degraded_writes += 1;
+                return Ok(());
+            }
+            let mut ops = Vec::new();
+            self.tica.access(p, true, &mut ops);
+            match self.exec(&ops, Some((p, data))) {
+                Ok(_) => {
+                    self.gc_dram();
+                    return Ok(());
+                }
+                Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
+                Err(Fault::Other(e)) => {
+                    self.counters.errors += 1;
+                    // The write failed half way: its page's contents are
+                    // undefined; drop it everywhere (its older copies were
+                    // already unmapped by the first ops).
+                    let mut trims = Vec::new();
+                    self.tica.trim(p, &mut trims);
+                    self.dram.remove(&p);
+                    let _ = self.ro.unmap(p);
+                    let _ = self.wo.unmap(p);
+                    self.resync_policy();
+                    return Err(CacheError(e));
+                }
+            }
+        }
+    }
+}
