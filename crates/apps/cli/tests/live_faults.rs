@@ -493,3 +493,45 @@ fn direct_mapped_write_back_answers_every_request_under_load() {
         );
     }
 }
+
+#[test]
+fn reads_queued_behind_a_failed_miss_never_return_unfilled_data() {
+    // A read miss whose backing read fails leaves no data for its fill. A
+    // second read of the same line sent at once (pipelined) may find the
+    // line valid in the core and queue behind that fill: it must then fail
+    // too (or read the device), never return the slot's stale bytes.
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut c = f.client();
+    let (first, n) = (200u64, 300u64);
+    f.backing_fault
+        .add_rule(
+            FaultRule::always(OpKinds::READ)
+                .in_range(first * BLOCK as u64..(first + n) * BLOCK as u64),
+        )
+        .unwrap();
+    let mut wrong = Vec::new();
+    for b in first..first + n {
+        let off = b * BLOCK as u64;
+        let c1 = c.send_read(off, BLOCK).unwrap();
+        let c2 = c.send_read(off, BLOCK).unwrap();
+        for _ in 0..2 {
+            let r = c.recv().expect("the connection survives");
+            assert!(r.cookie == c1 || r.cookie == c2);
+            if r.error == 0 {
+                // Only the device's own bytes may come back.
+                if parse_block(b, &r.data) != Ok(0) {
+                    wrong.push(b);
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "reads returned bytes that are not the block's (unfilled slots) for blocks {wrong:?}"
+    );
+    f.backing_fault.clear_rules();
+    let ledger = Ledger::new(BLOCKS);
+    for b in first..first + n {
+        read_latest(&mut c, &ledger, b).unwrap();
+    }
+}

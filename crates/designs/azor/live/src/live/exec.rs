@@ -26,6 +26,13 @@ impl LiveCache {
         if op.purpose == Purpose::Fill && self.drop_failed_fill(&op, slot, buf.as_ref()) {
             return Ok(());
         }
+        if op.purpose == Purpose::ReadHit && self.behind_failed_fill(&op) {
+            self.finish(&op, buf.as_ref().map(|b| b.offset), false);
+            return Err(LiveError(
+                "backing device I/O error: the read that was to bring this data into the cache failed"
+                    .into(),
+            ));
+        }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
             self.wait_write_barriers(&op, slot, buf.as_ref()).await;
         }
@@ -71,10 +78,30 @@ impl LiveCache {
         };
         if failed {
             let (f, l) = self.subs_of(op.offset, op.len);
-            Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
+            let mut c = self.core.lock().expect("core");
+            Self::invalidate_failed(&mut c, op, slot, f, l);
+            c.failed_fills.insert(op.id);
+            drop(c);
             self.finish(op, buf.map(|b| b.offset), false);
         }
         failed
+    }
+
+    /// Whether a cache read waits on a dropped fill (directly, or through
+    /// another such read): the slot lacks its data. Marks it so for the reads
+    /// queued behind it.
+    fn behind_failed_fill(&self, op: &Op) -> bool {
+        let mut c = self.core.lock().expect("core");
+        if c.failed_fills.is_empty() || !op.deps().any(|d| c.failed_fills.contains(&d)) {
+            return false;
+        }
+        c.failed_fills.insert(op.id);
+        if c.failed_fills.len() > 4096 {
+            // Ops that finished long ago: nothing waits on them any more.
+            let oldest = c.signals.keys().copied().min().unwrap_or(op.id);
+            c.failed_fills.retain(|&id| id >= oldest);
+        }
+        true
     }
 
     /// Before a cache write: wait until the slot's barriers are released and

@@ -28,14 +28,22 @@ impl LiveCache {
             for w in others {
                 self.wait_op(w).await;
             }
-            let dirty = self.core.lock().expect("core").engine.dirty_lines();
-            if n == 0 && dirty == 0 {
+            // Done only when nothing is dirty and no writeback is in flight:
+            // the background cleaner may have taken lines again meanwhile
+            // (clean in the core, but not yet on the backing device).
+            let (dirty, in_flight) = {
+                let c = self.core.lock().expect("core");
+                (c.engine.dirty_lines(), !c.wb_write_slots.is_empty())
+            };
+            if n == 0 && dirty == 0 && !in_flight {
                 break;
             }
-            if dirty > 0 && self.stats.backing_errors.load(Ordering::Relaxed) > errors {
+            if (dirty > 0 || in_flight)
+                && self.stats.backing_errors.load(Ordering::Relaxed) > errors
+            {
                 // Retrying forever would hang flush and detach: report it; the data stays dirty.
                 return Err(LiveError(format!(
-                    "backing device failed writeback: {dirty} lines are still dirty (kept in the cache)"
+                    "backing device failed writeback: {dirty} lines are still dirty or being written back (kept in the cache)"
                 )));
             }
             if n == 0 {

@@ -127,6 +127,10 @@ pub(crate) struct Core {
     cache_errors: u64,
     /// Backing reads of read misses that failed: the fills they feed must not run.
     failed_reads: rustc_hash::FxHashSet<OpId>,
+    /// Fills dropped because their backing read failed, and cache reads
+    /// queued behind them on the slot: the slot does not hold their data, so
+    /// a read that waits on one of them fails instead of returning its bytes.
+    failed_fills: rustc_hash::FxHashSet<OpId>,
     /// Writebacks in flight per slot they read: (the read, the backing write).
     /// An unmap of the slot's old line waits for those whose read precedes the
     /// new line's first write there; keyed by slot, not by line, because the
@@ -278,6 +282,7 @@ impl LiveCache {
                 wb_reads: FxHashMap::default(),
                 cache_errors: 0,
                 failed_reads: Default::default(),
+                failed_fills: Default::default(),
                 wb_slots: FxHashMap::default(),
                 wb_write_slots: FxHashMap::default(),
                 poisoned: FxHashMap::default(),
