@@ -535,3 +535,20 @@ fn reads_queued_behind_a_failed_miss_never_return_unfilled_data() {
         read_latest(&mut c, &ledger, b).unwrap();
     }
 }
+
+#[test]
+fn writes_after_the_shutdown_started_get_eshutdown_not_eio() {
+    let f = Fixture::new(&["--write-policy", "write-back"]);
+    let mut c = f.client();
+    let live = Arc::clone(&f.live);
+    f.served
+        .rt
+        .block_on(async move { live.shutdown().await })
+        .expect("clean shutdown");
+    let r = c.write(0, &make_block(0, 1), false).expect("connection");
+    assert_eq!(
+        r.err(),
+        Some(108),
+        "NBD_ESHUTDOWN for a write refused while stopping"
+    );
+}

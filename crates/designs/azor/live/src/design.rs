@@ -21,6 +21,14 @@ fn conv(e: LiveError) -> Error {
 }
 
 impl SsdCache {
+    /// The error of a write or trim: NBD_ESHUTDOWN once the cache is stopping.
+    fn conv_write(&self, e: LiveError) -> Error {
+        if self.cache.is_stopping() {
+            Error::shutdown(e.0)
+        } else {
+            conv(e)
+        }
+    }
     fn dirty(&self) -> u64 {
         self.cache.core.lock().expect("core").engine.dirty_lines() as u64
     }
@@ -56,7 +64,7 @@ impl Design for SsdCache {
         self.cache
             .write_owned(offset, data, fua)
             .await
-            .map_err(conv)
+            .map_err(|e| self.conv_write(e))
     }
     async fn flush(&self) -> Result<()> {
         self.cache
@@ -69,7 +77,7 @@ impl Design for SsdCache {
         self.cache
             .request(IoKind::Trim, offset, len, None, false)
             .await
-            .map_err(conv)?;
+            .map_err(|e| self.conv_write(e))?;
         Ok(())
     }
     async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {

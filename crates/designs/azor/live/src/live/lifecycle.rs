@@ -9,6 +9,11 @@ use std::time::Instant;
 use tiercache_core::OpId;
 
 impl LiveCache {
+    /// Whether a clean shutdown started (writes and trims are refused).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
     /// Clean every dirty line and commit: the backing device then holds all data.
     pub async fn flush_all(self: &Arc<Self>) -> Result<(), LiveError> {
         loop {
