@@ -69,6 +69,26 @@ pub use mem::MemDev;
 pub use pool::PoolEngine;
 pub use uring::{UringEngine, UringStats};
 
+/// Open the file or block device at `path` as the design's `what` (the
+/// role goes into the error, e.g. "opening the backing device /dev/sdb: ...").
+pub fn open_device(
+    path: &std::path::Path,
+    direct: bool,
+    what: &str,
+) -> io::Result<Arc<dyn BlockDev>> {
+    let o = FileDevOptions {
+        direct,
+        ..Default::default()
+    };
+    match FileDev::open(path, o) {
+        Ok(d) => Ok(Arc::new(d)),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("opening the {what} {}: {e}", path.display()),
+        )),
+    }
+}
+
 /// The best engine available here: a [`UringEngine`] with `queue_depth`
 /// ring entries and `threads` fallback threads if io_uring works, else (with
 /// a warning naming the reason) a [`PoolEngine`] of `threads` threads and a

@@ -134,10 +134,7 @@ pub struct Opened {
 
 /// Open (and recover) a formatted cache.
 pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&o.cache)
+    let file = std::fs::File::open(&o.cache)
         .with_context(|| format!("opening cache {}", o.cache.display()))?;
     let sb = tiercache_store::Superblock::read(&file)
         .with_context(|| {
@@ -151,17 +148,6 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
         .backing
         .clone()
         .unwrap_or_else(|| PathBuf::from(&sb.backing.path));
-    let identity = BackingIdentity::probe(&backing_path)
-        .with_context(|| format!("probing backing device {}", backing_path.display()))?;
-    let started = std::time::Instant::now();
-    let mut opened = tiercache_store::open(file, &identity)?;
-    let layout = *opened.store.layout();
-    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
-        .context("reading the policy recorded in the superblock")?;
-    cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
-    let dirtied = dirty_after_unclean_shutdown(&mut opened, &cfg)?;
-    let recovery = started.elapsed();
-    let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("recorded policy: {e}"))?;
     let fo = FileDevOptions {
         direct: o.direct,
         ..Default::default()
@@ -179,32 +165,14 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         backing = Arc::new(EmulatedHdd::new(backing, model));
     }
-    let report = opened.report.clone();
-    let live = live::LiveCache::new(
-        engine,
-        opened.store,
-        opened.table,
-        cache_dev,
-        backing,
-        layout.data_offset,
-        recovery,
-    )?;
-    live.set_backing_path(&backing_path);
-    live.stats
-        .recovery_dirtied_lines
-        .store(dirtied, std::sync::atomic::Ordering::Relaxed);
+    let opened = open_with_devices(&o.cache, cache_dev, backing, &backing_path)?;
     tracing::info!(
         "recovered {} in {:.1} ms: {}",
         o.cache.display(),
-        recovery.as_secs_f64() * 1000.0,
-        report
+        opened.recovery.duration.as_secs_f64() * 1000.0,
+        opened.recovery
     );
-    Ok(Opened {
-        cache: live,
-        recovery: report,
-        backing_path,
-        config: cfg,
-    })
+    Ok(opened)
 }
 
 /// Open a cache around already-open devices (tests inject faulty or crashing devices this way).
@@ -217,16 +185,19 @@ pub fn open_with_devices(
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(cache_path)?;
-    let identity = BackingIdentity::probe(backing_path)?;
+        .open(cache_path)
+        .with_context(|| format!("opening cache {}", cache_path.display()))?;
+    let identity = BackingIdentity::probe(backing_path)
+        .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
     let mut opened = tiercache_store::open(file, &identity)?;
     let layout = *opened.store.layout();
-    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)?;
+    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
+        .context("reading the policy recorded in the superblock")?;
     cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
     let dirtied = dirty_after_unclean_shutdown(&mut opened, &cfg)?;
     let recovery = started.elapsed();
-    let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let engine = Engine::new(cfg.clone()).map_err(|e| anyhow::anyhow!("recorded policy: {e}"))?;
     let report = opened.report.clone();
     let live = live::LiveCache::new(
         engine,

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_io::BlockDev;
 
 use crate::cache::{LogCache, RecoveryInfo, State};
 use crate::checkpoint::{read_journal, Checkpoint, NONE};
@@ -44,13 +44,7 @@ pub struct OpenOptions {
 }
 
 fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> {
-    let o = FileDevOptions {
-        direct,
-        ..Default::default()
-    };
-    Ok(Arc::new(FileDev::open(path, o).with_context(|| {
-        format!("opening the {what} {}", path.display())
-    })?))
+    Ok(tiercache_io::open_device(path, direct, what)?)
 }
 
 /// Open (and recover) the cache at `o.cache` on real files or devices.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_io::BlockDev;
 use tiercache_levels::tica::{Tica, TicaConfig};
 use tiercache_store::BackingIdentity;
 
@@ -35,13 +35,7 @@ pub struct OpenOptions {
 }
 
 fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> {
-    let o = FileDevOptions {
-        direct,
-        ..Default::default()
-    };
-    Ok(Arc::new(FileDev::open(path, o).with_context(|| {
-        format!("opening the {what} {}", path.display())
-    })?))
+    Ok(tiercache_io::open_device(path, direct, what)?)
 }
 
 /// Open the cache whose SSD `o.ssd` is, on real files or block devices.
