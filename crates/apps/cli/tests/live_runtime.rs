@@ -682,3 +682,42 @@ fn check_json_is_structured_for_every_design() {
         "a cache with both superblock copies destroyed passed check: {out}"
     );
 }
+
+#[test]
+fn format_says_when_the_cache_outgrows_its_backing_and_leaves_nothing_behind_on_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("small.img");
+    init_backing(&backing, 256); // 1 MiB
+    let cache = dir.path().join("cache.img");
+    let (ok, out) = try_tiercache(&[
+        "format",
+        "--cache",
+        s(&cache),
+        "--backing",
+        s(&backing),
+        "--size",
+        "64MiB",
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("warning") && out.contains("never used"),
+        "no warning: {out}"
+    );
+    // A failing format removes the cache file it created (too small for its metadata).
+    let bad = dir.path().join("new.img");
+    let (ok, out) = try_tiercache(&[
+        "format",
+        "--cache",
+        s(&bad),
+        "--backing",
+        s(&backing),
+        "--size",
+        "64KiB",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(
+        !bad.exists(),
+        "format left {} behind after failing: {out}",
+        bad.display()
+    );
+}

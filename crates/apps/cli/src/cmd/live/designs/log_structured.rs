@@ -80,6 +80,7 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
         sb.write_policy,
         backing.display()
     );
+    super::warn_if_larger_than_backing(sb.slots() * ls::BLOCK, backing);
     Ok(())
 }
 

@@ -110,3 +110,21 @@ impl CheckOutput<'_> {
         Ok(())
     }
 }
+
+/// Say so when a cache's data region is larger than its backing device: the
+/// difference is never used (a cache holds at most the backing device's data).
+pub fn warn_if_larger_than_backing(data_bytes: u64, backing: &Path) {
+    let Ok(dev) = tiercache_io::FileDev::open(backing, Default::default()) else {
+        return;
+    };
+    let bsize = tiercache_io::BlockDev::len(&dev);
+    if data_bytes > bsize {
+        eprintln!(
+            "tiercache: warning: the cache holds {} of data but the backing device {} has only {}: \
+             the difference is never used (format a smaller --size)",
+            tiercache_sim::units::format_bytes(data_bytes),
+            backing.display(),
+            tiercache_sim::units::format_bytes(bsize)
+        );
+    }
+}

@@ -83,6 +83,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
         cfg.admission.kind,
         backing.display()
     );
+    super::warn_if_larger_than_backing(layout.slots as u64 * cfg.line_bytes as u64, backing);
     Ok(())
 }
 
