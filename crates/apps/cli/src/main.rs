@@ -1,6 +1,7 @@
 //! `tiercache`: simulate, serve and operate hybrid SSD/HDD caches.
 
 mod cmd;
+mod log;
 mod plot;
 mod progress;
 
@@ -11,6 +12,13 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "tiercache", version, about, long_about = None, propagate_version = true)]
 struct Cli {
+    /// More log output (-v: info, -vv: debug, -vvv: trace). TIERCACHE_LOG or
+    /// RUST_LOG (e.g. `debug`, `tiercache_server=trace`) take precedence.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors in the log.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,17 +54,9 @@ enum Command {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TIERCACHE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
-    tiercache_runtime::panic::install();
     let cli = Cli::parse();
+    log::init(cli.verbose, cli.quiet);
+    tiercache_runtime::panic::install();
     let r = match cli.command {
         Command::Sim(a) => cmd::sim::run(*a),
         Command::Trace(t) => cmd::trace::run(t),

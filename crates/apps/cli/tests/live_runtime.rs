@@ -721,3 +721,34 @@ fn format_says_when_the_cache_outgrows_its_backing_and_leaves_nothing_behind_on_
         bad.display()
     );
 }
+
+#[test]
+fn one_log_style_and_verbosity_flags() {
+    let st = Setup::new(Design::Cache);
+    let mut srv = st.serve(&["-v"]);
+    let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+    assert!(ok, "{out}");
+    assert!(srv.wait_exit().success());
+    let log = std::fs::read_to_string(&st.log).unwrap();
+    // -v shows the info lines, in the same `tiercache:` style as the rest.
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("tiercache: serving cache export")),
+        "{log}"
+    );
+    for l in log.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            l.starts_with("tiercache: "),
+            "a line in another style: {l:?}\n{log}"
+        );
+        assert!(!l.contains('\x1b'), "ANSI escape in {l:?}");
+    }
+    // -q: nothing but errors.
+    std::fs::remove_file(&st.log).unwrap();
+    let mut srv = st.serve(&["-q"]);
+    let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+    assert!(ok, "{out}");
+    assert!(srv.wait_exit().success());
+    let log = std::fs::read_to_string(&st.log).unwrap();
+    assert!(!log.contains("tiercache: serving cache export"), "{log}");
+}
