@@ -16,6 +16,7 @@
 //!   opened by two processes;
 //! - [`error`]: the one error type, mapped to NBD errors.
 //!
+//! - [`notify`]: systemd readiness (`READY=1`, `STOPPING=1`, `STATUS=`);
 //! - [`panic`]: the panic policy: abort, in every build (recovery restores
 //!   the acknowledged state, as after a kill -9).
 
@@ -27,6 +28,7 @@ pub mod error;
 pub mod export;
 pub mod lifecycle;
 pub mod listen;
+pub mod notify;
 pub mod panic;
 
 pub use async_trait::async_trait;

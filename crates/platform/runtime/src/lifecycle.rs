@@ -124,6 +124,11 @@ pub async fn serve(
     if let Some(r) = ready {
         let _ = r.send(uri.clone());
     }
+    crate::notify::notify(&format!(
+        "READY=1\nSTATUS=serving {} export '{}' at {uri}",
+        design.name(),
+        cfg.export
+    ));
     let why = tokio::select! {
         _ = tokio::signal::ctrl_c() => Why::Signal("SIGINT"),
         _ = term.recv() => Why::Signal("SIGTERM"),
@@ -139,6 +144,7 @@ pub async fn serve(
         "{what}: no new connections or requests; answering those in flight (grace {} s)",
         cfg.limits.shutdown_grace.as_secs()
     );
+    crate::notify::notify(&format!("STOPPING=1\nSTATUS=stopping ({what})"));
     listening.shutdown().await;
     let r = match why {
         Why::Signal(s) => {

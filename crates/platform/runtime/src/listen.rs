@@ -10,6 +10,25 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
+/// The listening socket systemd passed (socket activation: `LISTEN_PID` is
+/// this process and `LISTEN_FDS` is at least 1; the socket is fd 3). The
+/// variables are removed so that child processes do not inherit them.
+pub fn from_systemd() -> Option<ListenSpec> {
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.trim().parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.trim().parse().ok()?;
+    if pid != std::process::id() || fds == 0 {
+        return None;
+    }
+    if fds > 1 {
+        tracing::warn!("systemd passed {fds} sockets; serving the first (fd 3) only");
+    }
+    // Safe here: called at start-up, before any other thread reads the environment.
+    std::env::remove_var("LISTEN_PID");
+    std::env::remove_var("LISTEN_FDS");
+    std::env::remove_var("LISTEN_FDNAMES");
+    Some(ListenSpec::Fd(3))
+}
+
 /// A parsed `--listen` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenSpec {

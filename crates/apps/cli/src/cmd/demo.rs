@@ -113,7 +113,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         let args = crate::cmd::live::ServeArgs {
             cache: cache.clone(),
             backing: Some(backing.clone()),
-            listen: format!("unix:{}", sock.display()),
+            listen: Some(format!("unix:{}", sock.display())),
             export: "tiercache".into(),
             read_only: false,
             control: Some(dir.path().join("ctl.sock")),

@@ -151,8 +151,10 @@ pub struct ServeArgs {
     /// Where to listen: unix:PATH, tcp:HOST:PORT (loopback unless told
     /// otherwise; other addresses are warned about: NBD has no authentication)
     /// or fd:N (an inherited listening socket).
-    #[arg(long, default_value = "tcp:127.0.0.1:10809")]
-    pub listen: String,
+    /// [default: the socket systemd passes (socket activation, LISTEN_FDS),
+    /// else tcp:127.0.0.1:10809]
+    #[arg(long)]
+    pub listen: Option<String>,
     /// Export name (the empty default name is answered too).
     #[arg(long, default_value = "tiercache")]
     pub export: String,

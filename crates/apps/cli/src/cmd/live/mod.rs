@@ -93,7 +93,11 @@ pub async fn serve_async(
     a: ServeArgs,
     ready: Option<tokio::sync::oneshot::Sender<String>>,
 ) -> Result<()> {
-    let listen = ListenSpec::parse(&a.listen)?;
+    let listen = match &a.listen {
+        Some(l) => ListenSpec::parse(l)?,
+        None => tiercache_runtime::listen::from_systemd()
+            .unwrap_or_else(|| ListenSpec::Tcp(tiercache_nbd::DEFAULT_TCP_ADDR.into())),
+    };
     let cfg = ServeConfig {
         export: a.export.clone(),
         read_only: a.read_only,
