@@ -50,7 +50,8 @@ impl Nbdkit {
             .arg(sock)
             .args(plugin_args)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            // The readiness probe below connects and hangs up: nbdkit logs that.
+            .stderr(Stdio::null())
             .spawn()
             .expect("spawn nbdkit");
         let mut n = Nbdkit(child);
@@ -141,22 +142,31 @@ fn replay_msr_and_systor_against_nbdkit_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let sock = tmp.path().join("mem.sock");
     let _srv = Nbdkit::start(&sock, &["memory", "1G"]);
-    for name in ["msr-cambridge1-sample.csv", "systor17-traces-sample.csv.gz"] {
+    let mut verified = 0;
+    for name in [
+        "msr-cambridge1-sample.csv",
+        "systor17-traces-sample.csv.gz",
+        "cloud_storage-sample.bz2",
+    ] {
         let Some(trace) = shared_trace(name) else {
             continue;
         };
         let n = trace_requests(&trace);
         let r = replay_json(&trace, &uri(&sock), &[]);
         check_report(&r, n);
-        assert!(r["verify"]["verified_reads"].as_u64().unwrap() > 0 || name.contains("systor"));
+        verified += r["verify"]["verified_reads"].as_u64().unwrap();
         // Open loop at 1000x the trace's time, queue depth 4.
         let r = replay_json(
             &trace,
             &uri(&sock),
-            &["--speed", "1000", "--queue-depth", "4"],
+            &["--speed", "1000", "--queue-depth", "4", "--limit", "2000"],
         );
-        check_report(&r, n);
+        check_report(&r, n.min(2000));
         assert_eq!(r["mode"], "open");
+    }
+    // The Tencent sample reads back blocks it wrote: those reads were checked.
+    if shared_trace("cloud_storage-sample.bz2").is_some() {
+        assert!(verified > 1000, "only {verified} reads verified");
     }
 }
 
