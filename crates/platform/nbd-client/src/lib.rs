@@ -49,6 +49,8 @@ pub const TFLAG_READ_ONLY: u16 = 1 << 1;
 pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
 pub const TFLAG_SEND_FUA: u16 = 1 << 3;
 pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+/// How long the server may take to answer each handshake step.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Default TCP port of `nbd://` URIs.
 pub const DEFAULT_PORT: u16 = 10809;
 
@@ -220,6 +222,12 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
     }
+    fn set_read_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
     fn shutdown(&self) {
         let _ = match self {
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
@@ -325,11 +333,19 @@ impl Client {
             addr: addr.clone(),
             source,
         })?;
+        // A server that accepts but never greets must not hang the caller.
+        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let hs = |msg: String| Error::Handshake {
             addr: addr.clone(),
             msg,
         };
-        let magic = rd_u64(&mut s).map_err(|e| hs(format!("no greeting ({e})")))?;
+        let magic = rd_u64(&mut s).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => hs(format!(
+                "no greeting within {} s (not an NBD server?)",
+                HANDSHAKE_TIMEOUT.as_secs()
+            )),
+            _ => hs(format!("no greeting ({e})")),
+        })?;
         if magic != NBDMAGIC {
             return Err(hs(format!("not an NBD server (greeting {magic:#x})")));
         }
@@ -405,6 +421,7 @@ impl Client {
             }
         }
         let size = size.ok_or_else(|| hs("no NBD_INFO_EXPORT before the ACK".into()))?;
+        s.set_read_timeout(None)?;
         let pending: Pending = Arc::default();
         let r = s.try_clone()?;
         Ok(Client {
