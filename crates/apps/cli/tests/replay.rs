@@ -252,6 +252,52 @@ fn verify_fails_when_the_server_loses_writes() {
     );
 }
 
+#[test]
+fn nbd_errors_fail_the_run() {
+    if !have_nbdkit() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = write_then_read_trace(tmp.path());
+    let sock = tmp.path().join("err.sock");
+    let _srv = Nbdkit::start(
+        &sock,
+        &[
+            "--filter=error",
+            "memory",
+            "64M",
+            "error-pwrite=EIO",
+            "error-pwrite-rate=100%",
+        ],
+    );
+    let o = run(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "msr",
+        "--uri",
+        &uri(&sock),
+        "--verify",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "must fail: {stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["errors"], 64, "{r:#}");
+    // Failed writes leave their sectors undefined: the reads are not checked.
+    assert_eq!(r["verify"]["mismatches"], 0, "{r:#}");
+    assert_eq!(r["verify"]["verified_reads"], 0, "{r:#}");
+    assert!(
+        stderr.contains("the NBD server failed 64 requests"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("first failed request: WRITE of 4096 bytes"),
+        "{stderr}"
+    );
+}
+
 /// Exit status 1 and exactly one `tiercache: error:` line containing `want`.
 fn fails_with(args: &[&str], want: &str) {
     let o = run(args);

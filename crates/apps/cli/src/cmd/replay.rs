@@ -291,8 +291,16 @@ impl Run {
             self.rep.errors += 1;
             if self.first_error.is_none() {
                 self.first_error = Some(format!(
-                    "{:?} of {} bytes at offset {} failed with NBD error {}",
-                    inf.op, inf.len, inf.offset, reply.error
+                    "{} of {} bytes at offset {} failed with NBD error {}",
+                    match inf.op {
+                        None => "FLUSH",
+                        Some(Op::Read) => "READ",
+                        Some(Op::Write) => "WRITE",
+                        Some(Op::Trim) => "TRIM",
+                    },
+                    inf.len,
+                    inf.offset,
+                    reply.error
                 ));
             }
             if self.verify && matches!(inf.op, Some(Op::Write | Op::Trim)) {
