@@ -51,6 +51,8 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Plot sweep results (Parquet/CSV) as a figure, with the Python package's code.
     Plot(cmd::plot_cmd::PlotArgs),
+    /// Replay a trace as load against an NBD server (tiercache or any other), optionally verifying reads.
+    Replay(Box<cmd::replay::ReplayArgs>),
 }
 
 fn main() {
@@ -70,6 +72,7 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Reproduce(r) => cmd::reproduce::run(r),
         Command::Plot(a) => cmd::plot_cmd::run(a),
+        Command::Replay(a) => cmd::replay::run(*a),
     };
     if let Err(e) = r {
         eprintln!("tiercache: error: {}", render_error(&e));

@@ -5,6 +5,7 @@ pub mod demo;
 pub mod live;
 pub mod modes;
 pub mod plot_cmd;
+pub mod replay;
 pub mod reproduce;
 pub mod sim;
 pub mod trace;
