@@ -752,3 +752,71 @@ fn one_log_style_and_verbosity_flags() {
     let log = std::fs::read_to_string(&st.log).unwrap();
     assert!(!log.contains("tiercache: serving cache export"), "{log}");
 }
+
+#[test]
+fn systemd_socket_activation_and_readiness() {
+    if Command::new("systemd-socket-activate")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: systemd-socket-activate is not installed");
+        return;
+    }
+    let st = Setup::new(Design::Cache);
+    // Readiness goes to NOTIFY_SOCKET.
+    let notify_path = st.primary.with_file_name("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let log = std::fs::File::create(&st.log).unwrap();
+    let mut child = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&st.sock)
+        .arg("-E")
+        .arg(format!("NOTIFY_SOCKET={}", s(&notify_path)))
+        .arg(bin())
+        .args(["serve", "--cache", s(&st.primary)])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("systemd-socket-activate");
+    let t0 = Instant::now();
+    while !st.sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The first connection starts the server on the inherited socket.
+    let mut c = NbdClient::connect(&st.sock).expect("connect through the activated socket");
+    assert!(c.write(0, &make_block(0, 5), true).unwrap().is_ok());
+    assert_eq!(parse_block(0, &c.read(0, BLOCK).unwrap().unwrap()), Ok(5));
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("READY=1 on NOTIFY_SOCKET");
+    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(
+        msg.contains("READY=1") && msg.contains("STATUS=serving"),
+        "{msg}"
+    );
+    c.disconnect();
+    let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+    assert!(ok, "{out}\n{}", tail(&st.log));
+    let n = notify.recv(&mut buf).expect("STOPPING=1");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}\n{}", tail(&st.log));
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        st.sock.exists(),
+        "an inherited socket belongs to systemd: never removed"
+    );
+}
