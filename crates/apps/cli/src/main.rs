@@ -35,7 +35,7 @@ enum Command {
     /// Export a cache over NBD (Unix socket or loopback TCP).
     Serve(cmd::live::ServeArgs),
     /// Counters of a running server (hits, dirty lines, latencies, recovery time).
-    Stats(cmd::live::CtlArgs),
+    Stats(cmd::live::StatsArgs),
     /// Write back every dirty line of a running server and commit.
     Flush(cmd::live::CtlArgs),
     /// Clean everything and stop the server: the backing device alone is then complete.
@@ -64,7 +64,7 @@ fn main() {
         Command::Trace(t) => cmd::trace::run(t),
         Command::Format(a) => cmd::live::format(*a),
         Command::Serve(a) => cmd::live::serve(a),
-        Command::Stats(a) => cmd::live::ctl("stats", a),
+        Command::Stats(a) => cmd::live::stats(a),
         Command::Flush(a) => cmd::live::ctl("flush", a),
         Command::Detach(a) => cmd::live::ctl("detach", a),
         Command::Check(a) => cmd::live::check(a),

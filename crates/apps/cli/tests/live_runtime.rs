@@ -820,3 +820,50 @@ fn systemd_socket_activation_and_readiness() {
         "an inherited socket belongs to systemd: never removed"
     );
 }
+
+#[test]
+fn stats_watch_prints_a_line_per_interval_until_the_server_stops() {
+    let st = Setup::new(Design::Cache);
+    let mut srv = st.serve(&[]);
+    let mut w = Command::new(bin())
+        .args(["stats", "--watch", "0.2", "--cache", s(&st.primary)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut c = NbdClient::connect(&st.sock).unwrap();
+    for b in 0..200u64 {
+        assert!(c
+            .write(b * BLOCK as u64, &make_block(b, 1), false)
+            .unwrap()
+            .is_ok());
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    c.disconnect();
+    let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+    assert!(ok, "{out}");
+    assert!(srv.wait_exit().success());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "stats --watch did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    w.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "{status}: {out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("cache hit")).collect();
+    assert!(lines.len() >= 3, "one line per interval: {out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("/s") && !l.contains("accesses          -")),
+        "{out}"
+    );
+    assert!(!out.contains('\x1b'), "no terminal escapes on a pipe");
+}

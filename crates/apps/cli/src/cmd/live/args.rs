@@ -192,6 +192,18 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
 }
 
+/// `tiercache stats`.
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub ctl: CtlArgs,
+    /// Keep watching: one compact line (hit ratio, accesses/s, dirty %,
+    /// cleaning) every SECONDS [default: 1], updated in place on a terminal,
+    /// one line per interval otherwise; until Ctrl-C or the server stops.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    pub watch: Option<f64>,
+}
+
 /// Options of the commands that talk to a running server.
 #[derive(Args, Debug)]
 pub struct CtlArgs {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_runtime::{Access, Claims, ListenSpec, Prepared, ServeConfig};
 
-pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs};
+pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs, StatsArgs};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     runtime_with(None)
@@ -232,6 +232,81 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `tiercache stats [--watch [SECONDS]]`.
+pub fn stats(a: StatsArgs) -> Result<()> {
+    let Some(every) = a.watch else {
+        return ctl("stats", a.ctl);
+    };
+    if !(every.is_finite() && every >= 0.1) {
+        bail!("--watch {every}: give an interval of at least 0.1 seconds");
+    }
+    let rt = runtime()?;
+    let sock = a.ctl.socket();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut last: Option<(std::time::Instant, serde_json::Value)> = None;
+    loop {
+        let v = match rt.block_on(tiercache_runtime::control::request(&sock, "stats")) {
+            Ok(v) => v,
+            Err(e) if last.is_some() => {
+                println!();
+                eprintln!("tiercache: the server stopped ({e:#})");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let now = std::time::Instant::now();
+        if a.ctl.json {
+            println!("{}", serde_json::to_string(&v)?);
+        } else {
+            let line = watch_line(&v, last.as_ref().map(|(t, p)| (now - *t, p)));
+            if tty {
+                print!("\r\x1b[2K{line}");
+                std::io::Write::flush(&mut std::io::stdout())?;
+            } else {
+                println!("{line}");
+            }
+        }
+        last = Some((now, v));
+        std::thread::sleep(std::time::Duration::from_secs_f64(every));
+    }
+}
+
+/// One compact `stats --watch` line; rates from the previous answer.
+fn watch_line(
+    v: &serde_json::Value,
+    prev: Option<(std::time::Duration, &serde_json::Value)>,
+) -> String {
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let accesses = |v: &serde_json::Value| n(v, "hits") + n(v, "misses");
+    let dirty = |v: &serde_json::Value| {
+        ["dirty_lines", "dirty_blocks", "dirty_pages"]
+            .iter()
+            .find_map(|k| v[*k].as_u64())
+            .unwrap_or(0)
+    };
+    let rate = match prev {
+        Some((dt, p)) if dt.as_secs_f64() > 0.0 => {
+            format!(
+                "{:>8.0}/s",
+                accesses(v).saturating_sub(accesses(p)) as f64 / dt.as_secs_f64()
+            )
+        }
+        _ => format!("{:>10}", "-"),
+    };
+    let slots = n(v, "slots").max(1);
+    let l = &v["live"];
+    format!(
+        "{} hit {:>6.2} %  accesses {rate}  dirty {:>5.1} %  cleaned {}  p99 {} µs",
+        v["design"].as_str().unwrap_or("?"),
+        v["hit_ratio"].as_f64().unwrap_or(0.0) * 100.0,
+        dirty(v) as f64 * 100.0 / slots as f64,
+        l["cleaned_lines"].as_u64().unwrap_or(0),
+        l["cache_latency"]["p99_us"]
+            .as_f64()
+            .map_or("-".to_string(), |x| format!("{x:.0}")),
+    )
 }
 
 fn unit(v: &serde_json::Value) -> &str {
