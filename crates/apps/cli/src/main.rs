@@ -49,6 +49,16 @@ enum Command {
     Reproduce(cmd::reproduce::ReproduceCmd),
     /// Start a cache in front of an emulated HDD, run fio through it, and report the speedup.
     Demo(cmd::demo::DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (tiercache.1 and one per subcommand) into DIR.
+    Man {
+        /// Where to write them (e.g. /usr/local/share/man/man1).
+        dir: std::path::PathBuf,
+    },
     /// Plot sweep results (Parquet/CSV) as a figure, with the Python package's code.
     Plot(cmd::plot_cmd::PlotArgs),
     /// Replay a trace as load against an NBD server (tiercache or any other), optionally verifying reads.
@@ -72,6 +82,12 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Reproduce(r) => cmd::reproduce::run(r),
         Command::Plot(a) => cmd::plot_cmd::run(a),
+        Command::Completions { shell } => {
+            let mut c = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut c, "tiercache", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => man_pages(&dir),
         Command::Replay(a) => cmd::replay::run(*a),
     };
     if let Err(e) = r {
@@ -96,4 +112,14 @@ fn render_error(e: &anyhow::Error) -> String {
         out.push_str(&text);
     }
     out
+}
+
+/// `tiercache man DIR`: the man pages, generated from the command definitions.
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    clap_mangen::generate_to(cmd, dir).with_context(|| format!("writing man pages into {}", dir.display()))?;
+    println!("wrote the man pages into {}", dir.display());
+    Ok(())
 }
