@@ -119,7 +119,8 @@ fn man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let cmd = <Cli as clap::CommandFactory>::command();
-    clap_mangen::generate_to(cmd, dir).with_context(|| format!("writing man pages into {}", dir.display()))?;
+    clap_mangen::generate_to(cmd, dir)
+        .with_context(|| format!("writing man pages into {}", dir.display()))?;
     println!("wrote the man pages into {}", dir.display());
     Ok(())
 }

@@ -34,7 +34,10 @@ fn other_shells_get_scripts() {
     for shell in ["zsh", "fish"] {
         let out = tiercache(&["completions", shell]);
         assert!(out.status.success(), "{shell}");
-        assert!(String::from_utf8_lossy(&out.stdout).contains("serve"), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("serve"),
+            "{shell}"
+        );
     }
     assert!(!tiercache(&["completions", "tcsh"]).status.success());
 }
@@ -43,14 +46,26 @@ fn other_shells_get_scripts() {
 fn man_pages_for_every_subcommand() {
     let dir = tempfile::tempdir().unwrap();
     let out = tiercache(&["man", dir.path().to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for page in ["tiercache.1", "tiercache-serve.1", "tiercache-format.1", "tiercache-detach.1"] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for page in [
+        "tiercache.1",
+        "tiercache-serve.1",
+        "tiercache-format.1",
+        "tiercache-detach.1",
+    ] {
         let p = dir.path().join(page);
         let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.contains(".TH"), "{page} is not a man page");
     }
     let serve = std::fs::read_to_string(dir.path().join("tiercache-serve.1")).unwrap();
-    assert!(serve.contains("shutdown\\-grace"), "serve's options are in its page");
+    assert!(
+        serve.contains("shutdown\\-grace"),
+        "serve's options are in its page"
+    );
     // When man is installed, it renders the page.
     if let Ok(r) = Command::new("man")
         .arg("-l")
