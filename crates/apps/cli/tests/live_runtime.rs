@@ -867,3 +867,21 @@ fn stats_watch_prints_a_line_per_interval_until_the_server_stops() {
     );
     assert!(!out.contains('\x1b'), "no terminal escapes on a pipe");
 }
+
+#[test]
+fn an_exposed_tcp_address_needs_the_risk_named() {
+    let st = Setup::new(Design::Cache);
+    let before = std::fs::read(&st.primary).unwrap();
+    let (ok, out) = try_tiercache(&[
+        "serve",
+        "--cache",
+        s(&st.primary),
+        "--listen",
+        "tcp:0.0.0.0:0",
+    ]);
+    assert!(!ok && out.contains("--insecure-listen"), "{out}");
+    assert!(
+        std::fs::read(&st.primary).unwrap() == before,
+        "refused before opening"
+    );
+}

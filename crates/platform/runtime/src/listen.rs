@@ -66,6 +66,28 @@ impl ListenSpec {
         bail!("--listen '{s}' is not understood (allowed: unix:PATH, tcp:HOST:PORT, fd:N)")
     }
 
+    /// Refuse a TCP address that is not loopback unless `allow` (the user
+    /// named the risk): NBD has no authentication, and anyone who reaches
+    /// the address could read and write the device.
+    pub fn check_exposure(&self, allow: bool) -> Result<()> {
+        let ListenSpec::Tcp(a) = self else {
+            return Ok(());
+        };
+        let exposed = a
+            .to_socket_addrs()
+            .with_context(|| format!("--listen tcp:{a}: resolving the address"))?
+            .any(|x| !x.ip().is_loopback());
+        if exposed && !allow {
+            bail!(
+                "--listen tcp:{a} is reachable from other machines, and NBD has no authentication \
+                 (TLS is not available yet): anyone who reaches it can read and write the device. \
+                 Listen on a loopback address or a Unix socket, or accept the risk with \
+                 --insecure-listen"
+            );
+        }
+        Ok(())
+    }
+
     /// Bind (or adopt) the listening socket.
     pub fn bind(&self) -> Result<Bound> {
         match self {

@@ -123,6 +123,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             fs_classify: "off".into(),
             io_engine: "auto".into(),
             threads: None,
+            insecure_listen: false,
             limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();

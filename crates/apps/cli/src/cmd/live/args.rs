@@ -155,6 +155,10 @@ pub struct ServeArgs {
     /// else tcp:127.0.0.1:10809]
     #[arg(long)]
     pub listen: Option<String>,
+    /// Allow --listen on a TCP address other machines can reach, without
+    /// authentication: anyone who reaches it can read and write the device.
+    #[arg(long)]
+    pub insecure_listen: bool,
     /// Export name (the empty default name is answered too).
     #[arg(long, default_value = "tiercache")]
     pub export: String,

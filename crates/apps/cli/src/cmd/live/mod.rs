@@ -98,6 +98,7 @@ pub async fn serve_async(
         None => tiercache_runtime::listen::from_systemd()
             .unwrap_or_else(|| ListenSpec::Tcp(tiercache_nbd::DEFAULT_TCP_ADDR.into())),
     };
+    listen.check_exposure(a.insecure_listen)?;
     let cfg = ServeConfig {
         export: a.export.clone(),
         read_only: a.read_only,
