@@ -126,3 +126,8 @@ def test_sweep_figure_follows_the_plot_rules():
 def test_size_sweeps_default_to_a_log_axis():
     assert plot.curves(frame(), x="cache_size").get_xscale() == "log"
     assert plot.curves(frame(), x="cache_size", logx=False).get_xscale() == "linear"
+
+
+def test_no_legend_for_a_single_series():
+    df = frame()[frame()["eviction"] == "lru"]
+    assert plot.curves(df, hue="eviction").get_legend() is None

@@ -196,7 +196,7 @@ def curves(
     if logx and numeric is not None and min(numeric) > 0:
         ax.set_xscale("log")
     ax.grid(True, alpha=0.3)
-    if keys:
+    if keys and len(groups) > 1:  # a legend names only what varies
         ax.legend(title=" / ".join(label(k) for k in keys))
     if title:
         ax.set_title(title)

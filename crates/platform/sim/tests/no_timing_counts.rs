@@ -42,7 +42,7 @@ fn sim(records: &[Record], cfg: &CacheConfig, timing: bool, replay: Replay) -> S
     o.timing = timing;
     o.replay = replay;
     o.baseline = false;
-    let it = records.to_vec().into_iter().map(Ok::<_, TraceError>);
+    let it = records.iter().cloned().map(Ok::<_, TraceError>);
     run(it, || unreachable!("no baseline"), &o, &mut |_| {}).expect("run")
 }
 
