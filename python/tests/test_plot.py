@@ -86,3 +86,48 @@ def test_rust_cli_plot_subcommand(tmp_path, cli):
     r = subprocess.run([cli, "plot", str(res), "--x", "cache_size", "--y", "mean_response_us", "--hue", "eviction", "-o", str(fig)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "Mean response time (µs)" in fig.read_text()
+
+
+def sweep_frame(timed: bool) -> pd.DataFrame:
+    sizes = [1 << 20, 8 << 20, 64 << 20, 512 << 20]
+    rows = []
+    for ev in ("lru", "arc"):
+        for i, s in enumerate(sizes):
+            rows.append(
+                {
+                    "trace": "t",
+                    "cache_size_bytes": s,
+                    "eviction": ev,
+                    "write_policy": "write-back",
+                    "assoc": "full",
+                    "admission": "always",
+                    "line_size": 4096,
+                    "hit_ratio": 0.1 * (i + 1),
+                    "mean_response_us": 100.0 - i if timed else None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_sweep_figure_follows_the_plot_rules():
+    """The rules of crates/apps/cli/src/plot.rs, for matplotlib."""
+    fig = plot.sweep_figure(sweep_frame(timed=False))
+    (ax,) = fig.axes  # no empty response-time panel without timing
+    assert ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lru", "arc"]
+    assert "write-back" in fig._suptitle.get_text()
+    colours = {matplotlib.colors.to_hex(line.get_color()).upper() for line in ax.get_lines()}
+    assert colours <= set(plot.PALETTE) and "#F0E442" not in plot.PALETTE
+    fig2 = plot.sweep_figure(sweep_frame(timed=True))
+    assert len(fig2.axes) == 2
+    assert all(a.get_xscale() == "log" for a in fig2.axes)
+
+
+def test_size_sweeps_default_to_a_log_axis():
+    assert plot.curves(frame(), x="cache_size").get_xscale() == "log"
+    assert plot.curves(frame(), x="cache_size", logx=False).get_xscale() == "linear"
+
+
+def test_no_legend_for_a_single_series():
+    df = frame()[frame()["eviction"] == "lru"]
+    assert plot.curves(df, hue="eviction").get_legend() is None

@@ -180,3 +180,49 @@ def test_option_defaults_are_the_cli_defaults():
     d = tiercache.option_defaults()
     assert d["line_size"] == "4KiB" and d["eviction"] == "lru" and d["write_policy"] == "write-back"
     assert d["cache_size"] is None
+
+
+def test_signature_shows_typed_defaults():
+    import inspect
+
+    sig = inspect.signature(tiercache.simulate)
+    defaults = tiercache.option_defaults()
+    for name, p in sig.parameters.items():
+        if p.kind is not p.KEYWORD_ONLY:
+            continue
+        cli_name = name.replace("twolbs_", "2lbs_")
+        assert cli_name in defaults, name
+        d = defaults[cli_name]
+        if name == "queue_depth":  # 1, in closed loop only
+            assert p.default is None
+        elif d is None:
+            assert p.default is None, name
+        elif d in ("true", "false"):
+            assert p.default is (d == "true"), name
+        else:
+            assert str(p.default) == d, name
+        assert p.annotation != inspect.Parameter.empty, name
+
+
+@pytest.mark.parametrize(
+    "option, value, expect",
+    [
+        ("nhit_threshold", "3", "nhit_threshold: expected an integer"),
+        ("clean_rate", 2.5, "clean_rate: expected an integer"),
+        ("dirty_target", "high", "dirty_target: expected a number"),
+        ("eviction", 3, "eviction: expected a string.*allowed: lru, fifo, arc, s3fifo"),
+        ("write_policy", True, "write_policy.*allowed: write-back"),
+        ("replay", 1, "replay.*allowed: open, closed"),
+        ("skip_bad", 1, "skip_bad: expected True or False"),
+    ],
+)
+def test_wrong_types_are_type_errors_naming_option(msr_trace, option, value, expect):
+    path, _ = msr_trace
+    with pytest.raises(TypeError, match=expect):
+        tiercache.simulate(path, cache_size="1MiB", **{option: value})
+
+
+def test_sweep_checks_types_before_running(msr_trace, cache_dir):
+    path, _ = msr_trace
+    with pytest.raises(TypeError, match="queue_depth"):
+        tiercache.sweep(path, {"cache_size": ["1MiB"], "queue_depth": ["4"]}, cache_dir=cache_dir, progress=False)

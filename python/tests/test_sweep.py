@@ -34,7 +34,7 @@ def test_sweep_rows_equal_simulate_and_cli(msr_trace, cli, cache_dir):
     path, _ = msr_trace
     df = tiercache.sweep(path, GRID, workers=2, cache_dir=cache_dir, progress=False)
     assert len(df) == 4
-    assert list(df.columns[:4]) == ["trace", "cache_size", "eviction", "format"]
+    assert list(df.columns[:4]) == ["trace", "cache_size", "eviction_given", "format"]
     # the CLI's own sweep over the same grid
     cli_rows = json.loads(
         run_cli(cli, "sim", "--trace", str(path), "--format", "msr", "--cache-size", "5%,20%", "--eviction", "lru,arc", "--json", "--out", str(cache_dir.parent / "cli-sweep")).stdout
@@ -47,7 +47,7 @@ def test_sweep_rows_equal_simulate_and_cli(msr_trace, cli, cache_dir):
                 for bk, bv in v.items():
                     assert row[f"baseline_{bk}"] == bv
             elif k == "eviction":
-                assert row["eviction_result"] == v
+                assert row["eviction"] == v == row["eviction_given"]
             elif k == "trace":
                 assert row["trace"] == v
             elif v is None:

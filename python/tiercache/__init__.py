@@ -35,6 +35,7 @@ __all__ = [
     "option_defaults",
     "plot",
     "OptionError",
+    "OptionTypeError",
     "TraceError",
     "__version__",
 ]
@@ -61,31 +62,150 @@ def option_defaults() -> dict[str, str | None]:
     return dict(_native.option_defaults())
 
 
-def simulate(trace: str | os.PathLike, **options: Any) -> dict[str, Any]:
+class OptionTypeError(OptionError, TypeError):
+    """An option value of the wrong type: both a TypeError and an
+    :class:`OptionError` (ValueError); the message names the option, the
+    expected type and the allowed values."""
+
+
+#: Allowed values of the options that take a name, for error messages.
+ALLOWED: dict[str, str] = {
+    "mode": "cache, ssd, ssc, ssc-v, tier, tica, ucache, srac",
+    "assoc": "direct, N-way (e.g. 8-way), full",
+    "eviction": "lru, fifo, arc, s3fifo",
+    "write_policy": "write-back, write-through, write-hdd-upd, write-hdd-inv, read-only",
+    "admission": "always, seq-cutoff, nhit, 2lbs",
+    "2lbs_levels": "metadata, frequency, both (comma-separated)",
+    "replay": "open, closed",
+    "tier_policy": "oodt, frequency, hystor, raf (comma-separated)",
+    "tica_policy": "ef, wed, adaptive",
+    "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",
+}
+
+_SIZE = "a SIZE such as '64MiB', a number of lines, or a percentage such as '10%'"
+_BYTES = "a size in bytes such as '4KiB' or 4096"
+#: Type of every option: (accepted Python types, what to write in an error).
+_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "mode": ((str,), "a string"),
+    "cache_size": ((str, int), _SIZE),
+    "fast_tier_size": ((str, int), _SIZE),
+    "dram_size": ((str, int), _SIZE),
+    "line_size": ((str, int), _BYTES),
+    "sub_block": ((str, int), _BYTES),
+    "tier_block": ((str, int), _BYTES),
+    "seq_cutoff": ((str, int), _BYTES),
+    "block_size": ((str, int), _BYTES),
+    "assoc": ((str,), "a string"),
+    "eviction": ((str,), "a string"),
+    "write_policy": ((str,), "a string"),
+    "admission": ((str,), "a string"),
+    "2lbs_levels": ((str,), "a string"),
+    "replay": ((str,), "a string"),
+    "tier_policy": ((str,), "a string"),
+    "tica_policy": ((str,), "a string"),
+    "format": ((str,), "a string"),
+    "volume": ((str, int), "a string"),
+    "profile": ((str,), "a path"),
+    "nhit_threshold": ((int,), "an integer"),
+    "2lbs_window": ((int,), "an integer"),
+    "clean_rate": ((int,), "an integer"),
+    "queue_depth": ((int,), "an integer"),
+    "nhit_trigger": ((int, float), "a number"),
+    "dirty_target": ((int, float), "a number"),
+    "no_write_allocate": ((bool,), "True or False"),
+    "no_timing": ((bool,), "True or False"),
+    "no_baseline": ((bool,), "True or False"),
+    "skip_bad": ((bool,), "True or False"),
+}
+
+
+def _check_types(options: dict[str, Any]) -> None:
+    """TypeError (:class:`OptionTypeError`) for a value of the wrong type."""
+    for k, v in options.items():
+        if v is None:
+            continue
+        name = _native.canonical_option(k)
+        if name not in _TYPES:
+            continue  # unknown names are refused by the simulator with the list of options
+        types, what = _TYPES[name]
+        wrong = isinstance(v, bool) and bool not in types or not isinstance(v, types)
+        if wrong:
+            allowed = f" (allowed: {ALLOWED[name]})" if name in ALLOWED else ""
+            raise OptionTypeError(f"option {name}: expected {what}, got {type(v).__name__} {v!r}{allowed}")
+
+
+def simulate(
+    trace: str | os.PathLike,
+    *,
+    mode: str = "cache",
+    cache_size: str | int | None = None,
+    line_size: str | int = "4KiB",
+    sub_block: str | int | None = None,
+    assoc: str = "full",
+    eviction: str = "lru",
+    write_policy: str = "write-back",
+    no_write_allocate: bool = False,
+    admission: str = "always",
+    seq_cutoff: str | int = "4MiB",
+    nhit_threshold: int = 3,
+    nhit_trigger: float = 0.8,
+    twolbs_levels: str = "metadata,frequency",
+    twolbs_window: int = 0,
+    dirty_target: float = 0.2,
+    clean_rate: int = 2,
+    no_timing: bool = False,
+    replay: str | None = None,
+    queue_depth: int | None = None,
+    profile: str | os.PathLike | None = None,
+    no_baseline: bool = False,
+    format: str | None = None,
+    block_size: str | int = "512B",
+    volume: str | None = None,
+    skip_bad: bool = False,
+    tier_policy: str = "oodt",
+    fast_tier_size: str | int | None = None,
+    tier_block: str | int = "4KiB",
+    tica_policy: str = "adaptive",
+    dram_size: str | int | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Replay ``trace`` through one cache configuration.
 
     Returns the object ``tiercache sim --trace TRACE ... --json`` prints,
     as a dict with exactly its keys (``hit_ratio``, ``mean_response_us``,
-    ``baseline``, ``trace``, ...). The GIL is released during the replay, so
-    threads can run simulations in parallel.
+    ``baseline``, ``trace``, ...; docs/results.md lists them). The GIL is
+    released during the replay, so threads can run simulations in parallel.
 
     Every ``mode`` of ``tiercache sim`` is available: ``cache`` (the default)
     runs in this process; the others (``ssd``, ``ssc``, ``ssc-v``, ``tier``,
     ``tica``, ``ucache``, ``srac``) run the ``tiercache`` command (see
     :mod:`tiercache._modes`).
 
+    The keyword defaults are the CLI's; ``replay=None`` picks open-loop replay
+    when the trace has timestamps, ``queue_depth=None`` is 1 in closed loop.
+    ``options`` takes the other spellings of the same options (``"line-size"``,
+    ``"2lbs_window"``).
+
     Raises :class:`OptionError` (a ValueError) naming the option and its
-    allowed values for an unknown option or value, TypeError for a value of
-    the wrong type, :class:`TraceError` (a ValueError with ``path`` and
-    ``line`` attributes) for a malformed trace line, FileNotFoundError for a
-    missing trace.
+    allowed values for an unknown option or value, :class:`OptionTypeError`
+    (a TypeError and an OptionError) for a value of the wrong type,
+    :class:`TraceError` (a ValueError with ``path`` and ``line`` attributes)
+    for a malformed trace line, FileNotFoundError for a missing trace.
     """
-    return json.loads(_simulate_json(os.fspath(trace), _clean(options)))
+    given = dict(locals())
+    del given["trace"], given["options"]
+    # Only what differs from the defaults is passed on, as on the command line.
+    chosen = {
+        k: v for k, v in given.items() if not (type(v) is type(_SIMULATE_DEFAULTS[k]) and v == _SIMULATE_DEFAULTS[k])
+    }
+    chosen.update(options)
+    return json.loads(_simulate_json(os.fspath(trace), _clean(chosen)))
 
 
 def _simulate_json(trace: str, options: dict[str, Any]) -> str:
     from . import _modes
 
+    _check_types(options)
     mode = _modes.check_mode(options.get("mode", "cache"))
     if mode == "cache":
         return _native.simulate_json(trace, options)
@@ -155,6 +275,13 @@ def read_trace(
 
     return pd.DataFrame.from_records(list(rows), columns=list(REQUEST_FIELDS))
 
+
+import inspect as _inspect  # noqa: E402
+
+#: Keyword defaults of :func:`simulate` (the CLI's).
+_SIMULATE_DEFAULTS: dict[str, Any] = {
+    n: p.default for n, p in _inspect.signature(simulate).parameters.items() if p.kind is p.KEYWORD_ONLY
+}
 
 from .sweeps import sweep  # noqa: E402  (cheap: pandas and Ray load on first use)
 from . import plot  # noqa: E402  (cheap: matplotlib loads on first use)

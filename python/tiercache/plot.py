@@ -4,7 +4,15 @@
 :func:`hit_ratio`, :func:`response_time`, :func:`write_amplification` and
 :func:`ssd_writes` are its usual cases. ``python -m tiercache.plot``,
 ``tiercache-plot`` and ``tiercache plot`` draw a results file from the
-command line with the same code.
+command line with the same code; :func:`sweep_figure` draws a sweep as
+``tiercache sim --out`` does.
+
+One set of rules for every figure, shared with the CLI's SVG
+(crates/apps/cli/src/plot.rs, which stays in Rust so that ``sim --out`` needs
+no Python): a logarithmic x axis for size sweeps (miss-ratio curves are read
+on a log axis), legend labels with only what varies across the series, no
+empty panel (no response-time panel without response times), and the
+Okabe-Ito colour-blind-safe palette without its yellow (:data:`PALETTE`).
 """
 
 from __future__ import annotations
@@ -15,7 +23,27 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["curves", "hit_ratio", "response_time", "write_amplification", "ssd_writes", "label", "main"]
+__all__ = [
+    "curves",
+    "sweep_figure",
+    "hit_ratio",
+    "response_time",
+    "write_amplification",
+    "ssd_writes",
+    "label",
+    "PALETTE",
+    "main",
+]
+
+#: Okabe-Ito without yellow (#F0E442, near-invisible on white); the CLI's SVG
+#: uses the same colours in the same order.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000")
+
+#: Size columns: swept on a logarithmic x axis by default.
+SIZE_COLUMNS = ("cache_size", "cache_size_bytes", "cache_lines", "fast_tier_size", "fast_tier_bytes", "dram_size", "dram_bytes", "ssd_bytes")
+
+#: Configuration columns a sweep's series are told apart by (those that vary).
+SERIES_COLUMNS = ("mode", "assoc", "eviction", "write_policy", "admission", "line_size", "policy", "tier_policy", "tica_policy", "trace")
 
 
 @dataclass(frozen=True)
@@ -102,13 +130,14 @@ def curves(
     style: str | None = None,
     ax=None,
     title: str | None = None,
-    logx: bool = False,
+    logx: bool | None = None,
     marker: str = "o",
 ):
     """Plot ``y`` against ``x``, one line per value of ``hue`` (and of ``style``,
     drawn with distinct line styles, e.g. ``style="trace"``).
 
-    Rows with the same (x, hue, style) are averaged. ``x`` may be a
+    Rows with the same (x, hue, style) are averaged. ``logx`` (default: when
+    ``x`` is a size column, :data:`SIZE_COLUMNS`) draws a logarithmic x axis. ``x`` may be a
     configuration column (``cache_size`` given as ``"5%"`` is placed at 5 on a
     "% of the trace footprint" axis; sizes with units are placed in the order
     they appear) or a numeric result column. Returns the matplotlib Axes.
@@ -139,7 +168,7 @@ def curves(
         groups.append(())
     linestyles = ["-", "--", ":", "-."]
     styles = list(dict.fromkeys(df[style])) if style else []
-    for g in groups:
+    for i, g in enumerate(groups):
         sel = df
         for c, v in zip(keys, g):
             sel = sel[sel[c] == v]
@@ -149,20 +178,60 @@ def curves(
             continue
         name = ", ".join(str(v) for v in g) if g else label(y)
         ls = linestyles[styles.index(g[-1]) % len(linestyles)] if style else "-"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, linestyle=ls, label=name)
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=marker,
+            linestyle=ls,
+            label=name,
+            color=PALETTE[i % len(PALETTE)],
+        )
     xl = label(x)
     if suffix and (x == "cache_size" or suffix != "(lines)"):
         xl = f"{NAMES.get(x, xl)} {suffix}"
     ax.set_xlabel(xl)
     ax.set_ylabel(label(y))
-    if logx and numeric is not None:
+    if logx is None:
+        logx = x in SIZE_COLUMNS
+    if logx and numeric is not None and min(numeric) > 0:
         ax.set_xscale("log")
     ax.grid(True, alpha=0.3)
-    if keys:
+    if keys and len(groups) > 1:  # a legend names only what varies
         ax.legend(title=" / ".join(label(k) for k in keys))
     if title:
         ax.set_title(title)
     return ax
+
+
+def _varying(df, columns) -> list[str]:
+    return [c for c in columns if c in df.columns and df[c].astype(str).nunique() > 1]
+
+
+def sweep_figure(df, x: str = "cache_size_bytes", title: str | None = None):
+    """A sweep as ``tiercache sim --out`` draws it: hit ratio and, when the
+    runs have response times, mean response time against cache size, one line
+    per combination of the configuration columns that vary (legend labels
+    name only those; constant ones go in the title). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    hue = _varying(df, SERIES_COLUMNS)
+    timed = "mean_response_us" in df.columns and df["mean_response_us"].notna().any()
+    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11 if timed else 6, 4.4), layout="constrained", squeeze=False)
+    data = df
+    key = None
+    if hue:
+        key = "_series"
+        data = df.assign(_series=df[hue].astype(str).agg(", ".join, axis=1))
+    panels = ["hit_ratio"] + (["mean_response_us"] if timed else [])
+    for ax, y in zip(axes[0], panels):
+        curves(data, x=x, y=y, hue=key, ax=ax, logx=True)
+        if key and ax.get_legend() is not None:
+            ax.get_legend().set_title(" / ".join(label(c) for c in hue))
+    constant = [c for c in SERIES_COLUMNS if c in df.columns and c not in hue and c != "trace" and len(df)]
+    parts = [f"{label(c).lower()} {df[c].iloc[0]}" for c in constant]
+    head = title or "tiercache sweep"
+    fig.suptitle(f"{head} ({', '.join(parts)})" if parts else head)
+    return fig
 
 
 def hit_ratio(df, x: str = "cache_size", hue: str | None = "eviction", **kw):
@@ -207,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hue", default=None, help="one line per value of this column")
     p.add_argument("--style", default=None, help="line style per value of this column (e.g. trace)")
     p.add_argument("--title", default=None)
-    p.add_argument("--logx", action="store_true", help="logarithmic x axis")
+    p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="logarithmic x axis [default: for size columns]")
     p.add_argument("-o", "--output", required=True, help="figure file (.svg, .pdf, .png)")
     a = p.parse_args(argv)
     import matplotlib

@@ -3,9 +3,11 @@
 :func:`sweep` takes the cross product of traces and a grid of options and
 returns one DataFrame row per run: ``trace``, the configuration columns
 (named and valued as given), then every field of ``tiercache sim --json``
-(``baseline`` flattened to ``baseline_mean_response_us`` ...). A result field
-whose name is also a configuration column (``line_size``, ``eviction`` ...)
-is kept as ``NAME_result``.
+(``baseline`` flattened to ``baseline_mean_response_us`` ...), with the names
+of docs/results.md. An option whose name is also a result field
+(``line_size``, ``eviction`` ...) holds the result (``line_size`` in bytes,
+as in ``sim --json`` and the sweep CSV); the value as given is kept as
+``NAME_given``.
 
 Every finished run is written at once to ``CACHE_DIR/KEY.parquet``, KEY being
 a hash of (trace content, configuration, tiercache build). A sweep that is
@@ -108,11 +110,16 @@ def _run_one(trace: str, config: dict[str, Any]) -> str:
     return _simulate_json(trace, {k: _plain(v) for k, v in config.items()})
 
 
+#: Fields of the ``baseline`` object of ``--mode cache`` (flattened as ``baseline_FIELD``).
+BASELINE_FIELDS = ("mean_response_us", "p50_response_us", "p99_response_us", "hdd_utilization")
+
+
 def _flatten(result: dict[str, Any]) -> dict[str, Any]:
+    """``baseline`` flattened as the sweep CSV does (docs/results.md)."""
     out = {}
     for k, v in result.items():
         if k == "baseline":
-            for bk in ("mean_response_us", "p50_response_us", "p99_response_us", "hdd_utilization"):
+            for bk in BASELINE_FIELDS if v is None else v:
                 out[f"baseline_{bk}"] = None if v is None else v.get(bk)
         else:
             out[k] = v
@@ -217,6 +224,10 @@ def sweep(
         traces = [traces]
     traces = [os.fspath(t) for t in traces]
     configs = configurations(grid)
+    from . import _check_types
+
+    for c in configs:
+        _check_types({k: _plain(v) for k, v in c.items()})
     for t in traces:
         if not os.path.exists(t):
             raise FileNotFoundError(f"trace {t} does not exist")
@@ -284,11 +295,13 @@ def sweep(
     rows = []
     for (t, c), k, res in zip(jobs, keys, results):
         row: dict[str, Any] = {"trace": t}
-        row.update(c)
-        for rk, rv in _flatten(json.loads(res)).items():
+        result = _flatten(json.loads(res))
+        for ck, cv in c.items():
+            row[f"{ck}_given" if ck in result else ck] = cv
+        for rk, rv in result.items():
             if rk == "trace":
                 continue
-            row[f"{rk}_result" if rk in c else rk] = rv
+            row[rk] = rv
         row["run_key"] = k
         rows.append(row)
     df = pd.DataFrame(rows)

@@ -178,7 +178,7 @@ fn sweep_writes_json_array_csv_and_svg() {
     assert!(csv.lines().next().unwrap().contains("hit_ratio"));
     let svg = std::fs::read_to_string(prefix.with_extension("svg")).unwrap();
     assert!(
-        svg.contains("<svg") && svg.contains("hit ratio (%)") && svg.contains("cache size (MiB)")
+        svg.contains("<svg") && svg.contains("hit ratio (%)") && svg.contains("cache size (MiB")
     );
 }
 
@@ -381,4 +381,195 @@ fn trace_stats_and_convert_round_trip() {
     );
     assert_eq!(a["hits"], b["hits"]);
     assert_eq!(a["writebacks"], b["writebacks"]);
+}
+
+/// The workspace root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
+}
+
+/// docs/results.md's table: (field, modes, outputs), groups expanded.
+fn documented_fields() -> Vec<(String, Vec<String>, Vec<String>)> {
+    let doc = std::fs::read_to_string(root().join("docs/results.md")).unwrap();
+    let split = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect()
+    };
+    let mut out = Vec::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 6 || !cells[1].starts_with('`') {
+            continue;
+        }
+        let field = cells[1].trim_matches('`').to_string();
+        let mut modes = Vec::new();
+        for m in split(cells[2]) {
+            match m.as_str() {
+                "flash" => modes.extend(["ssd", "ssc", "ssc-v"].map(String::from)),
+                "levels" => modes.extend(["tica", "ucache", "srac"].map(String::from)),
+                _ => modes.push(m),
+            }
+        }
+        out.push((field, modes, split(cells[3])));
+    }
+    assert!(out.len() > 50, "docs/results.md table not found");
+    out
+}
+
+fn documented(mode: &str, output: &str) -> std::collections::BTreeSet<String> {
+    documented_fields()
+        .into_iter()
+        .filter(|(_, m, o)| m.iter().any(|x| x == mode) && o.iter().any(|x| x == output))
+        .map(|(f, _, _)| f)
+        .collect()
+}
+
+fn json_keys(s: &str) -> std::collections::BTreeSet<String> {
+    let v: serde_json::Value = serde_json::from_str(s).unwrap();
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+#[test]
+fn results_schema_matches_the_doc() {
+    let d = tempfile::tempdir().unwrap();
+    let t = msr_trace(d.path());
+    let t = t.to_str().unwrap();
+    let cache = ok(&["sim", "--trace", t, "--cache-size", "16", "--json"]);
+    assert_eq!(
+        json_keys(&cache),
+        documented("cache", "json"),
+        "--mode cache --json"
+    );
+    let prefix = d.path().join("sweep");
+    ok(&[
+        "sim",
+        "--trace",
+        t,
+        "--cache-size",
+        "8,16",
+        "--no-timing",
+        "--out",
+        prefix.to_str().unwrap(),
+    ]);
+    let csv = std::fs::read_to_string(d.path().join("sweep.csv")).unwrap();
+    let header: std::collections::BTreeSet<String> = csv
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect();
+    assert_eq!(header, documented("cache", "csv"), "sweep CSV header");
+    for (mode, args) in [
+        ("ssc", vec!["--cache-size", "64MiB"]),
+        ("ssd", vec!["--cache-size", "64MiB"]),
+        ("tier", vec!["--fast-tier-size", "25%"]),
+        ("tica", vec!["--cache-size", "25%"]),
+        ("srac", vec!["--cache-size", "25%"]),
+    ] {
+        let mut a = vec!["sim", "--trace", t, "--mode", mode, "--json"];
+        a.extend(args);
+        assert_eq!(
+            json_keys(&ok(&a)),
+            documented(mode, "json"),
+            "--mode {mode} --json"
+        );
+    }
+}
+
+/// `--no-timing` is a property of the timing model: it changes no count.
+#[test]
+fn no_timing_changes_no_count() {
+    let traces = root().join("../shared/traces");
+    let t = traces.join("samples/msr-cambridge1-sample.csv");
+    if !t.exists() {
+        eprintln!(
+            "SKIPPED no_timing_changes_no_count: shared trace {} is absent",
+            t.display()
+        );
+        return;
+    }
+    let t = t.to_str().unwrap();
+    for extra in [
+        vec!["--cache-size", "5%"],
+        vec!["--cache-size", "10%", "--line-size", "64KiB"],
+        vec!["--cache-size", "2%", "--write-policy", "write-through"],
+    ] {
+        let mut a = vec!["sim", "--trace", t, "--json", "--no-baseline"];
+        a.extend(extra.iter().copied());
+        let timed: serde_json::Value = serde_json::from_str(&ok(&a)).unwrap();
+        a.push("--no-timing");
+        let untimed: serde_json::Value = serde_json::from_str(&ok(&a)).unwrap();
+        for (k, v) in timed.as_object().unwrap() {
+            if v.is_u64() {
+                assert_eq!(&untimed[k], v, "{k} differs with --no-timing ({extra:?})");
+            }
+        }
+        assert!(untimed["mean_response_us"].is_null());
+    }
+}
+
+/// The sweep SVG follows the rules of crates/apps/cli/src/plot.rs.
+#[test]
+fn sweep_svg_follows_the_plot_rules() {
+    let d = tempfile::tempdir().unwrap();
+    let t = msr_trace(d.path());
+    let prefix = d.path().join("fig");
+    ok(&[
+        "sim",
+        "--trace",
+        t.to_str().unwrap(),
+        "--cache-size",
+        "2,8,64,512",
+        "--eviction",
+        "lru,arc",
+        "--line-size",
+        "512B",
+        "--no-timing",
+        "--out",
+        prefix.to_str().unwrap(),
+    ]);
+    let svg = std::fs::read_to_string(d.path().join("fig.svg")).unwrap();
+    // One panel: one y axis title, no response-time panel.
+    assert_eq!(svg.matches("hit ratio (%)").count(), 1, "{svg}");
+    assert!(!svg.contains("response time"));
+    // A log x axis: tick labels span decades.
+    assert!(svg.contains("log scale"));
+    let texts: Vec<&str> = svg
+        .split("<text")
+        .skip(1)
+        .filter_map(|s| s.split('>').nth(1)?.split('<').next())
+        .map(str::trim)
+        .collect();
+    let ticks: Vec<f64> = texts.iter().filter_map(|s| s.trim().parse().ok()).collect();
+    for decade in ["0.001", "0.01", "0.1"] {
+        assert!(texts.contains(&decade), "tick {decade} missing: {texts:?}");
+    }
+    assert!(!ticks.is_empty());
+    // Legend: only the eviction varies.
+    assert!(
+        texts.contains(&"lru") && texts.contains(&"arc"),
+        "{texts:?}"
+    );
+    assert!(
+        !texts
+            .iter()
+            .any(|s| s.contains("write-back") && s.contains("lru")),
+        "constant fields in a legend label: {texts:?}"
+    );
+    // Colours: only the palette (plus black, white and the grid greys).
+    let palette = [
+        "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000",
+    ];
+    for c in svg.split('#').skip(1).map(|s| &s[..6.min(s.len())]) {
+        let c = format!("#{}", c.to_uppercase());
+        let grey = c[1..3] == c[3..5] && c[3..5] == c[5..7];
+        assert!(
+            palette.contains(&c.as_str()) || grey,
+            "colour {c} is not in the palette"
+        );
+    }
+    assert!(!svg.to_uppercase().contains("#F0E442"));
 }

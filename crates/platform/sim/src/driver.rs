@@ -8,7 +8,9 @@
 //! cleaning) keep the devices busy without delaying their requester.
 //!
 //! Untimed (`--no-timing`): requests are submitted back to back and every op
-//! is taken as done at once, which is all the cache's decisions need.
+//! is taken as done at once, which is all the cache's decisions need. Both
+//! loops count the same ops (hits, fills, `hdd_ops`, `ssd_write_ops` ...):
+//! timing changes response times only.
 
 use crate::report::{Latency, SimReport};
 use hdrhistogram::Histogram;
@@ -155,6 +157,9 @@ where
     F: FnOnce() -> Result<I, tiercache_trace::TraceError>,
 {
     let mut engine = Engine::new(opts.cache.clone())?;
+    // The timed loop moves no data: the engine's choices (and so every
+    // counter) are then those of the untimed run.
+    engine.set_model_only(true);
     if !opts.timing {
         engine.set_count_only(true);
         let mut out = Vec::with_capacity(64);

@@ -102,7 +102,9 @@ pub struct SimArgs {
     /// Dirty lines the background cleaner writes back per request.
     #[arg(long, default_value_t = 2)]
     pub clean_rate: usize,
-    /// Compute cache behaviour only, without the timing model (fastest).
+    /// Compute cache behaviour only, without the timing model (fastest): no response
+    /// times, utilizations, `baseline` or `speedup`. Every count (hits, fills, hdd_ops,
+    /// ssd_write_ops ...) is the same as with timing.
     #[arg(long)]
     pub no_timing: bool,
     /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].
@@ -407,29 +409,45 @@ fn print_table(reports: &[(SizeSpec, SimReport)]) {
     }
 }
 
+/// Fields of the `baseline` object, flattened as `baseline_FIELD` in the CSV
+/// (and in the Python DataFrame; see docs/results.md).
+pub const BASELINE_FIELDS: [&str; 4] = [
+    "mean_response_us",
+    "p50_response_us",
+    "p99_response_us",
+    "hdd_utilization",
+];
+
+/// The sweep CSV: `cache_size` as given, then the `--json` fields in their
+/// order, `baseline` flattened in place (docs/results.md lists every column).
 fn write_csv(path: &Path, trace: &Path, reports: &[(SizeSpec, SimReport)]) -> Result<()> {
     let mut s = String::new();
     let rows: Vec<serde_json::Value> = reports.iter().map(|(_, r)| json_row(trace, r)).collect();
-    let mut cols: Vec<String> = Vec::new();
+    let mut cols: Vec<String> = vec!["cache_size".into()];
     if let Some(serde_json::Value::Object(m)) = rows.first() {
-        cols = m.keys().filter(|k| *k != "baseline").cloned().collect();
-        cols.insert(0, "cache_size".into());
-        cols.push("baseline_mean_response_us".into());
+        for k in m.keys() {
+            if k == "baseline" {
+                cols.extend(BASELINE_FIELDS.iter().map(|b| format!("baseline_{b}")));
+            } else {
+                cols.push(k.clone());
+            }
+        }
     }
     s.push_str(&cols.join(","));
     s.push('\n');
+    let cell = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(x) => format!("\"{}\"", x.replace('"', "\"\"")),
+        v => v.to_string(),
+    };
     for ((size, _), row) in reports.iter().zip(&rows) {
         let cells: Vec<String> = cols
             .iter()
             .map(|c| match c.as_str() {
                 "cache_size" => size.to_string(),
-                "baseline_mean_response_us" => row["baseline"]["mean_response_us"]
-                    .as_f64()
-                    .map_or(String::new(), |v| v.to_string()),
-                k => match &row[k] {
-                    serde_json::Value::Null => String::new(),
-                    serde_json::Value::String(x) => format!("\"{}\"", x.replace('"', "\"\"")),
-                    v => v.to_string(),
+                k => match k.strip_prefix("baseline_") {
+                    Some(b) if BASELINE_FIELDS.contains(&b) => cell(&row["baseline"][b]),
+                    _ => cell(&row[k]),
                 },
             })
             .collect();

@@ -68,7 +68,10 @@ impl Engine {
         while run.len() < max {
             let l = line + run.len() as u64;
             match self.map.lookup(l) {
-                Some(s) if whole(self, s) && !self.backing_pending.contains_key(&l) => {
+                Some(s)
+                    if whole(self, s)
+                        && (self.model_only || !self.backing_pending.contains_key(&l)) =>
+                {
                     run.push((s, l))
                 }
                 _ => break,

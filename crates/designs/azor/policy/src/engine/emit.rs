@@ -39,6 +39,7 @@ impl Engine {
 
     #[inline]
     pub(super) fn flush_runs(&mut self, out: &mut Vec<Op>) {
+        self.dep_splits = 0;
         if self.count_only {
             self.runs.clear();
         } else {
@@ -78,6 +79,10 @@ impl Engine {
             !(dev == Dev::Cache && self.journal)
                 || r.offset >> line_shift == (offset + len - 1) >> line_shift
         };
+        // A piece that would join a run but for the two-dependency limit of an
+        // op starts a new op; counters still see one op, so that op counts do
+        // not depend on whether dependencies are tracked (timed or not).
+        let mut split_by_deps = false;
         for r in self.runs.iter_mut() {
             if !one_slot(r) {
                 continue;
@@ -116,12 +121,17 @@ impl Engine {
                 r.len += len;
                 return r.id;
             }
+            split_by_deps = true;
         }
         match (dev, kind) {
+            _ if split_by_deps => {}
             (Dev::Backing, _) => self.stats.hdd_ops += 1,
             (Dev::Cache, IoKind::Read) => self.stats.ssd_read_ops += 1,
             (Dev::Cache, IoKind::Write) => self.stats.ssd_write_ops += 1,
             _ => {}
+        }
+        if split_by_deps {
+            self.dep_splits += 1;
         }
         let id = self.new_op_id();
         let deps = if deps[0] == 0 { [deps[1], 0] } else { deps };

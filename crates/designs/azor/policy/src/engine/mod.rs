@@ -102,12 +102,17 @@ pub struct Engine {
     clean_cursor: u64,
     /// Open op runs being merged while a request is decoded.
     runs: Vec<Op>,
+    /// Runs in `runs` opened only because a piece's dependencies did not fit
+    /// (not counted as ops, nor towards the run limit).
+    dep_splits: usize,
     /// The request being decoded bypasses the cache (sequential cutoff).
     bypass: bool,
     /// Dirty lines above which cleaning runs.
     dirty_target_lines: usize,
     /// Count ops without handing them out (synchronous drivers that only need counters).
     count_only: bool,
+    /// No data moves (the timed simulator): see [`Engine::set_model_only`].
+    model_only: bool,
     /// Record the slots whose mapping or bits change (for a persistent journal).
     journal: bool,
     /// The cache device failed: no new allocations.
@@ -158,9 +163,11 @@ impl Engine {
             dirty: BTreeSet::new(),
             clean_cursor: 0,
             runs: Vec::with_capacity(4),
+            dep_splits: 0,
             bypass: false,
             dirty_target_lines: (cfg_dirty_target * geo.slots as f64) as usize,
             count_only: false,
+            model_only: false,
             journal: false,
             degraded: false,
             touched: Vec::new(),
@@ -180,6 +187,15 @@ impl Engine {
         if on {
             self.synchronous = true;
         }
+    }
+
+    /// The driver models time only and moves no data (the timed simulator).
+    /// Then a writeback run may take in a line whose previous writeback is
+    /// still in flight: ordering those writes matters for data only, and
+    /// without this the lines cleaned together, and so the counters, would
+    /// depend on device timing (`--no-timing` must count what a timed run counts).
+    pub fn set_model_only(&mut self, on: bool) {
+        self.model_only = on;
     }
 
     /// Record which slots change, for [`Engine::take_touched`] (the live server's journal).
@@ -479,7 +495,7 @@ impl Engine {
                 IoKind::Flush => {}
             }
             off += n;
-            if self.runs.len() >= 4 {
+            if self.runs.len() - self.dep_splits >= 4 {
                 self.flush_runs(out);
             }
         }
