@@ -3,7 +3,6 @@
 pub mod classify;
 pub mod demo;
 pub mod live;
-pub mod modes;
 pub mod plot_cmd;
 pub mod replay;
 pub mod reproduce;

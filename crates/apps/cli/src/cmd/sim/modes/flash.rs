@@ -5,7 +5,7 @@
 //! adds an `ftl` object (write amplification, erases, wear, copies, silent
 //! evictions, merges), `device_memory_bytes` and `host_memory_bytes`.
 
-use crate::cmd::sim::SimArgs;
+use crate::cmd::sim::args::SimArgs;
 use anyhow::{bail, Context, Result};
 use tiercache_flash::{
     run as simulate, DeviceConfig, DeviceKind, FlashReport, FlashSimConfig, ManagerKind,

@@ -3,7 +3,7 @@
 //! HDD model. `--tier-policy` and `--fast-tier-size` take comma-separated
 //! lists; several values run every combination.
 
-use crate::cmd::sim::SimArgs;
+use crate::cmd::sim::args::SimArgs;
 use anyhow::{bail, Context, Result};
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
@@ -53,7 +53,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
     };
     let open = || tiercache_trace::open(&a.trace, format, &ropts);
     let stats = tiercache_trace::trace_stats(open()?, tier_block)?;
-    let replay = match crate::cmd::sim::replay_choice(a, || Ok(stats.duration_ns > 0))? {
+    let replay = match crate::cmd::sim::args::replay_choice(a, || Ok(stats.duration_ns > 0))? {
         None => Replay::Open,
         Some(queue_depth) => Replay::Closed { queue_depth },
     };

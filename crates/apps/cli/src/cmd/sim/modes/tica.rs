@@ -1,7 +1,7 @@
 //! `tiercache sim --mode tica|ucache|srac`: three-level DRAM / RO-SSD /
 //! WO-SSD caches (TICA) and their mirrored-SSD baselines.
 
-use crate::cmd::sim::SimArgs;
+use crate::cmd::sim::args::SimArgs;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use tiercache_levels::sim::{Replay, SimConfig};
@@ -86,7 +86,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
     let ssd = parse_size(cache).map_err(anyhow::Error::msg)?;
     let dram = parse_size(a.dram_size.as_deref().unwrap_or("1%")).map_err(anyhow::Error::msg)?;
     let (footprint, timed) = input.footprint(page)?;
-    let replay = match crate::cmd::sim::replay_choice(a, || Ok(timed))? {
+    let replay = match crate::cmd::sim::args::replay_choice(a, || Ok(timed))? {
         None => Replay::Open,
         Some(1) => Replay::Closed,
         Some(q) => bail!(

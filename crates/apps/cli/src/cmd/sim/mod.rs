@@ -1,11 +1,15 @@
 //! `tiercache sim`: replay a trace through one cache configuration, or a sweep
 //! over comma-separated values of the policy and size options.
 
+pub mod args;
+pub mod modes;
+
+pub use args::{parse_2lbs_levels, replay_choice, SimArgs};
+
 use crate::plot;
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
-use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
 use tiercache_core::eviction::EvictionKind;
 use tiercache_core::{Assoc, CacheConfig, WritePolicy};
@@ -13,133 +17,6 @@ use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 use tiercache_sim::{Replay, SimOptions, SimReport};
 use tiercache_trace::{Format, ReadOptions};
-
-/// Options of `tiercache sim`. Options marked "list" take comma-separated
-/// values; several values make a sweep over their cross product.
-#[derive(Args, Debug, Clone)]
-#[command(
-    after_help = "SIZE takes units (512B, 4KiB, 10GiB, 1.5GB); a plain integer is a number of cache lines; \
-a percentage is a share of the trace's footprint (unique blocks x line size).\n\n\
-Examples:\n  tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000 --line-size 512B --eviction lru,arc\n  \
-tiercache sim --trace ../shared/traces/disksim/ssd-postmark-aligned2.trace --format disksim --cache-size 1%,5%,10% --no-timing --json\n  \
-tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000,5000 --line-size 512B --no-timing --out oltp\n  \
-tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tier --fast-tier-size 8%\n  \
-tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tica --cache-size 10% --dram-size 1%"
-)]
-pub struct SimArgs {
-    /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).
-    #[arg(long)]
-    pub trace: PathBuf,
-    /// What to simulate: cache (Azor SSD cache), ssd|ssc|ssc-v (FlashTier flash devices),
-    /// tier (OODT tiering), tica|ucache|srac (three-level caches).
-    #[arg(long, default_value = "cache")]
-    pub mode: String,
-    /// Tiering: placement policy: oodt, frequency, hystor, raf.
-    #[arg(long, default_value = "oodt")]
-    pub tier_policy: String,
-    /// Tiering: fast tier size (SIZE or percentage of the footprint).
-    #[arg(long)]
-    pub fast_tier_size: Option<String>,
-    /// Tiering: data block size (4KiB to 4MiB).
-    #[arg(long, default_value = "4KiB")]
-    pub tier_block: String,
-    /// TICA: policy: ef, wed, adaptive.
-    #[arg(long, default_value = "adaptive")]
-    pub tica_policy: String,
-    /// TICA, uCache, S-RAC: DRAM level size (SIZE or percentage of the footprint).
-    #[arg(long)]
-    pub dram_size: Option<String>,
-    /// Trace format: msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native [default: detected].
-    #[arg(long)]
-    pub format: Option<String>,
-    /// Cache size (list): SIZE, number of lines, or percentage of the footprint
-    /// (required for --mode cache and the flash and three-level modes).
-    #[arg(long, value_delimiter = ',')]
-    pub cache_size: Vec<String>,
-    /// Cache line size (list): a power of two from 512B to 1MiB.
-    #[arg(long, value_delimiter = ',', default_value = "4KiB")]
-    pub line_size: Vec<String>,
-    /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
-    #[arg(long)]
-    pub sub_block: Option<String>,
-    /// Associativity (list): direct, N-way (e.g. 8-way), full.
-    #[arg(long, value_delimiter = ',', default_value = "full")]
-    pub assoc: Vec<String>,
-    /// Eviction policy (list): lru, fifo, arc, s3fifo.
-    #[arg(long, value_delimiter = ',', default_value = "lru")]
-    pub eviction: Vec<String>,
-    /// Write policy (list): write-back, write-through (Azor write-hdd-ssd), write-hdd-upd, write-hdd-inv (write-around), read-only.
-    #[arg(long, value_delimiter = ',', default_value = "write-back")]
-    pub write_policy: Vec<String>,
-    /// Do not allocate lines on write misses (write-back and write-through).
-    #[arg(long)]
-    pub no_write_allocate: bool,
-    /// Admission policy (list): always, seq-cutoff, nhit, 2lbs.
-    #[arg(long, value_delimiter = ',', default_value = "always")]
-    pub admission: Vec<String>,
-    /// Sequential cutoff: bypass a stream once it has run this far.
-    #[arg(long, default_value = "4MiB")]
-    pub seq_cutoff: String,
-    /// n-hit: admit a line on its n-th access.
-    #[arg(long, default_value_t = 3)]
-    pub nhit_threshold: u32,
-    /// n-hit: filter only once the cache is this full (0.0-1.0).
-    #[arg(long, default_value_t = 0.8)]
-    pub nhit_trigger: f64,
-    /// 2LBS levels: metadata, frequency, or both (comma-separated).
-    #[arg(
-        long = "2lbs-levels",
-        value_delimiter = ',',
-        default_value = "metadata,frequency"
-    )]
-    pub twolbs_levels: Vec<String>,
-    /// 2LBS: halve access counts every this many line accesses (0: never).
-    #[arg(long = "2lbs-window", default_value_t = 0)]
-    pub twolbs_window: u64,
-    /// Write-back: share of lines that may be dirty before cleaning runs (0.0-1.0).
-    #[arg(long, default_value_t = 0.2)]
-    pub dirty_target: f64,
-    /// Dirty lines the background cleaner writes back per request.
-    #[arg(long, default_value_t = 2)]
-    pub clean_rate: usize,
-    /// Compute cache behaviour only, without the timing model (fastest): no response
-    /// times, utilizations, `baseline` or `speedup`. Every count (hits, fills, hdd_ops,
-    /// ssd_write_ops ...) is the same as with timing.
-    #[arg(long)]
-    pub no_timing: bool,
-    /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].
-    #[arg(long)]
-    pub replay: Option<String>,
-    /// Requests in flight for closed-loop replay [default: 1]; implies --replay closed, and is
-    /// an error with --replay open, where the trace's timestamps set the load.
-    #[arg(long)]
-    pub queue_depth: Option<u32>,
-    /// Device profile (TOML) with HDD, SSD and DRAM parameters [default: the papers' devices].
-    #[arg(long)]
-    pub profile: Option<PathBuf>,
-    /// Skip the HDD-only baseline replay (no `baseline`/`speedup`).
-    #[arg(long)]
-    pub no_baseline: bool,
-    /// Count and skip malformed trace lines instead of stopping.
-    #[arg(long)]
-    pub skip_bad: bool,
-    /// Bytes per block id for blockid, cloudphysics and arc-lis traces.
-    #[arg(long, default_value = "512B")]
-    pub block_size: String,
-    /// Only this volume/LUN/disk of a multi-volume trace.
-    #[arg(long)]
-    pub volume: Option<String>,
-    /// Print JSON: one object, or an array for a sweep.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write the results as PREFIX.csv and a figure as PREFIX.svg (nothing is written
-    /// without it).
-    #[arg(long, value_name = "PREFIX")]
-    pub out: Option<PathBuf>,
-    /// Parallel runs in a sweep [default: number of CPUs].
-    #[arg(long)]
-    pub jobs: Option<usize>,
-}
 
 fn parse_list<T>(vals: &[String], f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>> {
     vals.iter()
@@ -156,7 +33,7 @@ struct Point {
 
 pub fn run(a: SimArgs) -> Result<()> {
     if a.mode != "cache" {
-        return crate::cmd::modes::run(&a);
+        return modes::run(&a);
     }
     if a.cache_size.is_empty() {
         bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%)");
@@ -290,30 +167,6 @@ pub fn run(a: SimArgs) -> Result<()> {
         eprintln!("wrote {} and {}", csv.display(), svg.display());
     }
     Ok(())
-}
-
-/// `--replay` and `--queue-depth`: `None` for open-loop replay, else the
-/// queue depth of closed-loop replay. Without `--replay`, replay is open when
-/// `timed()` says the trace has timestamps. `--queue-depth` with open-loop
-/// replay is refused rather than silently ignored.
-pub fn replay_choice(a: &SimArgs, timed: impl FnOnce() -> Result<bool>) -> Result<Option<u32>> {
-    let open = match a.replay.as_deref() {
-        Some("open") => true,
-        Some("closed") => false,
-        Some(x) => bail!("unknown replay mode '{x}' (allowed: open, closed)"),
-        None => a.queue_depth.is_none() && timed()?,
-    };
-    if open {
-        if let Some(q) = a.queue_depth {
-            bail!("--queue-depth {q} applies to closed-loop replay only; drop it or pass --replay closed");
-        }
-        return Ok(None);
-    }
-    let q = a.queue_depth.unwrap_or(1);
-    if q == 0 {
-        bail!("--queue-depth 0 (allowed: 1 or more)");
-    }
-    Ok(Some(q))
 }
 
 fn json_row(trace: &Path, r: &SimReport) -> serde_json::Value {
@@ -455,19 +308,4 @@ fn write_csv(path: &Path, trace: &Path, reports: &[(SizeSpec, SimReport)]) -> Re
         s.push('\n');
     }
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
-}
-
-/// `--2lbs-levels`: which of Azor's two selection levels are on, as
-/// (metadata first, access frequency).
-pub fn parse_2lbs_levels(levels: &[String]) -> Result<(bool, bool)> {
-    let (mut lv_meta, mut lv_freq) = (false, false);
-    for l in levels {
-        match l.trim() {
-            "metadata" => lv_meta = true,
-            "frequency" => lv_freq = true,
-            "both" => (lv_meta, lv_freq) = (true, true),
-            x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
-        }
-    }
-    Ok((lv_meta, lv_freq))
 }

@@ -2,7 +2,7 @@
 //! family: [`flash`] (FlashTier: ssd, ssc, ssc-v), [`tier`] (OODT tiering),
 //! [`tica`] (TICA and its baselines uCache and S-RAC).
 
-use crate::cmd::sim::SimArgs;
+use crate::cmd::sim::args::SimArgs;
 use anyhow::{bail, Result};
 
 pub mod flash;
