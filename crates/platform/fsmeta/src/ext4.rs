@@ -6,6 +6,8 @@
 //! tables, the resize inode's DIND block, and the journal (inode 8, mapped
 //! from `s_jnl_blocks` or the inode itself) as its own class.
 
+mod mapping;
+
 use crate::crc;
 use crate::device::ReadAt;
 use crate::error::{FsMetaError, Result};
@@ -214,18 +216,6 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn mapping_block(&self, b: u64) -> Result<Vec<u8>> {
-        let left = self.budget.get();
-        if left == 0 {
-            return Err(bad(
-                self.base,
-                "journal mapping needs more than 65536 tree/indirect blocks (corrupt inode?)",
-            ));
-        }
-        self.budget.set(left - 1);
-        self.block(b)
-    }
-
     fn block(&self, b: u64) -> Result<Vec<u8>> {
         if b >= self.sb.blocks_count {
             return Err(bad(
@@ -262,94 +252,6 @@ impl Parser<'_> {
         )?;
         Ok(buf)
     }
-
-    /// Map an inode's `i_block` area: data runs into `data`, mapping blocks
-    /// (extent tree nodes, indirect blocks) into `meta`.
-    fn map(
-        &self,
-        i_block: &[u8],
-        extents: bool,
-        data: &mut Vec<(u64, u64)>,
-        meta: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
-        if extents {
-            self.map_extent_node(i_block, 0, data, meta)
-        } else {
-            for k in 0..12 {
-                let b = le32(i_block, 4 * k) as u64;
-                if b != 0 {
-                    data.push((b, 1));
-                }
-            }
-            for (k, depth) in [(12usize, 1u32), (13, 2), (14, 3)] {
-                let b = le32(i_block, 4 * k) as u64;
-                if b != 0 {
-                    self.map_indirect(b, depth, data, meta)?;
-                }
-            }
-            Ok(())
-        }
-    }
-
-    fn map_indirect(
-        &self,
-        b: u64,
-        depth: u32,
-        data: &mut Vec<(u64, u64)>,
-        meta: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
-        meta.push((b, 1));
-        let blk = self.mapping_block(b)?;
-        for k in 0..blk.len() / 4 {
-            let p = le32(&blk, 4 * k) as u64;
-            if p == 0 {
-                continue;
-            }
-            if depth == 1 {
-                data.push((p, 1));
-            } else {
-                self.map_indirect(p, depth - 1, data, meta)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn map_extent_node(
-        &self,
-        node: &[u8],
-        level: u32,
-        data: &mut Vec<(u64, u64)>,
-        meta: &mut Vec<(u64, u64)>,
-    ) -> Result<()> {
-        if le16(node, 0) != EXTENT_MAGIC || level > 5 {
-            return Err(bad(
-                self.base,
-                "journal/resize inode extent tree is corrupt (bad magic or depth > 5)",
-            ));
-        }
-        let entries = le16(node, 2) as usize;
-        let depth = le16(node, 6);
-        if 12 + 12 * entries > node.len() {
-            return Err(bad(self.base, "extent node claims more entries than fit"));
-        }
-        for k in 0..entries {
-            let e = &node[12 + 12 * k..24 + 12 * k];
-            if depth == 0 {
-                let mut len = le16(e, 4) as u64;
-                if len > 32768 {
-                    len -= 32768;
-                }
-                let start = (le16(e, 6) as u64) << 32 | le32(e, 8) as u64;
-                data.push((start, len));
-            } else {
-                let child = (le16(e, 8) as u64) << 32 | le32(e, 4) as u64;
-                meta.push((child, 1));
-                let blk = self.mapping_block(child)?;
-                self.map_extent_node(&blk, level + 1, data, meta)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Parse the ext4 layout of the filesystem at byte `base`.
@@ -369,140 +271,14 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
         budget: std::cell::Cell::new(1 << 16),
     };
     let sb = &p.sb;
-    let dpb = sb.desc_per_block();
-    let desc_blocks = ngroups.div_ceil(dpb);
+    let desc_blocks = ngroups.div_ceil(sb.desc_per_block());
     let mut meta: Vec<(u64, u64)> = Vec::new();
-    let mut journal: Vec<(u64, u64)> = Vec::new();
-    let mut critical = Vec::new();
-
-    // Primary superblock block.
-    let sb_block = if sb.bs == 1024 { 1 } else { 0 };
-    let sb_off_in_block = if sb.bs == 1024 { 0 } else { 1024 };
-    let sb_data = p.block(sb_block)?;
-    critical.push(CriticalBlock::new(
-        sb_block,
-        SB_FIELDS
-            .iter()
-            .map(|&(s, e)| (s + sb_off_in_block, e + sb_off_in_block))
-            .collect(),
-        &sb_data,
-    ));
-
-    // Superblock copies and descriptor tables.
-    let old_desc_blocks = if sb.meta_bg() {
-        sb.first_meta_bg.min(desc_blocks)
-    } else {
-        desc_blocks + sb.reserved_gdt
-    };
-    for g in 0..ngroups {
-        let start = sb.group_first(g);
-        let has_super = sb.has_super(g);
-        if has_super {
-            meta.push((start, 1));
-        }
-        if !sb.meta_bg() || g / dpb < sb.first_meta_bg {
-            if has_super {
-                meta.push((start + 1, old_desc_blocks));
-            }
-        } else {
-            let r = g % dpb;
-            if r == 0 || r == 1 || r == dpb - 1 {
-                meta.push((start + has_super as u64, 1));
-            }
-        }
-    }
-
-    // Group descriptors: bitmaps and inode tables.
-    let is64 = sb.incompat & INCOMPAT_64BIT != 0 && sb.desc_size >= 64;
-    let itable_len = (sb.ipg * sb.inode_size).div_ceil(sb.bs);
-    let mut descs: Vec<[u64; 3]> = Vec::with_capacity(ngroups as usize);
-    let mut itables = Vec::with_capacity(ngroups as usize);
-    let counts_unused = sb.ro_compat & (RO_COMPAT_GDT_CSUM | RO_COMPAT_METADATA_CSUM) != 0;
-    for i in 0..desc_blocks {
-        let loc = sb.desc_block(i);
-        let blk = p.block(loc)?;
-        let mut fields = Vec::new();
-        for k in 0..dpb {
-            let g = i * dpb + k;
-            if g >= ngroups {
-                break;
-            }
-            let o = (k * sb.desc_size) as usize;
-            fields.push((o, o + 12));
-            let mut loc3 = [0u64; 3];
-            for (j, slot) in loc3.iter_mut().enumerate() {
-                *slot = le32(&blk, o + 4 * j) as u64;
-                if is64 {
-                    *slot |= (le32(&blk, o + 0x20 + 4 * j) as u64) << 32;
-                }
-            }
-            if is64 {
-                fields.push((o + 0x20, o + 0x2C));
-            }
-            for (j, &b) in loc3.iter().enumerate() {
-                let len = if j == 2 { itable_len } else { 1 };
-                if b == 0 || b + len > sb.blocks_count {
-                    return Err(bad(
-                        base,
-                        format!(
-                            "group {g} descriptor points at block {b} (+{len}), outside 1..{}",
-                            sb.blocks_count
-                        ),
-                    ));
-                }
-                meta.push((b, len));
-            }
-            descs.push(loc3);
-            let flags = le16(&blk, o + 0x12);
-            let mut unused = le16(&blk, o + 0x1C) as u64;
-            if is64 {
-                unused |= (le16(&blk, o + 0x32) as u64) << 16;
-            }
-            let used = if flags & BG_INODE_UNINIT != 0 {
-                0
-            } else if counts_unused {
-                sb.ipg.saturating_sub(unused)
-            } else {
-                sb.ipg
-            };
-            itables.push(ItableRun {
-                first_block: loc3[2],
-                blocks: itable_len,
-                first_ino: g * sb.ipg + 1,
-                used,
-            });
-        }
-        critical.push(CriticalBlock::new(loc, fields, &blk));
-    }
-
-    // Resize inode: its DIND block (the IND blocks are the reserved GDT).
-    if sb.compat & COMPAT_RESIZE_INODE != 0 {
-        let ino = p.inode(7, &descs)?;
-        let dind = le32(&ino, 0x28 + 13 * 4) as u64;
-        if dind != 0 && dind < sb.blocks_count {
-            meta.push((dind, 1));
-        }
-    }
-
-    // Journal.
-    if sb.compat & COMPAT_HAS_JOURNAL != 0 && sb.journal_inum != 0 {
-        let (i_block, extents) = if sb.jnl_backup_type == 1 {
-            (
-                sb.jnl_blocks.to_vec(),
-                le16(&sb.jnl_blocks, 0) == EXTENT_MAGIC,
-            )
-        } else {
-            let ino = p.inode(sb.journal_inum as u64, &descs)?;
-            (ino[0x28..0x64].to_vec(), le32(&ino, 0x20) & EXTENTS_FL != 0)
-        };
-        p.map(&i_block, extents, &mut journal, &mut meta)?;
-        if let Some(&(b, n)) = journal.iter().find(|&&(b, n)| b + n > sb.blocks_count) {
-            return Err(bad(
-                base,
-                format!("journal extent {b}+{n} is beyond the filesystem"),
-            ));
-        }
-    }
+    let mut critical = vec![p.primary_superblock()?];
+    p.superblock_copies(ngroups, desc_blocks, &mut meta);
+    let (descs, mut itables) =
+        p.descriptor_tables(ngroups, desc_blocks, &mut meta, &mut critical)?;
+    p.resize_inode(&descs, &mut meta)?;
+    let journal = p.journal(&descs, &mut meta)?;
 
     critical.sort_by_key(|c| c.block);
     critical.dedup_by_key(|c| c.block);
@@ -533,6 +309,170 @@ pub(crate) fn parse(dev: &dyn ReadAt, base: u64) -> Result<Layout> {
         }),
         freelists: Vec::new(),
     })
+}
+
+impl Parser<'_> {
+    /// The primary superblock's block as a critical block, with the fields
+    /// whose corruption breaks mounting.
+    fn primary_superblock(&self) -> Result<CriticalBlock> {
+        let sb = &self.sb;
+        let sb_block = if sb.bs == 1024 { 1 } else { 0 };
+        let sb_off_in_block = if sb.bs == 1024 { 0 } else { 1024 };
+        let sb_data = self.block(sb_block)?;
+        Ok(CriticalBlock::new(
+            sb_block,
+            SB_FIELDS
+                .iter()
+                .map(|&(s, e)| (s + sb_off_in_block, e + sb_off_in_block))
+                .collect(),
+            &sb_data,
+        ))
+    }
+
+    /// Superblock copies and descriptor table blocks of every group (old
+    /// layout or meta_bg), into `meta`.
+    fn superblock_copies(&self, ngroups: u64, desc_blocks: u64, meta: &mut Vec<(u64, u64)>) {
+        let sb = &self.sb;
+        let dpb = sb.desc_per_block();
+        let old_desc_blocks = if sb.meta_bg() {
+            sb.first_meta_bg.min(desc_blocks)
+        } else {
+            desc_blocks + sb.reserved_gdt
+        };
+        for g in 0..ngroups {
+            let start = sb.group_first(g);
+            let has_super = sb.has_super(g);
+            if has_super {
+                meta.push((start, 1));
+            }
+            if !sb.meta_bg() || g / dpb < sb.first_meta_bg {
+                if has_super {
+                    meta.push((start + 1, old_desc_blocks));
+                }
+            } else {
+                let r = g % dpb;
+                if r == 0 || r == 1 || r == dpb - 1 {
+                    meta.push((start + has_super as u64, 1));
+                }
+            }
+        }
+    }
+
+    /// Read the group descriptors: bitmaps and inode tables go into `meta`,
+    /// descriptor blocks into `critical`; returns each group's (block bitmap,
+    /// inode bitmap, inode table) and its inode table run.
+    fn descriptor_tables(
+        &self,
+        ngroups: u64,
+        desc_blocks: u64,
+        meta: &mut Vec<(u64, u64)>,
+        critical: &mut Vec<CriticalBlock>,
+    ) -> Result<(Vec<[u64; 3]>, Vec<ItableRun>)> {
+        let sb = &self.sb;
+        let dpb = sb.desc_per_block();
+        let is64 = sb.incompat & INCOMPAT_64BIT != 0 && sb.desc_size >= 64;
+        let itable_len = (sb.ipg * sb.inode_size).div_ceil(sb.bs);
+        let mut descs: Vec<[u64; 3]> = Vec::with_capacity(ngroups as usize);
+        let mut itables = Vec::with_capacity(ngroups as usize);
+        let counts_unused = sb.ro_compat & (RO_COMPAT_GDT_CSUM | RO_COMPAT_METADATA_CSUM) != 0;
+        for i in 0..desc_blocks {
+            let loc = sb.desc_block(i);
+            let blk = self.block(loc)?;
+            let mut fields = Vec::new();
+            for k in 0..dpb {
+                let g = i * dpb + k;
+                if g >= ngroups {
+                    break;
+                }
+                let o = (k * sb.desc_size) as usize;
+                fields.push((o, o + 12));
+                let mut loc3 = [0u64; 3];
+                for (j, slot) in loc3.iter_mut().enumerate() {
+                    *slot = le32(&blk, o + 4 * j) as u64;
+                    if is64 {
+                        *slot |= (le32(&blk, o + 0x20 + 4 * j) as u64) << 32;
+                    }
+                }
+                if is64 {
+                    fields.push((o + 0x20, o + 0x2C));
+                }
+                for (j, &b) in loc3.iter().enumerate() {
+                    let len = if j == 2 { itable_len } else { 1 };
+                    if b == 0 || b + len > sb.blocks_count {
+                        return Err(bad(
+                            self.base,
+                            format!(
+                                "group {g} descriptor points at block {b} (+{len}), outside 1..{}",
+                                sb.blocks_count
+                            ),
+                        ));
+                    }
+                    meta.push((b, len));
+                }
+                descs.push(loc3);
+                let flags = le16(&blk, o + 0x12);
+                let mut unused = le16(&blk, o + 0x1C) as u64;
+                if is64 {
+                    unused |= (le16(&blk, o + 0x32) as u64) << 16;
+                }
+                let used = if flags & BG_INODE_UNINIT != 0 {
+                    0
+                } else if counts_unused {
+                    sb.ipg.saturating_sub(unused)
+                } else {
+                    sb.ipg
+                };
+                itables.push(ItableRun {
+                    first_block: loc3[2],
+                    blocks: itable_len,
+                    first_ino: g * sb.ipg + 1,
+                    used,
+                });
+            }
+            critical.push(CriticalBlock::new(loc, fields, &blk));
+        }
+        Ok((descs, itables))
+    }
+
+    /// Resize inode: its DIND block into `meta` (the IND blocks are the
+    /// reserved GDT blocks, already counted).
+    fn resize_inode(&self, descs: &[[u64; 3]], meta: &mut Vec<(u64, u64)>) -> Result<()> {
+        let sb = &self.sb;
+        if sb.compat & COMPAT_RESIZE_INODE != 0 {
+            let ino = self.inode(7, descs)?;
+            let dind = le32(&ino, 0x28 + 13 * 4) as u64;
+            if dind != 0 && dind < sb.blocks_count {
+                meta.push((dind, 1));
+            }
+        }
+        Ok(())
+    }
+
+    /// The internal journal's data runs (its mapping blocks go into `meta`),
+    /// from the superblock's backup of its `i_block` when there is one.
+    fn journal(&self, descs: &[[u64; 3]], meta: &mut Vec<(u64, u64)>) -> Result<Vec<(u64, u64)>> {
+        let sb = &self.sb;
+        let mut journal: Vec<(u64, u64)> = Vec::new();
+        if sb.compat & COMPAT_HAS_JOURNAL != 0 && sb.journal_inum != 0 {
+            let (i_block, extents) = if sb.jnl_backup_type == 1 {
+                (
+                    sb.jnl_blocks.to_vec(),
+                    le16(&sb.jnl_blocks, 0) == EXTENT_MAGIC,
+                )
+            } else {
+                let ino = self.inode(sb.journal_inum as u64, descs)?;
+                (ino[0x28..0x64].to_vec(), le32(&ino, 0x20) & EXTENTS_FL != 0)
+            };
+            self.map(&i_block, extents, &mut journal, meta)?;
+            if let Some(&(b, n)) = journal.iter().find(|&&(b, n)| b + n > sb.blocks_count) {
+                return Err(bad(
+                    self.base,
+                    format!("journal extent {b}+{n} is beyond the filesystem"),
+                ));
+            }
+        }
+        Ok(journal)
+    }
 }
 
 #[cfg(test)]

@@ -198,8 +198,46 @@ async fn send_infos<S: AsyncWrite + Unpin>(
     s.flush().await
 }
 
+/// Option-phase state carried from one option to the next.
+struct Haggle {
+    /// The client set `NBD_FLAG_C_NO_ZEROES` (EXPORT_NAME omits the 124-byte pad).
+    no_zeroes: bool,
+    /// Structured replies were negotiated.
+    structured: bool,
+    /// Export (canonical name) for which base:allocation is selected.
+    meta_export: Option<String>,
+}
+
+/// What handling one option decided: keep haggling, or end the option phase.
+type Step = std::io::Result<Option<Outcome>>;
+
 /// Run the handshake on a fresh connection.
 pub(crate) async fn negotiate<S>(s: &mut S, shared: &Shared) -> std::io::Result<Outcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(no_zeroes) = greet(s).await? else {
+        return Ok(Outcome::Close);
+    };
+    let mut st = Haggle {
+        no_zeroes,
+        structured: false,
+        meta_export: None,
+    };
+    loop {
+        let Some((option, data)) = read_option(s, shared).await? else {
+            return Ok(Outcome::Close);
+        };
+        if let Some(outcome) = dispatch(s, shared, &mut st, option, &data).await? {
+            return Ok(outcome);
+        }
+    }
+}
+
+/// Send the server greeting and read the client flags, so option haggling
+/// starts only with a fixed-newstyle client; returns whether it asked for
+/// NO_ZEROES, or `None` when it sent unknown flags and must be dropped.
+async fn greet<S>(s: &mut S) -> std::io::Result<Option<bool>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -213,201 +251,259 @@ where
     let client_flags = s.read_u32().await?;
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         tracing::debug!("client sent unknown flags {client_flags:#x}; disconnecting");
-        return Ok(Outcome::Close);
+        return Ok(None);
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
-    let mut structured = false;
-    // Export (canonical name) for which base:allocation is selected.
-    let mut meta_export: Option<String> = None;
+    Ok(Some(client_flags & FLAG_C_NO_ZEROES != 0))
+}
 
-    loop {
-        let magic = s.read_u64().await?;
-        if magic != IHAVEOPT {
-            tracing::debug!("bad option magic {magic:#x}; disconnecting");
-            return Ok(Outcome::Close);
-        }
-        let option = s.read_u32().await?;
-        let len = s.read_u32().await?;
-        if len > shared.limits.max_option_len {
-            // Never read (or drain) oversized option data: a client announcing
-            // up to 4 GiB would tie the server up (QEMU CVE-2017-15119).
-            // Tell the client why (best effort) and close.
-            tracing::debug!(
-                "option {option} announces {len} bytes (limit {}); disconnecting",
+/// Read one option header and its data, refusing oversized data unread (so a
+/// client cannot tie the server up) and options during shutdown; `None` means
+/// the connection must be closed.
+async fn read_option<S>(s: &mut S, shared: &Shared) -> std::io::Result<Option<(u32, Vec<u8>)>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let magic = s.read_u64().await?;
+    if magic != IHAVEOPT {
+        tracing::debug!("bad option magic {magic:#x}; disconnecting");
+        return Ok(None);
+    }
+    let option = s.read_u32().await?;
+    let len = s.read_u32().await?;
+    if len > shared.limits.max_option_len {
+        // Never read (or drain) oversized option data: a client announcing
+        // up to 4 GiB would tie the server up (QEMU CVE-2017-15119).
+        // Tell the client why (best effort) and close.
+        tracing::debug!(
+            "option {option} announces {len} bytes (limit {}); disconnecting",
+            shared.limits.max_option_len
+        );
+        if option != OPT_EXPORT_NAME {
+            let msg = format!(
+                "option data of {len} bytes exceeds the limit of {} bytes; disconnecting",
                 shared.limits.max_option_len
             );
-            if option != OPT_EXPORT_NAME {
-                let msg = format!(
-                    "option data of {len} bytes exceeds the limit of {} bytes; disconnecting",
-                    shared.limits.max_option_len
-                );
-                let _ = reply(s, option, REP_ERR_TOO_BIG, msg.as_bytes()).await;
-            }
-            return Ok(Outcome::Close);
+            let _ = reply(s, option, REP_ERR_TOO_BIG, msg.as_bytes()).await;
         }
-        let mut data = vec![0u8; len as usize];
-        s.read_exact(&mut data).await?;
+        return Ok(None);
+    }
+    let mut data = vec![0u8; len as usize];
+    s.read_exact(&mut data).await?;
 
-        if shared.cancel.is_cancelled() {
-            if option != OPT_EXPORT_NAME {
-                reply(s, option, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
-            }
-            return Ok(Outcome::Close);
+    if shared.cancel.is_cancelled() {
+        if option != OPT_EXPORT_NAME {
+            reply(s, option, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
         }
+        return Ok(None);
+    }
+    Ok(Some((option, data)))
+}
 
-        match option {
-            OPT_EXPORT_NAME => {
-                let Ok(name) = std::str::from_utf8(&data) else {
-                    return Ok(Outcome::Close);
-                };
-                // No error can be reported for EXPORT_NAME: unknown name -> disconnect.
-                let Some((canonical, backend)) = shared.lookup(name) else {
-                    tracing::debug!("unknown export {name:?} via EXPORT_NAME; disconnecting");
-                    return Ok(Outcome::Close);
-                };
-                let base_allocation = meta_export.as_ref() == Some(canonical);
-                let backend = Arc::clone(backend);
-                let flags = transmission_flags(&*backend, structured);
-                let mut out = Vec::with_capacity(134);
-                out.extend_from_slice(&backend.size().to_be_bytes());
-                out.extend_from_slice(&flags.to_be_bytes());
-                if !no_zeroes {
-                    out.extend_from_slice(&[0u8; 124]);
-                }
-                s.write_all(&out).await?;
-                s.flush().await?;
-                return Ok(Outcome::Transmit(Session {
-                    backend,
-                    structured,
-                    flags,
-                    base_allocation,
-                    enforce_minimum: false,
-                }));
-            }
-            OPT_ABORT => {
-                // The client may already have closed; that is fine.
-                let _ = reply(s, option, REP_ACK, &[]).await;
-                return Ok(Outcome::Close);
-            }
-            OPT_LIST => {
-                if !data.is_empty() {
-                    reply(s, option, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
-                    continue;
-                }
-                let mut out = Vec::new();
-                for (name, _) in &shared.exports {
-                    let mut d = Vec::with_capacity(4 + name.len());
-                    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
-                    d.extend_from_slice(name.as_bytes());
-                    out.extend_from_slice(&option_reply(option, REP_SERVER, &d));
-                }
-                out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
-                s.write_all(&out).await?;
-                s.flush().await?;
-            }
-            OPT_STRUCTURED_REPLY => {
-                if !data.is_empty() {
-                    let msg = b"NBD_OPT_STRUCTURED_REPLY takes no data";
-                    reply(s, option, REP_ERR_INVALID, msg).await?;
-                } else if structured {
-                    let msg = b"structured replies already negotiated";
-                    reply(s, option, REP_ERR_INVALID, msg).await?;
-                } else {
-                    structured = true;
-                    reply(s, option, REP_ACK, &[]).await?;
-                }
-            }
-            OPT_INFO | OPT_GO => {
-                let req = match parse_info(&data) {
-                    Ok(r) => r,
-                    Err(msg) => {
-                        reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
-                        continue;
-                    }
-                };
-                let Some((canonical, backend)) = shared.lookup(&req.name) else {
-                    let msg = format!(
-                        "unknown export {:?}; available: {}",
-                        req.name,
-                        shared.export_names()
-                    );
-                    reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
-                    continue;
-                };
-                let backend = Arc::clone(backend);
-                let canonical = canonical.clone();
-                let flags = transmission_flags(&*backend, structured);
-                let name = if req.name.is_empty() {
-                    canonical.clone()
-                } else {
-                    req.name.clone()
-                };
-                send_infos(s, option, &name, &*backend, flags, &req.infos).await?;
-                if option == OPT_GO {
-                    return Ok(Outcome::Transmit(Session {
-                        backend,
-                        structured,
-                        flags,
-                        base_allocation: meta_export.as_ref() == Some(&canonical),
-                        enforce_minimum: req.infos.contains(&INFO_BLOCK_SIZE),
-                    }));
-                }
-            }
-            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-                if !structured {
-                    let msg = b"metadata contexts need structured replies to be negotiated first";
-                    reply(s, option, REP_ERR_INVALID, msg).await?;
-                    continue;
-                }
-                let req = match parse_meta(&data) {
-                    Ok(r) => r,
-                    Err(msg) => {
-                        reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
-                        continue;
-                    }
-                };
-                let Some((canonical, _)) = shared.lookup(&req.name) else {
-                    let msg = format!("unknown export {:?}", req.name);
-                    reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
-                    continue;
-                };
-                let selected = if option == OPT_LIST_META_CONTEXT {
-                    req.queries.is_empty()
-                        || req
-                            .queries
-                            .iter()
-                            .any(|q| q == "base:" || q == BASE_ALLOCATION)
-                } else {
-                    req.queries.iter().any(|q| q == BASE_ALLOCATION)
-                };
-                let mut out = Vec::new();
-                if selected {
-                    let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
-                    d.extend_from_slice(BASE_ALLOCATION.as_bytes());
-                    out.extend_from_slice(&option_reply(option, REP_META_CONTEXT, &d));
-                }
-                out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
-                if option == OPT_SET_META_CONTEXT {
-                    meta_export = selected.then(|| canonical.clone());
-                }
-                s.write_all(&out).await?;
-                s.flush().await?;
-            }
-            OPT_STARTTLS => {
-                reply(
-                    s,
-                    option,
-                    REP_ERR_POLICY,
-                    b"TLS is not supported by this server",
-                )
-                .await?;
-            }
-            _ => {
-                let msg = format!("option {option} is not supported by this server");
-                reply(s, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
-            }
+/// Route one option to its handler, so each option's rules live in one place.
+async fn dispatch<S>(s: &mut S, shared: &Shared, st: &mut Haggle, option: u32, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match option {
+        OPT_EXPORT_NAME => opt_export_name(s, shared, st, data).await,
+        OPT_ABORT => {
+            // The client may already have closed; that is fine.
+            let _ = reply(s, option, REP_ACK, &[]).await;
+            Ok(Some(Outcome::Close))
+        }
+        OPT_LIST => opt_list(s, shared, option, data).await,
+        OPT_STRUCTURED_REPLY => opt_structured_reply(s, st, option, data).await,
+        OPT_INFO | OPT_GO => opt_info_go(s, shared, st, option, data).await,
+        OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+            opt_meta_context(s, shared, st, option, data).await
+        }
+        OPT_STARTTLS => {
+            reply(
+                s,
+                option,
+                REP_ERR_POLICY,
+                b"TLS is not supported by this server",
+            )
+            .await?;
+            Ok(None)
+        }
+        _ => {
+            let msg = format!("option {option} is not supported by this server");
+            reply(s, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
+            Ok(None)
         }
     }
+}
+
+/// `NBD_OPT_EXPORT_NAME`: enter transmission on the named export; it has no
+/// error reply, so a bad or unknown name disconnects.
+async fn opt_export_name<S>(s: &mut S, shared: &Shared, st: &Haggle, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Ok(name) = std::str::from_utf8(data) else {
+        return Ok(Some(Outcome::Close));
+    };
+    // No error can be reported for EXPORT_NAME: unknown name -> disconnect.
+    let Some((canonical, backend)) = shared.lookup(name) else {
+        tracing::debug!("unknown export {name:?} via EXPORT_NAME; disconnecting");
+        return Ok(Some(Outcome::Close));
+    };
+    let base_allocation = st.meta_export.as_ref() == Some(canonical);
+    let backend = Arc::clone(backend);
+    let flags = transmission_flags(&*backend, st.structured);
+    let mut out = Vec::with_capacity(134);
+    out.extend_from_slice(&backend.size().to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    if !st.no_zeroes {
+        out.extend_from_slice(&[0u8; 124]);
+    }
+    s.write_all(&out).await?;
+    s.flush().await?;
+    Ok(Some(Outcome::Transmit(Session {
+        backend,
+        structured: st.structured,
+        flags,
+        base_allocation,
+        enforce_minimum: false,
+    })))
+}
+
+/// `NBD_OPT_LIST`: name every export, so clients can discover them.
+async fn opt_list<S>(s: &mut S, shared: &Shared, option: u32, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if !data.is_empty() {
+        reply(s, option, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for (name, _) in &shared.exports {
+        let mut d = Vec::with_capacity(4 + name.len());
+        d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        d.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&option_reply(option, REP_SERVER, &d));
+    }
+    out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
+    s.write_all(&out).await?;
+    s.flush().await?;
+    Ok(None)
+}
+
+/// `NBD_OPT_STRUCTURED_REPLY`: switch on structured replies (once only), which
+/// meta contexts and BLOCK_STATUS depend on.
+async fn opt_structured_reply<S>(s: &mut S, st: &mut Haggle, option: u32, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if !data.is_empty() {
+        let msg = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+        reply(s, option, REP_ERR_INVALID, msg).await?;
+    } else if st.structured {
+        let msg = b"structured replies already negotiated";
+        reply(s, option, REP_ERR_INVALID, msg).await?;
+    } else {
+        st.structured = true;
+        reply(s, option, REP_ACK, &[]).await?;
+    }
+    Ok(None)
+}
+
+/// `NBD_OPT_INFO` / `NBD_OPT_GO`: describe the named export, and for GO enter
+/// transmission on it with the negotiated parameters.
+async fn opt_info_go<S>(s: &mut S, shared: &Shared, st: &Haggle, option: u32, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let req = match parse_info(data) {
+        Ok(r) => r,
+        Err(msg) => {
+            reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
+            return Ok(None);
+        }
+    };
+    let Some((canonical, backend)) = shared.lookup(&req.name) else {
+        let msg = format!(
+            "unknown export {:?}; available: {}",
+            req.name,
+            shared.export_names()
+        );
+        reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+        return Ok(None);
+    };
+    let backend = Arc::clone(backend);
+    let canonical = canonical.clone();
+    let flags = transmission_flags(&*backend, st.structured);
+    let name = if req.name.is_empty() {
+        canonical.clone()
+    } else {
+        req.name.clone()
+    };
+    send_infos(s, option, &name, &*backend, flags, &req.infos).await?;
+    if option == OPT_GO {
+        return Ok(Some(Outcome::Transmit(Session {
+            backend,
+            structured: st.structured,
+            flags,
+            base_allocation: st.meta_export.as_ref() == Some(&canonical),
+            enforce_minimum: req.infos.contains(&INFO_BLOCK_SIZE),
+        })));
+    }
+    Ok(None)
+}
+
+/// `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`: report (and for
+/// SET, select) `base:allocation`, the only context served, for BLOCK_STATUS.
+async fn opt_meta_context<S>(
+    s: &mut S,
+    shared: &Shared,
+    st: &mut Haggle,
+    option: u32,
+    data: &[u8],
+) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if !st.structured {
+        let msg = b"metadata contexts need structured replies to be negotiated first";
+        reply(s, option, REP_ERR_INVALID, msg).await?;
+        return Ok(None);
+    }
+    let req = match parse_meta(data) {
+        Ok(r) => r,
+        Err(msg) => {
+            reply(s, option, REP_ERR_INVALID, msg.as_bytes()).await?;
+            return Ok(None);
+        }
+    };
+    let Some((canonical, _)) = shared.lookup(&req.name) else {
+        let msg = format!("unknown export {:?}", req.name);
+        reply(s, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+        return Ok(None);
+    };
+    let selected = if option == OPT_LIST_META_CONTEXT {
+        req.queries.is_empty()
+            || req
+                .queries
+                .iter()
+                .any(|q| q == "base:" || q == BASE_ALLOCATION)
+    } else {
+        req.queries.iter().any(|q| q == BASE_ALLOCATION)
+    };
+    let mut out = Vec::new();
+    if selected {
+        let mut d = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+        d.extend_from_slice(BASE_ALLOCATION.as_bytes());
+        out.extend_from_slice(&option_reply(option, REP_META_CONTEXT, &d));
+    }
+    out.extend_from_slice(&option_reply(option, REP_ACK, &[]));
+    if option == OPT_SET_META_CONTEXT {
+        st.meta_export = selected.then(|| canonical.clone());
+    }
+    s.write_all(&out).await?;
+    s.flush().await?;
+    Ok(None)
 }
 
 #[cfg(test)]

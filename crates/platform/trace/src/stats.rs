@@ -69,106 +69,165 @@ where
     if line_size == 0 {
         return Err(TraceError::InvalidArgument("line size must be > 0".into()));
     }
-    let ls = u64::from(line_size);
-    let mut s = TraceStats {
-        requests: 0,
-        reads: 0,
-        writes: 0,
-        trims: 0,
-        flushes: 0,
-        bytes_read: 0,
-        bytes_written: 0,
-        bytes_trimmed: 0,
-        line_size,
-        unique_blocks: 0,
-        footprint_bytes: 0,
-        unique_blocks_read: 0,
-        unique_blocks_written: 0,
-        size_histogram: Vec::new(),
-        mean_request_bytes: 0.0,
-        sequential_fraction: 0.0,
-        metadata_requests: 0,
-        metadata_share: 0.0,
-        duration_ns: 0,
-        min_offset: u64::MAX,
-        max_end: 0,
-    };
-    let mut all: FxHashSet<u64> = FxHashSet::default();
-    let mut read_set: FxHashSet<u64> = FxHashSet::default();
-    let mut write_set: FxHashSet<u64> = FxHashSet::default();
-    let mut hist = [0u64; 33];
-    // End offset of the previous request of each kind (read, write, trim, flush).
-    let mut prev_end: [Option<u64>; 4] = [None; 4];
-    let mut sequential = 0u64;
-    let mut total_bytes = 0u128;
-    let (mut t_min, mut t_max) = (u64::MAX, 0u64);
-
+    let mut acc = Acc::new(line_size);
     for rec in records {
-        let r = rec?;
+        acc.add(&rec?);
+    }
+    Ok(acc.finish())
+}
+
+/// Running state of [`trace_stats`]: the counters kept directly in the
+/// result plus the sets and sums the derived fields are computed from.
+struct Acc {
+    s: TraceStats,
+    all: FxHashSet<u64>,
+    read_set: FxHashSet<u64>,
+    write_set: FxHashSet<u64>,
+    /// Requests by power-of-two length (index: log2), empty requests at 32.
+    hist: [u64; 33],
+    /// End offset of the previous request of each kind (read, write, trim, flush).
+    prev_end: [Option<u64>; 4],
+    sequential: u64,
+    total_bytes: u128,
+    t_min: u64,
+    t_max: u64,
+}
+
+impl Acc {
+    /// Empty statistics for blocks of `line_size` bytes.
+    fn new(line_size: u32) -> Acc {
+        Acc {
+            s: TraceStats {
+                requests: 0,
+                reads: 0,
+                writes: 0,
+                trims: 0,
+                flushes: 0,
+                bytes_read: 0,
+                bytes_written: 0,
+                bytes_trimmed: 0,
+                line_size,
+                unique_blocks: 0,
+                footprint_bytes: 0,
+                unique_blocks_read: 0,
+                unique_blocks_written: 0,
+                size_histogram: Vec::new(),
+                mean_request_bytes: 0.0,
+                sequential_fraction: 0.0,
+                metadata_requests: 0,
+                metadata_share: 0.0,
+                duration_ns: 0,
+                min_offset: u64::MAX,
+                max_end: 0,
+            },
+            all: FxHashSet::default(),
+            read_set: FxHashSet::default(),
+            write_set: FxHashSet::default(),
+            hist: [0u64; 33],
+            prev_end: [None; 4],
+            sequential: 0,
+            total_bytes: 0,
+            t_min: u64::MAX,
+            t_max: 0,
+        }
+    }
+
+    /// Account one record: mix, sizes, sequentiality, class, time and footprint.
+    fn add(&mut self, r: &Record) {
+        let s = &mut self.s;
         s.requests += 1;
         let len = u64::from(r.len);
         let end = r.offset.saturating_add(len);
-        total_bytes += u128::from(len);
-        let k = match r.kind {
-            IoKind::Read => {
-                s.reads += 1;
-                s.bytes_read += len;
-                0
-            }
-            IoKind::Write => {
-                s.writes += 1;
-                s.bytes_written += len;
-                1
-            }
-            IoKind::Trim => {
-                s.trims += 1;
-                s.bytes_trimmed += len;
-                2
-            }
-            IoKind::Flush => {
-                s.flushes += 1;
-                3
-            }
-        };
-        if prev_end[k] == Some(r.offset) {
-            sequential += 1;
+        self.total_bytes += u128::from(len);
+        let k = count_kind(s, r.kind, len);
+        if self.prev_end[k] == Some(r.offset) {
+            self.sequential += 1;
         }
-        prev_end[k] = Some(end);
+        self.prev_end[k] = Some(end);
         if r.len > 0 {
-            hist[31 - r.len.leading_zeros() as usize] += 1;
+            self.hist[31 - r.len.leading_zeros() as usize] += 1;
         } else {
-            hist[32] += 1;
+            self.hist[32] += 1;
         }
         if r.class.is_some_and(|c| c.is_metadata()) {
             s.metadata_requests += 1;
         }
-        t_min = t_min.min(r.time_ns);
-        t_max = t_max.max(r.time_ns);
+        self.t_min = self.t_min.min(r.time_ns);
+        self.t_max = self.t_max.max(r.time_ns);
         if r.kind != IoKind::Flush && len > 0 {
             s.min_offset = s.min_offset.min(r.offset);
             s.max_end = s.max_end.max(end);
-            for b in r.blocks(line_size) {
-                all.insert(b);
-                match r.kind {
-                    IoKind::Read => {
-                        read_set.insert(b);
-                    }
-                    IoKind::Write => {
-                        write_set.insert(b);
-                    }
-                    _ => {}
+            self.touch(r);
+        }
+    }
+
+    /// Add the `line_size` blocks `r` overlaps to the footprint sets.
+    fn touch(&mut self, r: &Record) {
+        for b in r.blocks(self.s.line_size) {
+            self.all.insert(b);
+            match r.kind {
+                IoKind::Read => {
+                    self.read_set.insert(b);
                 }
+                IoKind::Write => {
+                    self.write_set.insert(b);
+                }
+                _ => {}
             }
         }
     }
-    if s.min_offset == u64::MAX {
-        s.min_offset = 0;
+
+    /// Derive footprint, histogram, means and shares from the running state.
+    fn finish(self) -> TraceStats {
+        let mut s = self.s;
+        if s.min_offset == u64::MAX {
+            s.min_offset = 0;
+        }
+        s.unique_blocks = self.all.len() as u64;
+        s.footprint_bytes = s.unique_blocks.saturating_mul(u64::from(s.line_size));
+        s.unique_blocks_read = self.read_set.len() as u64;
+        s.unique_blocks_written = self.write_set.len() as u64;
+        s.size_histogram = size_histogram(&self.hist);
+        if s.requests > 0 {
+            let n = s.requests as f64;
+            s.mean_request_bytes = self.total_bytes as f64 / n;
+            s.sequential_fraction = self.sequential as f64 / n;
+            s.metadata_share = s.metadata_requests as f64 / n;
+            s.duration_ns = self.t_max - self.t_min;
+        }
+        s
     }
-    s.unique_blocks = all.len() as u64;
-    s.footprint_bytes = s.unique_blocks.saturating_mul(ls);
-    s.unique_blocks_read = read_set.len() as u64;
-    s.unique_blocks_written = write_set.len() as u64;
-    s.size_histogram = hist[..32]
+}
+
+/// Count a request of `kind` and `len` bytes in `s`; returns the kind's index
+/// (read, write, trim, flush) for the per-kind sequentiality state.
+fn count_kind(s: &mut TraceStats, kind: IoKind, len: u64) -> usize {
+    match kind {
+        IoKind::Read => {
+            s.reads += 1;
+            s.bytes_read += len;
+            0
+        }
+        IoKind::Write => {
+            s.writes += 1;
+            s.bytes_written += len;
+            1
+        }
+        IoKind::Trim => {
+            s.trims += 1;
+            s.bytes_trimmed += len;
+            2
+        }
+        IoKind::Flush => {
+            s.flushes += 1;
+            3
+        }
+    }
+}
+
+/// Non-empty buckets of `hist`, smallest first (empty requests as bucket 0).
+fn size_histogram(hist: &[u64; 33]) -> Vec<SizeBucket> {
+    let mut buckets: Vec<SizeBucket> = hist[..32]
         .iter()
         .enumerate()
         .filter(|(_, &c)| c > 0)
@@ -178,7 +237,7 @@ where
         })
         .collect();
     if hist[32] > 0 {
-        s.size_histogram.insert(
+        buckets.insert(
             0,
             SizeBucket {
                 min_bytes: 0,
@@ -186,12 +245,5 @@ where
             },
         );
     }
-    if s.requests > 0 {
-        let n = s.requests as f64;
-        s.mean_request_bytes = total_bytes as f64 / n;
-        s.sequential_fraction = sequential as f64 / n;
-        s.metadata_share = s.metadata_requests as f64 / n;
-        s.duration_ns = t_max - t_min;
-    }
-    Ok(s)
+    buckets
 }

@@ -226,6 +226,37 @@ pub fn run<I>(records: I, cfg: &TierSimConfig) -> Result<TierReport, SimError>
 where
     I: IntoIterator<Item = Result<Record, TraceError>>,
 {
+    let (st, blocks, fast_slots) = build_state(cfg)?;
+    let mut r = Replayer {
+        cfg,
+        st,
+        blocks,
+        fast_slots,
+        disp: Dispatcher::new(),
+        trigger: Trigger::default(),
+        parts: Vec::new(),
+        hist: Histogram::<u64>::new_with_bounds(1, 1 << 50, 3).expect("valid histogram bounds"),
+        touched: vec![0u64; blocks.div_ceil(64) as usize],
+        inflight: BinaryHeap::new(),
+        requests: 0,
+        skipped: 0,
+        sum_ns: 0,
+        first: None,
+        last_issue: 0,
+        accesses: 0,
+        fast_accesses: 0,
+        locked_waits: 0,
+    };
+    for rec in records {
+        r.request(&rec?)?;
+    }
+    Ok(r.report())
+}
+
+/// Check the block size and planner, then build the mapping table, policy
+/// and device models; returns the state with the volume and fast-tier sizes
+/// in blocks.
+fn build_state(cfg: &TierSimConfig) -> Result<(State<'_>, u64, u64), SimError> {
     let bs = cfg.block_bytes;
     if !(4096..=4 << 20).contains(&bs) || !bs.is_power_of_two() {
         return Err(TierError::Config(format!(
@@ -245,7 +276,7 @@ where
             Box::new(cfg.profile.hdd_model().map_err(prof)?),
         ],
     };
-    let mut st = State {
+    let st = State {
         cfg,
         table,
         policy,
@@ -259,71 +290,131 @@ where
         rounds: 0,
         busy_until: 0,
     };
-    let mut disp = Dispatcher::new();
-    let mut trigger = Trigger::default();
-    let mut parts: Vec<SubRequest> = Vec::new();
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 1 << 50, 3).expect("valid histogram bounds");
-    let mut touched = vec![0u64; blocks.div_ceil(64) as usize];
-    let mut inflight: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
-    let (mut requests, mut skipped, mut sum_ns, mut first, mut last_issue) =
-        (0u64, 0u64, 0u128, None, 0u64);
-    let (mut accesses, mut fast_accesses, mut locked_waits) = (0u64, 0u64, 0u64);
-    for rec in records {
-        let rec = rec?;
+    Ok((st, blocks, fast_slots))
+}
+
+/// The replay loop's state around [`State`]: dispatcher, planning trigger,
+/// closed-loop queue and the counters the report is made of.
+struct Replayer<'a> {
+    cfg: &'a TierSimConfig,
+    st: State<'a>,
+    /// Volume size in blocks.
+    blocks: u64,
+    /// Fast tier size in blocks.
+    fast_slots: u64,
+    disp: Dispatcher,
+    trigger: Trigger,
+    /// Parts of the current request (reused buffer).
+    parts: Vec<SubRequest>,
+    hist: Histogram<u64>,
+    /// Bitmap of the blocks the trace touched.
+    touched: Vec<u64>,
+    /// Completion times of the requests in flight (closed replay).
+    inflight: BinaryHeap<Reverse<u64>>,
+    requests: u64,
+    skipped: u64,
+    sum_ns: u128,
+    first: Option<u64>,
+    last_issue: u64,
+    accesses: u64,
+    fast_accesses: u64,
+    locked_waits: u64,
+}
+
+impl Replayer<'_> {
+    /// Replay one record: issue it, run an idle round if the devices were
+    /// idle long enough, serve its parts and run a round when one is due.
+    fn request(&mut self, rec: &Record) -> Result<(), SimError> {
         let read = match rec.kind {
             IoKind::Read => true,
             IoKind::Write => false,
             IoKind::Trim | IoKind::Flush => {
-                skipped += 1;
-                continue;
+                self.skipped += 1;
+                return Ok(());
             }
         };
-        let t = match cfg.replay {
+        let t = self.issue_time(rec);
+        self.last_issue = t;
+        self.first.get_or_insert(t);
+        self.idle_round(t)?;
+        let done = self.serve(rec, read, t)?;
+        let resp = done - t;
+        self.hist.saturating_record(resp.max(1));
+        self.sum_ns += u128::from(resp);
+        self.requests += 1;
+        self.st.busy_until = self.st.busy_until.max(done);
+        if let Replay::Closed { .. } = self.cfg.replay {
+            self.inflight.push(Reverse(done));
+        }
+        if self.fast_slots > 0 && self.trigger.on_request(&self.cfg.planner) {
+            self.st.round(t)?;
+        }
+        Ok(())
+    }
+
+    /// When `rec` is issued: at its timestamp (open replay), or once a slot
+    /// of the queue depth is free (closed replay).
+    fn issue_time(&mut self, rec: &Record) -> u64 {
+        match self.cfg.replay {
             Replay::Open => rec.time_ns,
             Replay::Closed { queue_depth } => {
-                let mut t = last_issue;
-                if inflight.len() >= queue_depth.max(1) as usize {
-                    t = t.max(inflight.pop().map_or(0, |Reverse(x)| x));
+                let mut t = self.last_issue;
+                if self.inflight.len() >= queue_depth.max(1) as usize {
+                    t = t.max(self.inflight.pop().map_or(0, |Reverse(x)| x));
                 }
                 t
             }
-        };
-        last_issue = t;
-        first.get_or_insert(t);
-        if let Some(idle) = cfg.planner.idle_ns {
-            if fast_slots > 0 && t > st.busy_until.saturating_add(idle) {
-                let gap = t - st.busy_until;
-                if trigger.on_idle(&cfg.planner, gap) {
-                    st.round(st.busy_until + idle)?;
+        }
+    }
+
+    /// Run a planning round in the idle gap before `t`, when the devices were
+    /// idle for the planner's idle time and the trigger agrees.
+    fn idle_round(&mut self, t: u64) -> Result<(), SimError> {
+        if let Some(idle) = self.cfg.planner.idle_ns {
+            if self.fast_slots > 0 && t > self.st.busy_until.saturating_add(idle) {
+                let gap = t - self.st.busy_until;
+                if self.trigger.on_idle(&self.cfg.planner, gap) {
+                    self.st.round(self.st.busy_until + idle)?;
                 }
             }
         }
-        parts.clear();
-        let id = disp.dispatch(&st.table, rec.offset, u64::from(rec.len), &mut parts)?;
+        Ok(())
+    }
+
+    /// Split `rec` into block parts, tell the policy about each and submit
+    /// contiguous parts on one tier as one op (after any migration lock on
+    /// their blocks); returns when the request completes.
+    fn serve(&mut self, rec: &Record, read: bool, t: u64) -> Result<u64, SimError> {
+        self.parts.clear();
+        let id = self.disp.dispatch(
+            &self.st.table,
+            rec.offset,
+            u64::from(rec.len),
+            &mut self.parts,
+        )?;
         let meta = rec.class.is_some_and(Class::is_metadata);
         let mut done = t;
         let mut i = 0;
-        while i < parts.len() {
-            let p0 = parts[i];
+        while i < self.parts.len() {
+            let p0 = self.parts[i];
             let mut len = u64::from(p0.len);
             let mut start = t;
             let mut j = i;
-            while j < parts.len() {
-                let p = parts[j];
+            while j < self.parts.len() {
+                let p = self.parts[j];
                 if j > i && (p.loc.tier != p0.loc.tier || p.tier_offset != p0.tier_offset + len) {
                     break;
                 }
                 if j > i {
                     len += u64::from(p.len);
                 }
-                if let Some(&u) = st.locks.get(&p.block) {
+                if let Some(&u) = self.st.locks.get(&p.block) {
                     if u > t {
                         start = start.max(u);
-                        locked_waits += 1;
+                        self.locked_waits += 1;
                     }
                 }
-                st.policy.observe(&Access {
+                self.st.policy.observe(&Access {
                     block: p.block,
                     offset: p.offset,
                     len: p.len,
@@ -333,82 +424,80 @@ where
                     request_len: u64::from(rec.len),
                     first_part: j == 0,
                 });
-                touched[(p.block / 64) as usize] |= 1 << (p.block % 64);
-                accesses += 1;
-                fast_accesses += u64::from(p.loc.tier == 0);
-                disp.complete_part(id)?;
+                self.touched[(p.block / 64) as usize] |= 1 << (p.block % 64);
+                self.accesses += 1;
+                self.fast_accesses += u64::from(p.loc.tier == 0);
+                self.disp.complete_part(id)?;
                 j += 1;
             }
             let kind = if read { IoKind::Read } else { IoKind::Write };
-            done = done.max(st.tiers.submit(
+            done = done.max(self.st.tiers.submit(
                 p0.loc.tier,
                 start,
                 ModelOp::new(kind, p0.tier_offset, len),
             ));
             i = j;
         }
-        let resp = done - t;
-        hist.saturating_record(resp.max(1));
-        sum_ns += u128::from(resp);
-        requests += 1;
-        st.busy_until = st.busy_until.max(done);
-        if let Replay::Closed { .. } = cfg.replay {
-            inflight.push(Reverse(done));
-        }
-        if fast_slots > 0 && trigger.on_request(&cfg.planner) {
-            st.round(t)?;
+        Ok(done)
+    }
+
+    /// Turn the counters, histogram and device models into the report.
+    fn report(self) -> TierReport {
+        let (cfg, st, blocks, fast_slots) = (self.cfg, &self.st, self.blocks, self.fast_slots);
+        let bs = cfg.block_bytes;
+        let (requests, accesses) = (self.requests, self.accesses);
+        let hist = &self.hist;
+        let end = st.busy_until.max(self.last_issue);
+        let elapsed = end.saturating_sub(self.first.unwrap_or(0));
+        let footprint: u64 = self.touched.iter().map(|w| u64::from(w.count_ones())).sum();
+        let util = |d: &dyn DeviceModel| {
+            if elapsed > 0 {
+                d.busy_ns() as f64 / elapsed as f64
+            } else {
+                0.0
+            }
+        };
+        let us = |ns: u64| ns as f64 / 1000.0;
+        TierReport {
+            policy: cfg.policy.to_string(),
+            tier_block: bs,
+            fast_tier_bytes: fast_slots * u64::from(bs),
+            fast_tier_blocks: fast_slots,
+            volume_blocks: blocks,
+            footprint_blocks: footprint,
+            requests,
+            skipped_requests: self.skipped,
+            mean_response_us: if requests > 0 {
+                self.sum_ns as f64 / requests as f64 / 1000.0
+            } else {
+                0.0
+            },
+            p50_response_us: us(hist.value_at_quantile(0.5)),
+            p99_response_us: us(hist.value_at_quantile(0.99)),
+            max_response_us: us(hist.max()),
+            elapsed_s: elapsed as f64 / 1e9,
+            fast_tier_block_share: if footprint > 0 {
+                st.table.used_slots(0) as f64 / footprint as f64
+            } else {
+                0.0
+            },
+            fast_tier_access_share: if accesses > 0 {
+                self.fast_accesses as f64 / accesses as f64
+            } else {
+                0.0
+            },
+            migrations: st.migrations,
+            promotions: st.promotions,
+            demotions: st.demotions,
+            migrated_bytes: st.migrations * u64::from(bs),
+            planning_rounds: st.rounds,
+            locked_waits: self.locked_waits,
+            metadata_bytes_per_block: (st.table.memory_bytes() + st.policy.stats_bytes()) as f64
+                / blocks as f64,
+            ssd_utilization: util(st.tiers.dev[0].as_ref()),
+            hdd_utilization: util(st.tiers.dev[1].as_ref()),
         }
     }
-    let end = st.busy_until.max(last_issue);
-    let elapsed = end.saturating_sub(first.unwrap_or(0));
-    let footprint: u64 = touched.iter().map(|w| u64::from(w.count_ones())).sum();
-    let util = |d: &dyn DeviceModel| {
-        if elapsed > 0 {
-            d.busy_ns() as f64 / elapsed as f64
-        } else {
-            0.0
-        }
-    };
-    let us = |ns: u64| ns as f64 / 1000.0;
-    Ok(TierReport {
-        policy: cfg.policy.to_string(),
-        tier_block: bs,
-        fast_tier_bytes: fast_slots * u64::from(bs),
-        fast_tier_blocks: fast_slots,
-        volume_blocks: blocks,
-        footprint_blocks: footprint,
-        requests,
-        skipped_requests: skipped,
-        mean_response_us: if requests > 0 {
-            sum_ns as f64 / requests as f64 / 1000.0
-        } else {
-            0.0
-        },
-        p50_response_us: us(hist.value_at_quantile(0.5)),
-        p99_response_us: us(hist.value_at_quantile(0.99)),
-        max_response_us: us(hist.max()),
-        elapsed_s: elapsed as f64 / 1e9,
-        fast_tier_block_share: if footprint > 0 {
-            st.table.used_slots(0) as f64 / footprint as f64
-        } else {
-            0.0
-        },
-        fast_tier_access_share: if accesses > 0 {
-            fast_accesses as f64 / accesses as f64
-        } else {
-            0.0
-        },
-        migrations: st.migrations,
-        promotions: st.promotions,
-        demotions: st.demotions,
-        migrated_bytes: st.migrations * u64::from(bs),
-        planning_rounds: st.rounds,
-        locked_waits,
-        metadata_bytes_per_block: (st.table.memory_bytes() + st.policy.stats_bytes()) as f64
-            / blocks as f64,
-        ssd_utilization: util(st.tiers.dev[0].as_ref()),
-        hdd_utilization: util(st.tiers.dev[1].as_ref()),
-    })
 }
 
 #[cfg(test)]

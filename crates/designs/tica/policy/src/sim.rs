@@ -12,6 +12,8 @@
 //! Replay is open (arrivals at trace timestamps) or closed at queue depth 1
 //! (each request arrives when the previous one completed).
 
+mod report;
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -22,10 +24,10 @@ use tiercache_trace::Record;
 
 use crate::baselines::srac::Srac;
 use crate::baselines::ucache::UCache;
-use crate::models::{self, cost, energy, reliability};
 use crate::profile::LevelsProfile;
 use crate::tica::{Tica, TicaConfig};
 use crate::{Architecture, Dev, LevelStats, Op, OpKind, Policy};
+use report::report;
 
 /// Which architecture to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +192,41 @@ pub fn run<I>(records: I, cfg: &SimConfig) -> Result<LevelsReport, SimError>
 where
     I: IntoIterator<Item = tiercache_trace::Result<Record>>,
 {
+    let (dram_pages, ssd_pages) = check_config(cfg)?;
+    let arch: Box<dyn Architecture> = match cfg.arch {
+        Arch::Tica(p) => Box::new(Tica::new(TicaConfig::new(dram_pages, ssd_pages, p))),
+        Arch::UCache => Box::new(UCache::new(dram_pages, ssd_pages)),
+        Arch::Srac => Box::new(Srac::new(dram_pages, ssd_pages)),
+    };
+    let mut r = Replayer {
+        cfg,
+        arch,
+        dev: build_devices(&cfg.profile)?,
+        pb: u64::from(cfg.page_bytes),
+        ops: Vec::new(),
+        flush_ops: Vec::new(),
+        stage_ops: Vec::new(),
+        flushes: BinaryHeap::new(),
+        flush_at: FxHashMap::default(),
+        resp_us: Vec::new(),
+        clock: 0,
+        first: None,
+        last_done: 0,
+        requests: 0,
+    };
+    for rec in records {
+        r.request(&rec?)?;
+    }
+    let elapsed_ns = r.last_done.saturating_sub(r.first.unwrap_or(0)).max(1);
+    r.drain_flusher();
+    Ok(report(
+        cfg, &*r.arch, &r.dev, r.requests, r.resp_us, elapsed_ns,
+    ))
+}
+
+/// Reject page, DRAM and SSD sizes and profiles the models cannot run, before
+/// anything is built; returns the DRAM and SSD sizes in pages.
+fn check_config(cfg: &SimConfig) -> Result<(usize, usize), SimError> {
     if !cfg.page_bytes.is_power_of_two() || cfg.page_bytes < 512 {
         return Err(SimError::Config(format!(
             "page size {} B is not allowed (a power of two of at least 512 B)",
@@ -207,155 +244,220 @@ where
         usize::try_from(cfg.dram_pages).map_err(|_| SimError::Config("DRAM too large".into()))?;
     let ssd_pages =
         usize::try_from(cfg.ssd_pages).map_err(|_| SimError::Config("SSD too large".into()))?;
-    let mut arch: Box<dyn Architecture> = match cfg.arch {
-        Arch::Tica(p) => Box::new(Tica::new(TicaConfig::new(dram_pages, ssd_pages, p))),
-        Arch::UCache => Box::new(UCache::new(dram_pages, ssd_pages)),
-        Arch::Srac => Box::new(Srac::new(dram_pages, ssd_pages)),
-    };
-    let p = &cfg.profile;
+    Ok((dram_pages, ssd_pages))
+}
+
+/// Build the device models of every level from the profile (both WO-SSD
+/// mirrors are built; TICA uses one).
+fn build_devices(p: &LevelsProfile) -> Result<Devices, SimError> {
     let cfgerr = |e: tiercache_model::ProfileError| SimError::Config(e.to_string());
-    let mut dev = Devices {
+    Ok(Devices {
         dram: DramModel::new(p.dram.clone()).map_err(cfgerr)?,
         ro: SsdModel::new(p.ro_ssd.clone()).map_err(cfgerr)?,
         wo: SsdModel::new(p.wo_ssd.clone()).map_err(cfgerr)?,
         wo2: SsdModel::new(p.wo_ssd.clone()).map_err(cfgerr)?,
         hdd: HddModel::new(p.hdd.clone()).map_err(cfgerr)?,
-    };
-    let pb = u64::from(cfg.page_bytes);
-    let mut ops: Vec<Op> = Vec::new();
-    let mut flush_ops: Vec<Op> = Vec::new();
-    let mut stage_ops: Vec<Op> = Vec::new();
-    // Flush completions: (time, page, generation).
-    let mut flushes: BinaryHeap<Reverse<(u64, u64, u64)>> = BinaryHeap::new();
-    let mut flush_at: FxHashMap<u64, u64> = FxHashMap::default();
-    let mut resp_us: Vec<f64> = Vec::new();
-    let mut clock = 0u64; // closed loop: next arrival
-    let mut first: Option<u64> = None;
-    let mut last_done = 0u64;
-    let mut requests = 0u64;
-    for rec in records {
-        let rec = rec?;
-        let arrival = match cfg.replay {
-            Replay::Open => rec.time_ns.max(first.unwrap_or(0)),
-            Replay::Closed => clock,
+    })
+}
+
+/// State of one replay: the architecture, the device models, the flusher and
+/// the clock, advanced one request at a time.
+struct Replayer<'a> {
+    cfg: &'a SimConfig,
+    arch: Box<dyn Architecture>,
+    dev: Devices,
+    /// Page size in bytes.
+    pb: u64,
+    /// Ops of the current request (reused buffer).
+    ops: Vec<Op>,
+    /// Ops of the flushes being started (reused buffer).
+    flush_ops: Vec<Op>,
+    /// Foreground ops of the current stage (reused buffer).
+    stage_ops: Vec<Op>,
+    /// Flush completions: (time, page, generation).
+    flushes: BinaryHeap<Reverse<(u64, u64, u64)>>,
+    /// Completion time of the latest flush of each page in flight.
+    flush_at: FxHashMap<u64, u64>,
+    resp_us: Vec<f64>,
+    /// Closed loop: next arrival.
+    clock: u64,
+    first: Option<u64>,
+    last_done: u64,
+    requests: u64,
+}
+
+impl Replayer<'_> {
+    /// Replay one request: its page ops, foreground stages, background ops
+    /// and the flushes it lets start; records its response time.
+    fn request(&mut self, rec: &Record) -> Result<(), SimError> {
+        let arrival = match self.cfg.replay {
+            Replay::Open => rec.time_ns.max(self.first.unwrap_or(0)),
+            Replay::Closed => self.clock,
         };
-        first.get_or_insert(arrival);
-        // Flushes that completed by now free their DRAM slots.
-        while let Some(Reverse((t, pg, gen))) = flushes.peek().copied() {
-            if t > arrival {
+        self.first.get_or_insert(arrival);
+        self.complete_flushes(arrival);
+        self.page_ops(rec)?;
+        let done = self.foreground(arrival);
+        self.background(arrival);
+        self.start_flushes(done);
+        if self.cfg.check_dirty_copies {
+            check(&*self.arch, self.requests)?;
+        }
+        self.resp_us.push((done - arrival) as f64 / 1000.0);
+        self.last_done = self.last_done.max(done);
+        self.clock = done;
+        self.requests += 1;
+        Ok(())
+    }
+
+    /// Flushes that completed by `now` free their DRAM slots.
+    fn complete_flushes(&mut self, now: u64) {
+        while let Some(Reverse((t, pg, gen))) = self.flushes.peek().copied() {
+            if t > now {
                 break;
             }
-            flushes.pop();
-            if flush_at.get(&pg) == Some(&t) {
-                flush_at.remove(&pg);
+            self.flushes.pop();
+            if self.flush_at.get(&pg) == Some(&t) {
+                self.flush_at.remove(&pg);
             }
-            arch.flush_done(pg, gen);
+            self.arch.flush_done(pg, gen);
         }
-        ops.clear();
-        let blocks = rec.blocks(cfg.page_bytes);
+    }
+
+    /// Ask the policy for the ops of each page of `rec` (into `self.ops`),
+    /// checking dirty copies after every page when configured.
+    fn page_ops(&mut self, rec: &Record) -> Result<(), SimError> {
+        self.ops.clear();
+        let blocks = rec.blocks(self.cfg.page_bytes);
         match rec.kind {
             IoKind::Read | IoKind::Write => {
                 for pg in blocks {
-                    arch.access(pg, rec.kind == IoKind::Write, &mut ops);
-                    if cfg.check_dirty_copies {
-                        check(&*arch, requests)?;
+                    self.arch
+                        .access(pg, rec.kind == IoKind::Write, &mut self.ops);
+                    if self.cfg.check_dirty_copies {
+                        check(&*self.arch, self.requests)?;
                     }
                 }
             }
             IoKind::Trim => {
                 for pg in blocks {
-                    arch.trim(pg, &mut ops);
+                    self.arch.trim(pg, &mut self.ops);
                 }
             }
             IoKind::Flush => {}
         }
-        // Foreground stages.
+        Ok(())
+    }
+
+    /// Submit the foreground ops stage by stage (each starts when the
+    /// previous one completed); returns when the request completes.
+    fn foreground(&mut self, arrival: u64) -> u64 {
         let mut done = arrival;
         let mut stage_start = arrival;
-        let max_stage = ops
+        let max_stage = self
+            .ops
             .iter()
             .filter(|o| o.fg)
             .map(|o| o.stage)
             .max()
             .unwrap_or(0);
         for s in 0..=max_stage {
-            let mut end = stage_start;
-            stage_ops.clear();
-            for o in ops.iter().filter(|o| o.fg && o.stage == s) {
-                if o.kind == OpKind::WaitFlush {
-                    let t = flush_at.remove(&o.page).unwrap_or(stage_start);
-                    end = end.max(t);
-                } else {
-                    stage_ops.push(*o);
-                }
-            }
-            // Contiguous pages of one request go to a device as one op.
-            stage_ops.sort_by_key(|o| (o.dev, o.kind as u8, o.page));
-            let mut i = 0;
-            while i < stage_ops.len() {
-                let o = stage_ops[i];
-                let mut n = 1;
-                while i + n < stage_ops.len()
-                    && matches!(o.kind, OpKind::Read | OpKind::Write)
-                    && stage_ops[i + n].dev == o.dev
-                    && stage_ops[i + n].kind == o.kind
-                    && stage_ops[i + n].page == o.page + n as u64
-                {
-                    n += 1;
-                }
-                let mut m = model_op(&o, pb);
-                m.len = pb * n as u64;
-                end = end.max(dev.submit(o.dev, stage_start, &m));
-                i += n;
-            }
+            let end = self.stage(s, stage_start);
             stage_start = end;
             done = done.max(end);
         }
-        for o in ops.iter().filter(|o| !o.fg) {
-            let t = dev.submit(o.dev, arrival, &model_op(o, pb));
-            last_done = last_done.max(t);
-        }
-        // Asynchronous flushes, issued after the request completed.
-        flush_ops.clear();
-        for (pg, gen) in arch.start_flushes(cfg.flush_depth, &mut flush_ops) {
-            let mut t = done;
-            for o in flush_ops.iter().filter(|o| o.page == pg) {
-                t = dev.submit(o.dev, t, &model_op(o, pb));
+        done
+    }
+
+    /// Submit the foreground ops of stage `s` at `stage_start`, waiting for
+    /// flushes they depend on; returns when the stage completes.
+    fn stage(&mut self, s: u8, stage_start: u64) -> u64 {
+        let pb = self.pb;
+        let mut end = stage_start;
+        self.stage_ops.clear();
+        for o in self.ops.iter().filter(|o| o.fg && o.stage == s) {
+            if o.kind == OpKind::WaitFlush {
+                let t = self.flush_at.remove(&o.page).unwrap_or(stage_start);
+                end = end.max(t);
+            } else {
+                self.stage_ops.push(*o);
             }
-            flush_at.insert(pg, t);
-            flushes.push(Reverse((t, pg, gen)));
-            last_done = last_done.max(t);
         }
-        if cfg.check_dirty_copies {
-            check(&*arch, requests)?;
+        // Contiguous pages of one request go to a device as one op.
+        let stage_ops = &mut self.stage_ops;
+        stage_ops.sort_by_key(|o| (o.dev, o.kind as u8, o.page));
+        let mut i = 0;
+        while i < stage_ops.len() {
+            let o = stage_ops[i];
+            let mut n = 1;
+            while i + n < stage_ops.len()
+                && matches!(o.kind, OpKind::Read | OpKind::Write)
+                && stage_ops[i + n].dev == o.dev
+                && stage_ops[i + n].kind == o.kind
+                && stage_ops[i + n].page == o.page + n as u64
+            {
+                n += 1;
+            }
+            let mut m = model_op(&o, pb);
+            m.len = pb * n as u64;
+            end = end.max(self.dev.submit(o.dev, stage_start, &m));
+            i += n;
         }
-        resp_us.push((done - arrival) as f64 / 1000.0);
-        last_done = last_done.max(done);
-        clock = done;
-        requests += 1;
+        end
     }
-    let elapsed_ns = last_done.saturating_sub(first.unwrap_or(0)).max(1);
-    // Drain the flusher: in-flight flushes complete, pending dirty pages are
-    // copied to the RO-SSD (counted as writes, after the measured interval).
-    while let Some(Reverse((_, pg, gen))) = flushes.pop() {
-        arch.flush_done(pg, gen);
-    }
-    loop {
-        flush_ops.clear();
-        let started = arch.start_flushes(usize::MAX, &mut flush_ops);
-        if started.is_empty() {
-            break;
-        }
-        for o in &flush_ops {
-            dev.submit(o.dev, last_done, &model_op(o, pb));
-        }
-        for (pg, gen) in started {
-            arch.flush_done(pg, gen);
+
+    /// Background ops occupy the devices from the request's arrival but do
+    /// not delay its completion.
+    fn background(&mut self, arrival: u64) {
+        for o in self.ops.iter().filter(|o| !o.fg) {
+            let t = self.dev.submit(o.dev, arrival, &model_op(o, self.pb));
+            self.last_done = self.last_done.max(t);
         }
     }
-    Ok(report(cfg, &*arch, &dev, requests, resp_us, elapsed_ns))
+
+    /// Start asynchronous DRAM-to-RO-SSD flushes after the request completed
+    /// at `done`, recording when each completes.
+    fn start_flushes(&mut self, done: u64) {
+        self.flush_ops.clear();
+        for (pg, gen) in self
+            .arch
+            .start_flushes(self.cfg.flush_depth, &mut self.flush_ops)
+        {
+            let mut t = done;
+            for o in self.flush_ops.iter().filter(|o| o.page == pg) {
+                t = self.dev.submit(o.dev, t, &model_op(o, self.pb));
+            }
+            self.flush_at.insert(pg, t);
+            self.flushes.push(Reverse((t, pg, gen)));
+            self.last_done = self.last_done.max(t);
+        }
+    }
+
+    /// Drain the flusher: in-flight flushes complete, pending dirty pages are
+    /// copied to the RO-SSD (counted as writes, after the measured interval).
+    fn drain_flusher(&mut self) {
+        while let Some(Reverse((_, pg, gen))) = self.flushes.pop() {
+            self.arch.flush_done(pg, gen);
+        }
+        loop {
+            self.flush_ops.clear();
+            let started = self.arch.start_flushes(usize::MAX, &mut self.flush_ops);
+            if started.is_empty() {
+                break;
+            }
+            for o in &self.flush_ops {
+                self.dev
+                    .submit(o.dev, self.last_done, &model_op(o, self.pb));
+            }
+            for (pg, gen) in started {
+                self.arch.flush_done(pg, gen);
+            }
+        }
+    }
 }
 
+/// Fail the run if a dirty page is not on two distinct devices (the design's
+/// no-single-point-of-failure invariant).
 fn check(arch: &dyn Architecture, request: u64) -> Result<(), SimError> {
     for (page, devices) in arch.dirty_copies() {
         let mut d = devices.clone();
@@ -370,143 +472,4 @@ fn check(arch: &dyn Architecture, request: u64) -> Result<(), SimError> {
         }
     }
     Ok(())
-}
-
-fn report(
-    cfg: &SimConfig,
-    arch: &dyn Architecture,
-    dev: &Devices,
-    requests: u64,
-    mut resp_us: Vec<f64>,
-    elapsed_ns: u64,
-) -> LevelsReport {
-    let st = arch.stats();
-    let pb = u64::from(cfg.page_bytes);
-    let p = &cfg.profile;
-    let reads = st.read_pages.max(1) as f64;
-    let elapsed_s = elapsed_ns as f64 / 1e9;
-    let (ro, wo, wo2, hdd, dram) = (
-        dev.ro.stats(),
-        dev.wo.stats(),
-        dev.wo2.stats(),
-        dev.hdd.stats(),
-        dev.dram.stats(),
-    );
-    let mirrored = !matches!(cfg.arch, Arch::Tica(_));
-    let dram_bytes = cfg.dram_pages * pb;
-    let ssd_bytes = cfg.ssd_pages * pb;
-    // Energy (eq. 2) over the cache devices present.
-    let page_op = |k| ModelOp::new(k, 0, pb);
-    // Page counts (contiguous pages of a request are merged into one op).
-    let pages_r = |s: &tiercache_model::DeviceStats| s.bytes_read / pb;
-    let pages_w = |s: &tiercache_model::DeviceStats| s.bytes_written / pb;
-    let ssd_act = |m: &SsdModel, s: tiercache_model::DeviceStats| energy::Activity {
-        reads: pages_r(&s),
-        writes: pages_w(&s),
-        read_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Read)) as f64 / 1e9,
-        write_latency_s: m.unloaded_latency_ns(&page_op(IoKind::Write)) as f64 / 1e9,
-        idle_s: (elapsed_ns.saturating_sub(s.busy_ns)) as f64 / 1e9,
-    };
-    let dram_lat = dev.dram.service_ns(&page_op(IoKind::Read)) as f64 / 1e9;
-    let dram_act = energy::Activity {
-        reads: pages_r(&dram),
-        writes: pages_w(&dram),
-        read_latency_s: dram_lat,
-        write_latency_s: dram_lat,
-        idle_s: elapsed_ns.saturating_sub(dram.busy_ns) as f64 / 1e9,
-    };
-    let mut joules = energy::device_joules(&p.dram_spec, &dram_act)
-        + energy::device_joules(&p.wo_ssd_spec, &ssd_act(&dev.wo, wo));
-    joules += if mirrored {
-        energy::device_joules(&p.wo_ssd_spec, &ssd_act(&dev.wo2, wo2))
-    } else {
-        energy::device_joules(&p.ro_ssd_spec, &ssd_act(&dev.ro, ro))
-    };
-    let cost_usd = if mirrored {
-        cost::total_usd(&[
-            (p.dram_spec, dram_bytes),
-            (p.wo_ssd_spec, ssd_bytes),
-            (p.wo_ssd_spec, ssd_bytes),
-        ])
-    } else {
-        cost::total_usd(&[
-            (p.dram_spec, dram_bytes),
-            (p.ro_ssd_spec, ssd_bytes),
-            (p.wo_ssd_spec, ssd_bytes),
-        ])
-    };
-    let u = |mttf| 1.0 - reliability::reliability(mttf, cfg.mission_hours);
-    let (unreliability, alpha) = if mirrored {
-        (
-            reliability::mirror_unreliability(u(p.wo_ssd_spec.mttf_hours)),
-            1.0,
-        )
-    } else {
-        let a = arch.dirty_ro_share();
-        (
-            reliability::tica_unreliability(
-                u(p.wo_ssd_spec.mttf_hours),
-                u(p.ro_ssd_spec.mttf_hours),
-                u(p.dram_spec.mttf_hours),
-                a,
-            ),
-            a,
-        )
-    };
-    let wo_writes = pages_w(&wo) + pages_w(&wo2);
-    let life = |spec: &crate::DeviceSpec, bytes_written| {
-        models::lifetime_years(
-            spec.endurance_writes_per_gb,
-            ssd_bytes,
-            bytes_written,
-            elapsed_s,
-        )
-    };
-    resp_us.sort_by(|a, b| a.total_cmp(b));
-    let mean = if resp_us.is_empty() {
-        0.0
-    } else {
-        resp_us.iter().sum::<f64>() / resp_us.len() as f64
-    };
-    let p99 = if resp_us.is_empty() {
-        0.0
-    } else {
-        resp_us[((resp_us.len() as f64 * 0.99).ceil() as usize).clamp(1, resp_us.len()) - 1]
-    };
-    LevelsReport {
-        mode: cfg.arch.name().to_string(),
-        page_bytes: cfg.page_bytes,
-        dram_bytes,
-        ssd_bytes,
-        requests,
-        read_pages: st.read_pages,
-        write_pages: st.write_pages,
-        hit_ratio: (st.dram_hits + st.ro_ssd_hits + st.wo_ssd_hits) as f64 / reads,
-        dram_hit_ratio: st.dram_hits as f64 / reads,
-        ro_ssd_hit_ratio: st.ro_ssd_hits as f64 / reads,
-        wo_ssd_hit_ratio: st.wo_ssd_hits as f64 / reads,
-        ssd_writes: pages_w(&ro) + wo_writes,
-        ro_ssd_writes: pages_w(&ro),
-        wo_ssd_writes: wo_writes,
-        hdd_reads: pages_r(&hdd),
-        hdd_writes: pages_w(&hdd),
-        writebacks: st.writebacks,
-        promotions: st.promotions,
-        wed_share: st.wed_accesses as f64 / (st.read_pages + st.write_pages).max(1) as f64,
-        mean_response_us: mean,
-        p99_response_us: p99,
-        elapsed_s,
-        energy_joules: joules,
-        cost_usd,
-        unreliability,
-        mission_hours: cfg.mission_hours,
-        alpha,
-        ro_ssd_lifetime_years: if mirrored {
-            None
-        } else {
-            life(&p.ro_ssd_spec, ro.bytes_written)
-        },
-        wo_ssd_lifetime_years: life(&p.wo_ssd_spec, wo.bytes_written.max(wo2.bytes_written)),
-        stats: st,
-    }
 }
