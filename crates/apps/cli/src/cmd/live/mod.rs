@@ -120,7 +120,11 @@ pub async fn serve_async(
         Access::Exclusive,
     )?;
     for (role, p) in design.devices(&a)? {
-        claims.add(role, &p, Access::Exclusive)?;
+        // A device that is not there is the design's to explain (its open
+        // says what it expected there); every device it opens is claimed.
+        if p.exists() {
+            claims.add(role, &p, Access::Exclusive)?;
+        }
     }
     let control = a
         .control
