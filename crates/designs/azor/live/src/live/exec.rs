@@ -81,6 +81,7 @@ impl LiveCache {
             let mut c = self.core.lock().expect("core");
             Self::invalidate_failed(&mut c, op, slot, f, l);
             c.failed_fills.insert(op.id);
+            self.any_failed_fill.store(true, Ordering::Release);
             drop(c);
             self.finish(op, buf.map(|b| b.offset), false);
         }
@@ -91,6 +92,9 @@ impl LiveCache {
     /// another such read): the slot lacks its data. Marks it so for the reads
     /// queued behind it.
     fn behind_failed_fill(&self, op: &Op) -> bool {
+        if !self.any_failed_fill.load(Ordering::Acquire) {
+            return false;
+        }
         let mut c = self.core.lock().expect("core");
         if c.failed_fills.is_empty() || !op.deps().any(|d| c.failed_fills.contains(&d)) {
             return false;

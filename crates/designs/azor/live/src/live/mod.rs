@@ -201,6 +201,9 @@ pub struct LiveCache {
     track_phases: AtomicBool,
     /// Set once a cache write ever failed: until then reads skip the poison check (and its lock).
     any_poison: AtomicBool,
+    /// Set once a fill was ever dropped: until then cache reads skip the
+    /// failed-fill check (and its lock).
+    pub(super) any_failed_fill: AtomicBool,
     /// The backing device's path, to record its identity at a clean shutdown.
     backing_path: Mutex<Option<std::path::PathBuf>>,
     /// A clean shutdown started: no more cleaning, writes and trims fail.
@@ -308,6 +311,7 @@ impl LiveCache {
             classify: AtomicBool::new(false),
             phases: Mutex::new(FxHashMap::default()),
             any_poison: AtomicBool::new(false),
+            any_failed_fill: AtomicBool::new(false),
             backing_path: Mutex::new(None),
             stopping: AtomicBool::new(false),
             track_phases: AtomicBool::new(
