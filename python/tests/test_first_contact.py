@@ -25,9 +25,6 @@ def test_readme_python_snippet_runs_verbatim(monkeypatch, tmp_path):
     assert blocks, "README.md has a ```python block"
     if not (SHARED / "arc" / "OLTP.lis.zst").exists():
         pytest.skip(f"shared traces absent ({SHARED})")
-    import matplotlib
-
-    matplotlib.use("Agg")
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("TIERCACHE_CACHE_DIR", str(tmp_path / "runs"))
     for code in blocks:
@@ -35,41 +32,80 @@ def test_readme_python_snippet_runs_verbatim(monkeypatch, tmp_path):
         exec(compile(code, "README.md", "exec"), ns)
         assert ns["r"]["hit_ratio"] > 0.3
         assert len(ns["df"]) == 4
+        assert ns["fig"].svg.startswith("<svg")
 
 
 def test_plot_is_an_attribute_after_import_tiercache():
     assert callable(tiercache.plot.curves)
 
 
-@pytest.mark.parametrize(
-    "mode,opts",
-    [
-        ("tier", {"fast_tier_size": "8%"}),
-        ("tica", {"cache_size": "10%", "dram_size": "1%"}),
-        ("ssc", {"cache_size": "8MiB"}),
-    ],
-)
-def test_every_cli_mode_from_python(msr_trace, cli, monkeypatch, mode, opts):
+#: One small configuration of every ``--mode`` of ``tiercache sim``.
+EVERY_MODE = [
+    ("cache", {"cache_size": "8MiB"}),
+    ("ssd", {"cache_size": "8MiB"}),
+    ("ssc", {"cache_size": "8MiB"}),
+    ("ssc-v", {"cache_size": "8MiB", "write_policy": "write-through"}),
+    ("tier", {"fast_tier_size": "8%"}),
+    ("tica", {"cache_size": "10%", "dram_size": "1%"}),
+    ("ucache", {"cache_size": "10%", "dram_size": "1%"}),
+    ("srac", {"cache_size": "10%", "dram_size": "1%"}),
+]
+
+
+def test_every_mode_is_tested():
+    assert {m for m, _ in EVERY_MODE} == set(tiercache.MODES)
+
+
+@pytest.mark.parametrize("mode,opts", EVERY_MODE)
+def test_every_cli_mode_from_python_is_sim_json(msr_trace, cli, mode, opts, monkeypatch):
+    """simulate(mode=M) runs in this process (no tiercache command on PATH)
+    and returns exactly what `tiercache sim --mode M --json` prints."""
     path, _ = msr_trace
-    monkeypatch.setenv("TIERCACHE_BIN", cli)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("TIERCACHE_BIN", raising=False)
     r = tiercache.simulate(path, mode=mode, **opts)
+    assert isinstance(r, dict)
     args = ["sim", "--trace", str(path), "--mode", mode, "--json"]
     for k, v in opts.items():
         args += ["--" + k.replace("_", "-"), v]
     want = json.loads(run_cli(cli, *args).stdout)
-    if isinstance(want, list):
-        want = want[0]
-    if isinstance(r, list):
-        r = r[0]
     drop = {"elapsed_s", "wall_s"}
     assert {k: v for k, v in r.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
 
 
-def test_sweep_over_a_mode(msr_trace, cli, monkeypatch, cache_dir):
+def test_sweep_over_a_mode(msr_trace, cache_dir):
     path, _ = msr_trace
-    monkeypatch.setenv("TIERCACHE_BIN", cli)
     df = tiercache.sweep([path], {"mode": "tier", "fast_tier_size": ["4%", "8%"]}, cache_dir=cache_dir, workers=1, progress=False)
     assert len(df) == 2
+
+
+@pytest.mark.parametrize(
+    "mode,opts,match",
+    [
+        ("tier", {"fast_tier_size": "8%", "tier_policy": "nope"}, r"option tier_policy: .*'nope'.*allowed: .*oodt"),
+        ("tier", {}, r"option fast_tier_size: required"),
+        ("tier", {"fast_tier_size": "8%", "tier_block": "1KiB"}, r"option tier_block: .*allowed: a power of two"),
+        ("tier", {"fast_tier_size": "4%,8%"}, r"option fast_tier_size: one value per run"),
+        ("tica", {"cache_size": "10%", "tica_policy": "nope"}, r"option tica_policy: .*allowed: ef, wed, adaptive"),
+        ("tica", {"cache_size": "10%", "line_size": "3KiB"}, r"option line_size: .*allowed"),
+        ("ssc", {"cache_size": "8MiB", "write_policy": "write-hdd-upd"}, r"option write_policy: .*allowed: write-back, write-through"),
+        ("ssc", {"cache_size": "8MiB", "line_size": "8KiB"}, r"option line_size: .*allowed: 4KiB"),
+        ("ssd", {}, r"option cache_size: required"),
+        ("srac", {"cache_size": "10%", "no_timing": True}, r"option no_timing: applies to mode cache only"),
+        ("warp", {}, r"option mode: unknown mode 'warp' \(allowed: cache, ssd"),
+    ],
+)
+def test_mode_errors_name_the_option_and_allowed_values(msr_trace, mode, opts, match):
+    path, _ = msr_trace
+    with pytest.raises(ValueError, match=match) as e:
+        tiercache.simulate(path, mode=mode, **opts)
+    assert isinstance(e.value, tiercache.OptionError)
+    assert "--" not in str(e.value), "CLI flag spelling in a Python error"
+
+
+def test_mode_missing_trace_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        tiercache.simulate(tmp_path / "nope.csv", mode="tier", fast_tier_size="8%")
 
 
 def test_errors_show_python_values_not_rust_debug(msr_trace):

@@ -1,18 +1,18 @@
-"""Figures: labels with units, one line per hue value, the plotted numbers; the CLI entry points."""
+"""Figures: labels with units, one line per hue value, the plotted numbers,
+the SVG of the one renderer (the same as `tiercache sim --out`); the CLI entry points."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 
-import matplotlib
+import pandas as pd
+import pytest
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-
-from tiercache import plot  # noqa: E402
+from tiercache import _native, plot
 
 
 def frame() -> pd.DataFrame:
@@ -28,33 +28,65 @@ def frame() -> pd.DataFrame:
     )
 
 
+def svg_texts(svg: str) -> list[str]:
+    return [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+
+
+def svg_colours(svg: str) -> set[str]:
+    return {c.upper() for c in re.findall(r"#[0-9A-Fa-f]{6}", svg)}
+
+
 def test_curves_labels_units_and_values():
-    ax = plot.curves(frame(), x="cache_size", y="hit_ratio", hue="eviction")
-    assert ax.get_ylabel() == "Hit ratio (%)"
-    assert ax.get_xlabel() == "Cache size (% of the trace footprint)"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lru", "arc"]
-    assert ax.get_legend().get_title().get_text() == "Eviction"
-    lru, arc = ax.get_lines()
-    assert list(lru.get_xdata()) == [1.0, 5.0, 10.0]
-    assert list(lru.get_ydata()) == pytest.approx([10.0, 30.0, 50.0])
-    assert list(arc.get_ydata()) == pytest.approx([20.0, 35.0, 55.0])
+    fig = plot.curves(frame(), x="cache_size", y="hit_ratio", hue="eviction")
+    (p,) = fig.panels
+    assert p.y_label == "Hit ratio (%)"
+    assert p.x_label == "Cache size (% of the trace footprint)"
+    assert p.labels == ["lru", "arc"]
+    assert p.legend_title == "Eviction"
+    lru, arc = p.series
+    assert lru.x == [1.0, 5.0, 10.0]
+    assert lru.y == pytest.approx([10.0, 30.0, 50.0])
+    assert arc.y == pytest.approx([20.0, 35.0, 55.0])
+    texts = svg_texts(fig.svg)
+    for t in ("Hit ratio (%)", "Cache size (% of the trace footprint)", "lru", "arc", "Eviction"):
+        assert t in texts, (t, texts)
+
+
+def test_figure_shows_in_notebooks_and_saves_svg(tmp_path):
+    fig = plot.curves(frame())
+    assert fig._repr_svg_().startswith("<svg")
+    out = tmp_path / "f.svg"
+    fig.save(out)
+    assert out.read_text() == fig.svg
+    with pytest.raises(ValueError, match=r"allowed: a name ending in \.svg"):
+        fig.save(tmp_path / "f.png")
 
 
 def test_ssd_writes_in_gib():
-    ax = plot.ssd_writes(frame(), hue="eviction")
-    assert ax.get_ylabel() == "SSD writes (GiB)"
+    fig = plot.ssd_writes(frame(), hue="eviction")
+    assert fig.panels[0].y_label == "SSD writes (GiB)"
     # 2097152 blocks of 512 bytes = 1 GiB
-    assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([1.0, 2.0, 3.0])
+    assert fig.panels[0].series[0].y == pytest.approx([1.0, 2.0, 3.0])
 
 
 def test_response_time_label():
-    assert plot.response_time(frame()).get_ylabel() == "Mean response time (µs)"
+    assert plot.response_time(frame()).panels[0].y_label == "Mean response time (µs)"
 
 
 def test_categorical_sizes_keep_their_order():
     df = frame().assign(cache_size=["1GiB", "4GiB", "16GiB"] * 2)
-    ax = plot.curves(df, y="hit_ratio")
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["1GiB", "4GiB", "16GiB"]
+    fig = plot.curves(df, y="hit_ratio")
+    assert fig.panels[0].x_ticks == ["1GiB", "4GiB", "16GiB"]
+    assert not fig.panels[0].logx
+    texts = svg_texts(fig.svg)
+    assert [t for t in texts if t.endswith("GiB")] == ["1GiB", "4GiB", "16GiB"]
+
+
+def test_style_draws_dashes():
+    df = pd.concat([frame(), frame().assign(trace="u", hit_ratio=lambda d: d["hit_ratio"] / 2)])
+    fig = plot.curves(df, hue="eviction", style="trace")
+    assert [s.dash for s in fig.panels[0].series] == ["solid", "solid", "dashed", "dashed"]
+    assert "stroke-dasharray" in fig.svg or fig.svg.count("<polyline") + fig.svg.count("<path") > 4
 
 
 def test_unknown_column_is_named():
@@ -73,12 +105,11 @@ def test_python_entry_point_writes_svg(tmp_path):
     assert r.returncode == 0, r.stderr
     svg = fig.read_text()
     assert "<svg" in svg and "Hit ratio (%)" in svg
+    bad = subprocess.run([sys.executable, "-m", "tiercache.plot", str(res), "-o", str(tmp_path / "fig.pdf")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "allowed: a name ending in .svg" in bad.stderr
 
 
 def test_rust_cli_plot_subcommand(tmp_path, cli):
-    h = subprocess.run([cli, "--help"], capture_output=True, text=True).stdout
-    if " plot " not in h:
-        pytest.skip("this tiercache build has no plot subcommand yet (rebuild the CLI)")
     res = tmp_path / "results.parquet"
     frame().to_parquet(res)
     fig = tmp_path / "fig.svg"
@@ -110,24 +141,44 @@ def sweep_frame(timed: bool) -> pd.DataFrame:
 
 
 def test_sweep_figure_follows_the_plot_rules():
-    """The rules of crates/apps/cli/src/plot.rs, for matplotlib."""
+    """The rules of the one renderer (crates/platform/plot), seen from Python."""
     fig = plot.sweep_figure(sweep_frame(timed=False))
-    (ax,) = fig.axes  # no empty response-time panel without timing
-    assert ax.get_xscale() == "log"
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lru", "arc"]
-    assert "write-back" in fig._suptitle.get_text()
-    colours = {matplotlib.colors.to_hex(line.get_color()).upper() for line in ax.get_lines()}
-    assert colours <= set(plot.PALETTE) and "#F0E442" not in plot.PALETTE
+    (p,) = fig.panels  # no empty response-time panel without timing
+    assert p.logx
+    assert p.labels == ["lru", "arc"]
+    assert "write-back" in fig.title and "lru" not in fig.title
+    for c in svg_colours(fig.svg):  # the palette, or black, white and greys
+        assert c in plot.PALETTE or c[1:3] == c[3:5] == c[5:7], c
+    assert "#F0E442" not in plot.PALETTE
+    texts = svg_texts(fig.svg)
+    assert {"1", "10", "100", "1000"} <= set(texts), texts  # decades of a log axis (MiB)
     fig2 = plot.sweep_figure(sweep_frame(timed=True))
-    assert len(fig2.axes) == 2
-    assert all(a.get_xscale() == "log" for a in fig2.axes)
+    assert len(fig2.panels) == 2
+    assert all(p.logx for p in fig2.panels)
+
+
+def test_sweep_figure_is_the_cli_figure(msr_trace, cli, tmp_path):
+    """`tiercache sim --out` and plot.sweep_figure on the rows of `sim --json` draw the same SVG."""
+    path, _ = msr_trace
+    args = ["sim", "--trace", str(path), "--cache-size", "64,512,4096", "--eviction", "lru,arc", "--line-size", "512B", "--no-timing"]
+    rows = json.loads(subprocess.run([cli, *args, "--json"], capture_output=True, text=True, check=True).stdout)
+    subprocess.run([cli, *args, "--out", str(tmp_path / "s")], capture_output=True, text=True, check=True)
+    fig = plot.sweep_figure(pd.DataFrame(rows))
+    assert fig.svg == (tmp_path / "s.svg").read_text()
+    assert fig.title.startswith(f"tiercache sweep: {path.name}")
 
 
 def test_size_sweeps_default_to_a_log_axis():
-    assert plot.curves(frame(), x="cache_size").get_xscale() == "log"
-    assert plot.curves(frame(), x="cache_size", logx=False).get_xscale() == "linear"
+    assert plot.curves(frame(), x="cache_size").panels[0].logx
+    assert not plot.curves(frame(), x="cache_size", logx=False).panels[0].logx
 
 
 def test_no_legend_for_a_single_series():
     df = frame()[frame()["eviction"] == "lru"]
-    assert plot.curves(df, hue="eviction").get_legend() is None
+    fig = plot.curves(df, hue="eviction")
+    assert fig.panels[0].legend_title is None
+    assert "lru" not in svg_texts(fig.svg)
+
+
+def test_palette_is_the_renderers():
+    assert plot.PALETTE == tuple(_native.PALETTE)

@@ -54,7 +54,6 @@ def test_sweep_csv_and_dataframe_columns_are_documented(msr_trace, cli, tmp_path
     "mode, opts",
     [("tier", {"fast_tier_size": "25%"}), ("tica", {"cache_size": "25%"}), ("ssc", {"cache_size": "64MiB"})],
 )
-def test_other_modes_keys_are_documented(msr_trace, cli, monkeypatch, mode, opts):
-    monkeypatch.setenv("TIERCACHE_BIN", cli)
+def test_other_modes_keys_are_documented(msr_trace, mode, opts):
     path, _ = msr_trace
     assert set(tiercache.simulate(path, mode=mode, **opts)) == documented(mode, "json")

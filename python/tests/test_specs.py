@@ -35,5 +35,6 @@ def test_arc_table_iv(cache_dir):
     assert len(table) == 10
     assert table["published_pct"].notna().all()
     assert (table["difference_pct"].abs() <= 0.1).all(), table
-    ax = specs.get("arc-hit-ratios").figure(df)
-    assert ax.get_ylabel() == "Hit ratio (%)"
+    fig = specs.get("arc-hit-ratios").figure(df)
+    assert fig.panels[0].y_label == "Hit ratio (%)"
+    assert fig.panels[0].labels == ["lru", "arc"]

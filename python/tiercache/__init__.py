@@ -33,6 +33,7 @@ __all__ = [
     "trace_stats",
     "read_trace",
     "option_defaults",
+    "MODES",
     "plot",
     "OptionError",
     "OptionTypeError",
@@ -68,9 +69,12 @@ class OptionTypeError(OptionError, TypeError):
     expected type and the allowed values."""
 
 
+#: Every ``mode`` of ``tiercache sim``, all available to :func:`simulate`.
+MODES: tuple[str, ...] = tuple(_native.MODES)
+
 #: Allowed values of the options that take a name, for error messages.
 ALLOWED: dict[str, str] = {
-    "mode": "cache, ssd, ssc, ssc-v, tier, tica, ucache, srac",
+    "mode": ", ".join(MODES),
     "assoc": "direct, N-way (e.g. 8-way), full",
     "eviction": "lru, fifo, arc, s3fifo",
     "write_policy": "write-back, write-through, write-hdd-upd, write-hdd-inv, read-only",
@@ -176,10 +180,9 @@ def simulate(
     ``baseline``, ``trace``, ...; docs/results.md lists them). The GIL is
     released during the replay, so threads can run simulations in parallel.
 
-    Every ``mode`` of ``tiercache sim`` is available: ``cache`` (the default)
-    runs in this process; the others (``ssd``, ``ssc``, ``ssc-v``, ``tier``,
-    ``tica``, ``ucache``, ``srac``) run the ``tiercache`` command (see
-    :mod:`tiercache._modes`).
+    Every ``mode`` of ``tiercache sim`` runs in this process, by the same
+    code as the command: ``cache`` (the default), ``ssd``, ``ssc``,
+    ``ssc-v``, ``tier``, ``tica``, ``ucache`` and ``srac`` (:data:`MODES`).
 
     The keyword defaults are the CLI's; ``replay=None`` picks open-loop replay
     when the trace has timestamps, ``queue_depth=None`` is 1 in closed loop.
@@ -203,13 +206,8 @@ def simulate(
 
 
 def _simulate_json(trace: str, options: dict[str, Any]) -> str:
-    from . import _modes
-
     _check_types(options)
-    mode = _modes.check_mode(options.get("mode", "cache"))
-    if mode == "cache":
-        return _native.simulate_json(trace, options)
-    return _modes.simulate_json(trace, options)
+    return _native.simulate_json(trace, options)
 
 
 def trace_stats(trace: str | os.PathLike, line_size: str | int = "4KiB", **read_options: Any) -> dict[str, Any]:
@@ -284,4 +282,4 @@ _SIMULATE_DEFAULTS: dict[str, Any] = {
 }
 
 from .sweeps import sweep  # noqa: E402  (cheap: pandas and Ray load on first use)
-from . import plot  # noqa: E402  (cheap: matplotlib loads on first use)
+from . import plot  # noqa: E402  (the figures are drawn by the native module)

@@ -1,27 +1,33 @@
-"""Figures of sweep results (matplotlib), with units, labels and legends.
+"""Figures of sweep results as SVG, drawn by the same Rust code as
+``tiercache sim --out`` (crate ``tiercache-plot``, through ``tiercache._native``).
 
 :func:`curves` draws one line per ``hue`` value of ``y`` against ``x``;
 :func:`hit_ratio`, :func:`response_time`, :func:`write_amplification` and
-:func:`ssd_writes` are its usual cases. ``python -m tiercache.plot``,
-``tiercache-plot`` and ``tiercache plot`` draw a results file from the
-command line with the same code; :func:`sweep_figure` draws a sweep as
-``tiercache sim --out`` does.
+:func:`ssd_writes` are its usual cases; :func:`sweep_figure` draws a sweep
+exactly as ``tiercache sim --out`` does. Each returns a :class:`Figure`:
+plain data (title, panels, series) that a notebook shows as SVG
+(``_repr_svg_``) and :meth:`Figure.save` writes to a ``.svg`` file.
+``python -m tiercache.plot``, ``tiercache-plot`` and ``tiercache plot`` draw
+a results file from the command line with the same code.
 
-One set of rules for every figure, shared with the CLI's SVG
-(crates/apps/cli/src/plot.rs, which stays in Rust so that ``sim --out`` needs
-no Python): a logarithmic x axis for size sweeps (miss-ratio curves are read
-on a log axis), legend labels with only what varies across the series, no
-empty panel (no response-time panel without response times), and the
-Okabe-Ito colour-blind-safe palette without its yellow (:data:`PALETTE`).
+One set of rules for every figure: a logarithmic x axis for size sweeps
+(miss-ratio curves are read on a log axis), legend labels with only what
+varies across the series (no legend for a single series), no empty panel (no
+response-time panel without response times), and the Okabe-Ito
+colour-blind-safe palette without its yellow (:data:`PALETTE`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from . import _native
 
 __all__ = [
     "curves",
@@ -31,19 +37,88 @@ __all__ = [
     "write_amplification",
     "ssd_writes",
     "label",
+    "Figure",
+    "Panel",
+    "Series",
     "PALETTE",
     "main",
 ]
 
-#: Okabe-Ito without yellow (#F0E442, near-invisible on white); the CLI's SVG
-#: uses the same colours in the same order.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000")
+#: Okabe-Ito without yellow (#F0E442, near-invisible on white): the colours
+#: of the series, in order (the renderer's own list).
+PALETTE: tuple[str, ...] = tuple(_native.PALETTE)
+
+
+@dataclass
+class Series:
+    """One line of a panel: its legend label and points; ``dash`` is solid, dashed or dotted."""
+
+    label: str
+    x: list[float]
+    y: list[float]
+    dash: str = "solid"
+
+
+@dataclass
+class Panel:
+    """One chart: axis labels with units, a logarithmic or categorical x axis, the series."""
+
+    x_label: str
+    y_label: str
+    series: list[Series] = field(default_factory=list)
+    logx: bool = False
+    #: Categorical x axis: labels of the positions 0, 1, 2, ...
+    x_ticks: list[str] | None = None
+    y_max: float | None = None
+    legend_title: str | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        """Legend labels, in the order of the series (and of the colours)."""
+        return [s.label for s in self.series]
+
+
+@dataclass
+class Figure:
+    """A figure: a title over panels side by side, drawn as SVG by the renderer
+    of ``tiercache sim --out``; a notebook shows it inline."""
+
+    title: str
+    panels: list[Panel]
+
+    @classmethod
+    def from_json(cls, text: str) -> "Figure":
+        """A figure from its JSON (as the renderer describes it)."""
+        d = json.loads(text)
+        panels = [Panel(**{**p, "series": [Series(**s) for s in p["series"]]}) for p in d["panels"]]
+        return cls(title=d.get("title", ""), panels=panels)
+
+    def to_json(self) -> str:
+        """The figure as JSON (the renderer's input)."""
+        return json.dumps(asdict(self))
+
+    @property
+    def svg(self) -> str:
+        """The SVG document."""
+        return _native.render_svg(self.to_json())
+
+    def _repr_svg_(self) -> str:
+        return self.svg
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the SVG to ``path`` (ValueError unless it ends in ``.svg``)."""
+        p = os.fspath(path)
+        if not p.endswith(".svg"):
+            raise ValueError(f"figure file {p}: figures are written as SVG (allowed: a name ending in .svg)")
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(self.svg)
+
 
 #: Size columns: swept on a logarithmic x axis by default.
 SIZE_COLUMNS = ("cache_size", "cache_size_bytes", "cache_lines", "fast_tier_size", "fast_tier_bytes", "dram_size", "dram_bytes", "ssd_bytes")
 
 #: Configuration columns a sweep's series are told apart by (those that vary).
-SERIES_COLUMNS = ("mode", "assoc", "eviction", "write_policy", "admission", "line_size", "policy", "tier_policy", "tica_policy", "trace")
+SERIES_COLUMNS: tuple[str, ...] = tuple(_native.SERIES_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -128,110 +203,75 @@ def curves(
     hue: str | None = "eviction",
     *,
     style: str | None = None,
-    ax=None,
     title: str | None = None,
     logx: bool | None = None,
-    marker: str = "o",
-):
+) -> Figure:
     """Plot ``y`` against ``x``, one line per value of ``hue`` (and of ``style``,
-    drawn with distinct line styles, e.g. ``style="trace"``).
+    drawn with distinct dashes, e.g. ``style="trace"``).
 
     Rows with the same (x, hue, style) are averaged. ``logx`` (default: when
     ``x`` is a size column, :data:`SIZE_COLUMNS`) draws a logarithmic x axis. ``x`` may be a
     configuration column (``cache_size`` given as ``"5%"`` is placed at 5 on a
     "% of the trace footprint" axis; sizes with units are placed in the order
-    they appear) or a numeric result column. Returns the matplotlib Axes.
+    they appear) or a numeric result column. Returns a one-panel :class:`Figure`.
     """
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     for col in (x, y, hue, style):
         if col is not None and col not in df.columns:
             raise KeyError(f"column '{col}' is not in the results (columns: {', '.join(map(str, df.columns))})")
     scale = AXES[y].scale if y in AXES else 1.0
     xs_all = list(dict.fromkeys(df[x].tolist()))
     numeric, suffix = _x_values(xs_all)
+    ticks = None
     if numeric is None:
-        pos = {v: i for i, v in enumerate(xs_all)}
-        ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all])
+        pos = {v: float(i) for i, v in enumerate(xs_all)}
+        ticks = [str(v) for v in xs_all]
     else:
         pos = dict(zip(xs_all, numeric))
         if x in AXES:
             pos = {k: v * AXES[x].scale for k, v in pos.items()}
-    groups: list[tuple[Any, Any]] = []
     keys = [c for c in (hue, style) if c is not None]
-    if keys:
-        for k in dict.fromkeys(map(tuple, df[keys].itertuples(index=False, name=None))):
-            groups.append(k)
-    else:
-        groups.append(())
-    linestyles = ["-", "--", ":", "-."]
+    groups: list[tuple[Any, ...]] = (
+        list(dict.fromkeys(map(tuple, df[keys].itertuples(index=False, name=None)))) if keys else [()]
+    )
+    dashes = ["solid", "dashed", "dotted"]
     styles = list(dict.fromkeys(df[style])) if style else []
-    for i, g in enumerate(groups):
+    series = []
+    for g in groups:
         sel = df
         for c, v in zip(keys, g):
             sel = sel[sel[c] == v]
         means = sel.groupby(x, sort=False)[y].mean()
-        pts = sorted((pos[k], v * scale) for k, v in means.items() if v == v)
+        pts = sorted((pos[k], float(v) * scale) for k, v in means.items() if v == v)
         if not pts:
             continue
         name = ", ".join(str(v) for v in g) if g else label(y)
-        ls = linestyles[styles.index(g[-1]) % len(linestyles)] if style else "-"
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            marker=marker,
-            linestyle=ls,
-            label=name,
-            color=PALETTE[i % len(PALETTE)],
-        )
+        dash = dashes[styles.index(g[-1]) % len(dashes)] if style else "solid"
+        series.append(Series(name, [p[0] for p in pts], [p[1] for p in pts], dash))
     xl = label(x)
     if suffix and (x == "cache_size" or suffix != "(lines)"):
         xl = f"{NAMES.get(x, xl)} {suffix}"
-    ax.set_xlabel(xl)
-    ax.set_ylabel(label(y))
     if logx is None:
         logx = x in SIZE_COLUMNS
-    if logx and numeric is not None and min(numeric) > 0:
-        ax.set_xscale("log")
-    ax.grid(True, alpha=0.3)
-    if keys and len(groups) > 1:  # a legend names only what varies
-        ax.legend(title=" / ".join(label(k) for k in keys))
-    if title:
-        ax.set_title(title)
-    return ax
+    panel = Panel(
+        x_label=xl,
+        y_label=label(y),
+        series=series,
+        logx=bool(logx and numeric is not None and min(numeric) > 0),
+        x_ticks=ticks,
+        legend_title=" / ".join(label(k) for k in keys) if keys and len(series) > 1 else None,
+    )
+    return Figure(title=title or "", panels=[panel])
 
 
-def _varying(df, columns) -> list[str]:
-    return [c for c in columns if c in df.columns and df[c].astype(str).nunique() > 1]
-
-
-def sweep_figure(df, x: str = "cache_size_bytes", title: str | None = None):
-    """A sweep as ``tiercache sim --out`` draws it: hit ratio and, when the
-    runs have response times, mean response time against cache size, one line
-    per combination of the configuration columns that vary (legend labels
-    name only those; constant ones go in the title). Returns the Figure."""
-    import matplotlib.pyplot as plt
-
-    hue = _varying(df, SERIES_COLUMNS)
-    timed = "mean_response_us" in df.columns and df["mean_response_us"].notna().any()
-    fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11 if timed else 6, 4.4), layout="constrained", squeeze=False)
-    data = df
-    key = None
-    if hue:
-        key = "_series"
-        data = df.assign(_series=df[hue].astype(str).agg(", ".join, axis=1))
-    panels = ["hit_ratio"] + (["mean_response_us"] if timed else [])
-    for ax, y in zip(axes[0], panels):
-        curves(data, x=x, y=y, hue=key, ax=ax, logx=True)
-        if key and ax.get_legend() is not None:
-            ax.get_legend().set_title(" / ".join(label(c) for c in hue))
-    constant = [c for c in SERIES_COLUMNS if c in df.columns and c not in hue and c != "trace" and len(df)]
-    parts = [f"{label(c).lower()} {df[c].iloc[0]}" for c in constant]
-    head = title or "tiercache sweep"
-    fig.suptitle(f"{head} ({', '.join(parts)})" if parts else head)
-    return fig
+def sweep_figure(df, title: str | None = None) -> Figure:
+    """A sweep exactly as ``tiercache sim --out`` draws it (the same Rust code):
+    hit ratio and, when the runs have response times, mean response time
+    against cache size on a log axis, one line per combination of the
+    configuration columns that vary (legend labels name only those; constant
+    ones go in the title). ``df``: a sweep's DataFrame (rows of ``sim --json``)."""
+    if "cache_size_bytes" not in df.columns:
+        raise KeyError("column 'cache_size_bytes' is not in the results (a sweep of mode cache has it)")
+    return Figure.from_json(_native.sweep_figure_json(df.to_json(orient="records", double_precision=15), title))
 
 
 def hit_ratio(df, x: str = "cache_size", hue: str | None = "eviction", **kw):
@@ -265,37 +305,33 @@ def _read_results(path: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``tiercache plot RESULTS --x COL --y COL [--hue COL] -o FIG``."""
+    """``tiercache plot RESULTS --x COL --y COL [--hue COL] -o FIG.svg``."""
     p = argparse.ArgumentParser(
         prog="tiercache plot",
-        description="Plot sweep results (Parquet from tiercache.sweep(out=...), or CSV/JSON) as a figure.",
+        description="Plot sweep results (Parquet from tiercache.sweep(out=...), or CSV/JSON) as an SVG figure.",
     )
     p.add_argument("results", help="results file: .parquet, .csv or .json")
     p.add_argument("--x", default="cache_size", help="x column [default: cache_size]")
     p.add_argument("--y", default="hit_ratio", help="y column [default: hit_ratio]")
     p.add_argument("--hue", default=None, help="one line per value of this column")
-    p.add_argument("--style", default=None, help="line style per value of this column (e.g. trace)")
+    p.add_argument("--style", default=None, help="line dashes per value of this column (e.g. trace)")
     p.add_argument("--title", default=None)
     p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="logarithmic x axis [default: for size columns]")
-    p.add_argument("-o", "--output", required=True, help="figure file (.svg, .pdf, .png)")
+    p.add_argument("-o", "--output", required=True, help="figure file (.svg)")
     a = p.parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    if not a.output.endswith(".svg"):
+        print(f"tiercache plot: error: figure file {a.output}: figures are written as SVG (allowed: a name ending in .svg)", file=sys.stderr)
+        return 2
     try:
         df = _read_results(a.results)
     except (OSError, ValueError) as e:
         print(f"tiercache plot: error: cannot read results {a.results}: {e}", file=sys.stderr)
         return 1
     try:
-        ax = curves(df, x=a.x, y=a.y, hue=a.hue, style=a.style, title=a.title, logx=a.logx)
+        curves(df, x=a.x, y=a.y, hue=a.hue, style=a.style, title=a.title, logx=a.logx).save(a.output)
     except (OSError, KeyError, ValueError) as e:
         print(f"tiercache plot: error: {e}", file=sys.stderr)
         return 1
-    ax.figure.savefig(a.output)
-    plt.close(ax.figure)
     print(f"wrote {a.output}", file=sys.stderr)
     return 0
 

@@ -5,7 +5,7 @@ how to turn the sweep into the paper's table, and how to draw its figure::
 
     import tiercache.specs as specs
     df, table = specs.run("arc-hit-ratios", traces_dir="../shared/traces")
-    specs.get("arc-hit-ratios").figure(df).figure.savefig("arc.svg")
+    specs.get("arc-hit-ratios").figure(df).save("arc.svg")
 
 Available: ``arc-hit-ratios`` (ARC paper, Table IV, OLTP), ``azor-associativity``
 (Azor §4.1: direct-mapped against fully associative, by cache size and write
@@ -63,12 +63,12 @@ class Spec:
         """The paper's table from the sweep's DataFrame."""
         return self.tabulate(df)
 
-    def figure(self, df, ax=None):
-        """The paper's figure (matplotlib Axes)."""
+    def figure(self, df):
+        """The paper's figure (a :class:`tiercache.plot.Figure`)."""
         from . import plot
 
         x, y, hue, style = self.plot
-        return plot.curves(df, x=x, y=y, hue=hue, style=style, ax=ax, title=self.description)
+        return plot.curves(df, x=x, y=y, hue=hue, style=style, title=self.description)
 
 
 def _trace_name(df):

@@ -2,7 +2,6 @@
 
 mod cmd;
 mod log;
-mod plot;
 mod progress;
 
 use clap::{Parser, Subcommand};

@@ -511,7 +511,7 @@ fn no_timing_changes_no_count() {
     }
 }
 
-/// The sweep SVG follows the rules of crates/apps/cli/src/plot.rs.
+/// The sweep SVG follows the rules of the one renderer (crates/platform/plot).
 #[test]
 fn sweep_svg_follows_the_plot_rules() {
     let d = tempfile::tempdir().unwrap();
@@ -533,7 +533,7 @@ fn sweep_svg_follows_the_plot_rules() {
     ]);
     let svg = std::fs::read_to_string(d.path().join("fig.svg")).unwrap();
     // One panel: one y axis title, no response-time panel.
-    assert_eq!(svg.matches("hit ratio (%)").count(), 1, "{svg}");
+    assert_eq!(svg.matches("Hit ratio (%)").count(), 1, "{svg}");
     assert!(!svg.contains("response time"));
     // A log x axis: tick labels span decades.
     assert!(svg.contains("log scale"));
@@ -548,9 +548,9 @@ fn sweep_svg_follows_the_plot_rules() {
         assert!(texts.contains(&decade), "tick {decade} missing: {texts:?}");
     }
     assert!(!ticks.is_empty());
-    // Legend: only the eviction varies.
+    // Legend: only the eviction varies (and is the legend's title).
     assert!(
-        texts.contains(&"lru") && texts.contains(&"arc"),
+        texts.contains(&"lru") && texts.contains(&"arc") && texts.contains(&"Eviction"),
         "{texts:?}"
     );
     assert!(

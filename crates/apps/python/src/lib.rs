@@ -6,16 +6,18 @@
 use std::path::{Path, PathBuf};
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyFileNotFoundError, PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::sync::Mutex;
 use tiercache_sim::driver::SimError;
 use tiercache_trace::{Location, TraceError as RsTraceError, TraceReader};
 
+mod modes;
 mod options;
 
 use options::{BuildError, Parsed, Value};
+use tiercache_simulate::modes::MODES;
 
 create_exception!(
     tiercache._native,
@@ -31,7 +33,7 @@ create_exception!(
 );
 
 /// A trace error as a Python `TraceError` with `path` and `line` (or `record`) attributes.
-fn trace_err(py: Python<'_>, e: &RsTraceError) -> PyErr {
+pub(crate) fn trace_err(py: Python<'_>, e: &RsTraceError) -> PyErr {
     let err = TraceError::new_err(e.to_string());
     let v = err.value(py);
     let (path, at) = match e {
@@ -60,7 +62,6 @@ fn trace_err(py: Python<'_>, e: &RsTraceError) -> PyErr {
 fn build_err(py: Python<'_>, e: BuildError) -> PyErr {
     match e {
         BuildError::Option(m) => OptionError::new_err(m),
-        BuildError::NotAvailable(m) => PyNotImplementedError::new_err(m),
         BuildError::Missing(m) => PyFileNotFoundError::new_err(m),
         BuildError::Trace(t) => trace_err(py, &t),
         BuildError::Other(m) => PyRuntimeError::new_err(m),
@@ -97,12 +98,22 @@ fn extract_options(d: &Bound<'_, PyDict>) -> PyResult<Vec<(String, Value)>> {
     Ok(out)
 }
 
-/// Simulate one configuration; returns the JSON object of `tiercache sim --json`.
-/// The GIL is released while the trace is replayed.
+/// Simulate one configuration in any `--mode`; returns the JSON object of
+/// `tiercache sim --json`. The GIL is released while the trace is replayed.
 #[pyfunction]
 #[pyo3(signature = (trace, options))]
 fn simulate_json(py: Python<'_>, trace: PathBuf, options: &Bound<'_, PyDict>) -> PyResult<String> {
     let parsed = Parsed::new(extract_options(options)?).map_err(OptionError::new_err)?;
+    let mode = parsed.text("mode").unwrap_or_default();
+    if mode != "cache" {
+        if !MODES.contains(&mode.as_str()) {
+            return Err(OptionError::new_err(format!(
+                "option mode: unknown mode '{mode}' (allowed: {})",
+                MODES.join(", ")
+            )));
+        }
+        return modes::simulate_json(py, trace, &parsed);
+    }
     let result = py.allow_threads(move || -> Result<String, BuildError> {
         let run = options::build(&trace, &parsed)?;
         let open = || tiercache_trace::open(&run.trace, run.format, &run.read);
@@ -249,6 +260,27 @@ fn open_trace(
     })
 }
 
+/// The SVG of a figure given as JSON (`tiercache.plot.Figure.to_json()`),
+/// drawn by the renderer of `tiercache sim --out`.
+#[pyfunction]
+fn render_svg(figure_json: &str) -> PyResult<String> {
+    let fig: tiercache_plot::Figure = serde_json::from_str(figure_json)
+        .map_err(|e| PyValueError::new_err(format!("figure: {e}")))?;
+    fig.svg()
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The figure of a sweep (JSON) from its rows (a JSON array of `sim --json`
+/// objects), exactly as `tiercache sim --out` builds it.
+#[pyfunction]
+#[pyo3(signature = (rows_json, title=None))]
+fn sweep_figure_json(rows_json: &str, title: Option<&str>) -> PyResult<String> {
+    let rows: Vec<serde_json::Value> = serde_json::from_str(rows_json)
+        .map_err(|e| PyValueError::new_err(format!("sweep rows: {e}")))?;
+    let fig = tiercache_plot::sweep_figure(&rows, title);
+    serde_json::to_string(&fig).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
 /// Names of the options `simulate` accepts, with their CLI defaults (None: no default).
 #[pyfunction]
 fn option_defaults() -> Vec<(String, Option<String>)> {
@@ -267,6 +299,17 @@ fn canonical_option(name: &str) -> String {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MODES", MODES.to_vec())?;
+    m.add("PALETTE", tiercache_plot::PALETTE.to_vec())?;
+    m.add(
+        "SERIES_FIELDS",
+        tiercache_plot::SERIES_FIELDS
+            .iter()
+            .map(|(f, _)| *f)
+            .collect::<Vec<_>>(),
+    )?;
+    m.add_function(wrap_pyfunction!(render_svg, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep_figure_json, m)?)?;
     m.add("OptionError", m.py().get_type::<OptionError>())?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(simulate_json, m)?)?;

@@ -92,6 +92,8 @@ const LIST_OPTIONS: &[&str] = &[
     "eviction",
     "write_policy",
     "admission",
+    "tier_policy",
+    "fast_tier_size",
 ];
 
 /// The canonical name of an option: `--line-size`, `line-size` and
@@ -157,7 +159,29 @@ impl Parsed {
         Ok(Parsed { vals })
     }
 
-    fn text(&self, name: &str) -> Option<String> {
+    /// The flags of `tiercache sim` for the options given (`--name=value`,
+    /// `--flag` for a flag that is on), after checking that each option the
+    /// CLI takes as a list has one value.
+    pub fn argv(&self) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for (name, v) in &self.vals {
+            if LIST_OPTIONS.contains(name) {
+                self.single(name)?;
+            }
+            let flag = format!("--{}", name.replace('_', "-"));
+            match v {
+                Value::Bool(true) => out.push(flag),
+                Value::Bool(false) => {}
+                Value::Int(i) => out.push(format!("{flag}={i}")),
+                Value::Float(x) => out.push(format!("{flag}={x}")),
+                Value::Str(s) => out.push(format!("{flag}={s}")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The value of a text option (the default when not given).
+    pub fn text(&self, name: &str) -> Option<String> {
         match self.vals.get(name) {
             Some(Value::Str(s)) => Some(s.clone()),
             Some(_) => None,
@@ -237,8 +261,6 @@ pub struct Run {
 /// Errors of building a run: a bad option, or a trace that cannot be read.
 pub enum BuildError {
     Option(String),
-    /// A mode of `tiercache sim` that this build does not simulate yet.
-    NotAvailable(String),
     Missing(String),
     Trace(TraceError),
     Other(String),
@@ -279,19 +301,11 @@ pub fn read_options(p: &Parsed) -> Result<ReadOptions, BuildError> {
 pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
     let o = |name: &'static str| move |e: String| BuildError::Option(opt_err(name, e));
     let mode = p.text("mode").unwrap_or_default();
-    match mode.as_str() {
-        "cache" => {}
-        "ssd" | "ssc" | "ssc-v" | "tier" | "tica" | "ucache" | "srac" => {
-            return Err(BuildError::NotAvailable(format!(
-                "option mode: mode '{mode}' is not available in this build yet (as in `tiercache sim`); available: cache"
-            )))
-        }
-        m => {
-            return Err(BuildError::Option(opt_err(
-                "mode",
-                format!("unknown mode '{m}' (allowed: cache, ssd, ssc, ssc-v, tier, tica, ucache, srac)"),
-            )))
-        }
+    if mode != "cache" {
+        return Err(BuildError::Option(opt_err(
+            "mode",
+            format!("mode '{mode}' is not the SSD cache (run it with modes::run)"),
+        )));
     }
     let format = format_of(p)?;
     let read = read_options(p)?;

@@ -1,9 +1,9 @@
-//! `tiercache plot RESULTS --x ... --y ... -o FIG`: draws sweep results with
-//! the Python package's plotting code (`python3 -m tiercache.plot`), so that
-//! figures from the CLI and from notebooks are the same. The sweep SVG of
-//! `sim --out` is drawn in Rust (crates/apps/cli/src/plot.rs, no Python
-//! needed) by the same rules: log x axis for sizes, legends naming only what
-//! varies, no empty panel, the Okabe-Ito palette.
+//! `tiercache plot RESULTS --x ... --y ... -o FIG.svg`: draws sweep results
+//! with `python3 -m tiercache.plot`, which reads the results (Parquet, CSV,
+//! JSON) with pandas and draws them with the one renderer of tiercache (the
+//! `tiercache-plot` crate, also behind the sweep SVG of `sim --out`): log x
+//! axis for sizes, legends naming only what varies, no empty panel, the
+//! Okabe-Ito palette.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -16,7 +16,7 @@ use clap::Args;
 Run `tiercache plot --help` for its options. PYTHON selects the interpreter [default: python3]."
 )]
 pub struct PlotArgs {
-    /// RESULTS.parquet --x COL --y COL [--hue COL] [--style COL] [--title T] [--logx|--no-logx] -o FIG
+    /// RESULTS.parquet --x COL --y COL [--hue COL] [--style COL] [--title T] [--logx|--no-logx] -o FIG.svg
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }

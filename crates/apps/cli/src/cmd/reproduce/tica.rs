@@ -10,7 +10,7 @@ use tiercache_levels::{Arch, LevelsReport, Policy};
 use tiercache_sim::units::{parse_bytes, SizeSpec};
 use tiercache_trace::{Format, ReadOptions};
 
-use crate::cmd::sim::modes::tica::{load_profile, pages, TraceInput};
+use tiercache_simulate::modes::tica::{load_profile, pages, TraceInput};
 
 /// Options.
 #[derive(clap::Args, Debug)]

@@ -1,12 +1,8 @@
 //! `tiercache sim`: replay a trace through one cache configuration, or a sweep
 //! over comma-separated values of the policy and size options.
 
-pub mod args;
-pub mod modes;
+pub use tiercache_simulate::{parse_2lbs_levels, replay_choice, SimArgs};
 
-pub use args::{parse_2lbs_levels, replay_choice, SimArgs};
-
-use crate::plot;
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -33,7 +29,13 @@ struct Point {
 
 pub fn run(a: SimArgs) -> Result<()> {
     if a.mode != "cache" {
-        return modes::run(&a);
+        let out = tiercache_simulate::modes::run(&a)?;
+        if a.json {
+            println!("{}", out.json());
+        } else {
+            print!("{}", out.text);
+        }
+        return Ok(());
     }
     if a.cache_size.is_empty() {
         bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%)");
@@ -163,7 +165,9 @@ pub fn run(a: SimArgs) -> Result<()> {
         let csv = out.with_extension("csv");
         let svg = out.with_extension("svg");
         write_csv(&csv, &a.trace, &reports)?;
-        plot::sweep_svg(&svg, &a.trace, &reports)?;
+        let rows: Vec<serde_json::Value> =
+            reports.iter().map(|(_, r)| json_row(&a.trace, r)).collect();
+        tiercache_plot::sweep_figure(&rows, None).save(&svg)?;
         eprintln!("wrote {} and {}", csv.display(), svg.display());
     }
     Ok(())

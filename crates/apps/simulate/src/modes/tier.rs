@@ -3,48 +3,41 @@
 //! HDD model. `--tier-policy` and `--fast-tier-size` take comma-separated
 //! lists; several values run every combination.
 
-use crate::cmd::sim::args::SimArgs;
-use anyhow::{bail, Context, Result};
+use super::{bad, json_row, trace_input, ModeOutput};
+use crate::args::SimArgs;
+use anyhow::{Context, Result};
+use std::fmt::Write;
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
 use tiercache_tiering::sim::{Replay, TierReport, TierSimConfig};
-use tiercache_trace::{Format, ReadOptions};
 
-pub fn run(a: &SimArgs) -> Result<()> {
-    let format = match &a.format {
-        Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
-        None => None,
-    };
-    let block_size = parse_bytes(&a.block_size).map_err(anyhow::Error::msg)?;
-    let ropts = ReadOptions {
-        skip_bad: a.skip_bad,
-        block_size: u32::try_from(block_size).context("--block-size too large")?,
-        volume: a.volume.clone(),
-    };
-    if !a.trace.exists() {
-        bail!("trace {} does not exist", a.trace.display());
-    }
+/// Run `tiercache sim --mode tier`.
+pub fn run(a: &SimArgs) -> Result<ModeOutput> {
+    let (format, ropts) = trace_input(a)?;
     let policies = a
         .tier_policy
         .split(',')
-        .map(|p| p.parse::<PolicyKind>().map_err(anyhow::Error::msg))
+        .map(|p| p.parse::<PolicyKind>().map_err(|e| bad("tier_policy", e)))
         .collect::<Result<Vec<_>>>()?;
     let Some(fast) = &a.fast_tier_size else {
-        bail!("--mode tier needs --fast-tier-size (SIZE such as 1GiB, a number of tier blocks, or a percentage of the footprint such as 5%)");
+        return Err(bad("fast_tier_size", "required by --mode tier (a SIZE such as 1GiB, a number of tier blocks, or a percentage of the footprint such as 5%)"));
     };
     let sizes = fast
         .split(',')
-        .map(|s| parse_size(s.trim()).map_err(anyhow::Error::msg))
+        .map(|s| parse_size(s.trim()).map_err(|e| bad("fast_tier_size", e)))
         .collect::<Result<Vec<_>>>()?;
-    let tier_block = parse_bytes(&a.tier_block).map_err(anyhow::Error::msg)?;
+    let tier_block = parse_bytes(&a.tier_block).map_err(|e| bad("tier_block", e))?;
     let tier_block = u32::try_from(tier_block)
         .ok()
         .filter(|b| (4096..=4 << 20).contains(b) && b.is_power_of_two())
-        .with_context(|| {
-            format!(
-                "--tier-block {} (allowed: a power of two from 4KiB to 4MiB)",
-                a.tier_block
+        .ok_or_else(|| {
+            bad(
+                "tier_block",
+                format!(
+                    "{} not allowed (allowed: a power of two from 4KiB to 4MiB)",
+                    a.tier_block
+                ),
             )
         })?;
     let profile = match &a.profile {
@@ -53,7 +46,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
     };
     let open = || tiercache_trace::open(&a.trace, format, &ropts);
     let stats = tiercache_trace::trace_stats(open()?, tier_block)?;
-    let replay = match crate::cmd::sim::args::replay_choice(a, || Ok(stats.duration_ns > 0))? {
+    let replay = match crate::args::replay_choice(a, || Ok(stats.duration_ns > 0))? {
         None => Replay::Open,
         Some(queue_depth) => Replay::Closed { queue_depth },
     };
@@ -83,9 +76,8 @@ pub fn run(a: &SimArgs) -> Result<()> {
             rows.push((size, r));
         }
     }
-    let json_row = |size: &SizeSpec, r: &TierReport| -> Result<serde_json::Value> {
-        let mut v = serde_json::to_value(r)?;
-        v["trace"] = a.trace.display().to_string().into();
+    let tier_row = |size: &SizeSpec, r: &TierReport| -> Result<serde_json::Value> {
+        let mut v = json_row(&a.trace, r)?;
         v["fast_tier_size"] = size.to_string().into();
         if let Some(b) = &baseline {
             v["baseline"] = serde_json::json!({
@@ -97,27 +89,33 @@ pub fn run(a: &SimArgs) -> Result<()> {
         }
         Ok(v)
     };
-    if a.json {
-        let v = rows
-            .iter()
-            .map(|(s, r)| json_row(s, r))
-            .collect::<Result<Vec<_>>>()?;
-        let out = if v.len() == 1 {
-            serde_json::to_string_pretty(&v[0])?
-        } else {
-            serde_json::to_string_pretty(&v)?
-        };
-        println!("{out}");
-        return Ok(());
-    }
-    println!("trace {}", a.trace.display());
-    if let Some(b) = &baseline {
-        println!(
+    let json = rows
+        .iter()
+        .map(|(s, r)| tier_row(s, r))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ModeOutput {
+        rows: json,
+        text: text_report(a, baseline.as_ref(), &rows)?,
+    })
+}
+
+/// The report printed without `--json`.
+fn text_report(
+    a: &SimArgs,
+    baseline: Option<&TierReport>,
+    rows: &[(SizeSpec, TierReport)],
+) -> Result<String> {
+    let mut out = String::new();
+    writeln!(out, "trace {}", a.trace.display())?;
+    if let Some(b) = baseline {
+        writeln!(
+            out,
             "HDD only: mean {:.1} µs, p99 {:.1} µs",
             b.mean_response_us, b.p99_response_us
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10} {:>12} {:>8}",
         "fast",
         "policy",
@@ -129,9 +127,10 @@ pub fn run(a: &SimArgs) -> Result<()> {
         "migrated",
         "migr. bytes",
         "B/block"
-    );
-    for (s, r) in &rows {
-        println!(
+    )?;
+    for (s, r) in rows {
+        writeln!(
+            out,
             "{:>8} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>8.2} {:>8.2} {:>10} {:>12} {:>8.2}",
             s.to_string(),
             r.policy,
@@ -143,7 +142,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
             r.migrations,
             r.migrated_bytes,
             r.metadata_bytes_per_block
-        );
+        )?;
     }
-    Ok(())
+    Ok(out)
 }

@@ -5,39 +5,37 @@
 //! adds an `ftl` object (write amplification, erases, wear, copies, silent
 //! evictions, merges), `device_memory_bytes` and `host_memory_bytes`.
 
-use crate::cmd::sim::args::SimArgs;
-use anyhow::{bail, Context, Result};
+use super::{bad, json_row, trace_input, ModeOutput};
+use crate::args::SimArgs;
+use anyhow::{Context, Result};
+use std::fmt::Write;
 use tiercache_flash::{
     run as simulate, DeviceConfig, DeviceKind, FlashReport, FlashSimConfig, ManagerKind,
 };
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
-use tiercache_trace::{Format, ReadOptions};
 
 /// Run `tiercache sim` in a flash mode.
-pub fn run(a: &SimArgs) -> Result<()> {
-    let kind: DeviceKind = a.mode.parse().map_err(anyhow::Error::msg)?;
-    let format = match &a.format {
-        Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
-        None => None,
-    };
-    let block_size = parse_bytes(&a.block_size).map_err(anyhow::Error::msg)?;
-    let ropts = ReadOptions {
-        skip_bad: a.skip_bad,
-        block_size: u32::try_from(block_size).context("--block-size too large")?,
-        volume: a.volume.clone(),
-    };
-    if !a.trace.exists() {
-        bail!("trace {} does not exist", a.trace.display());
+pub fn run(a: &SimArgs) -> Result<ModeOutput> {
+    let kind: DeviceKind = a.mode.parse().map_err(|e| bad("mode", e))?;
+    let (format, ropts) = trace_input(a)?;
+    if a.cache_size.is_empty() {
+        return Err(bad(
+            "cache_size",
+            format!("required by --mode {} (the flash capacity: a SIZE such as 64MiB, or a percentage of the footprint such as 10%)", a.mode),
+        ));
     }
     for l in &a.line_size {
-        let b = parse_bytes(l.trim()).map_err(anyhow::Error::msg)?;
+        let b = parse_bytes(l.trim()).map_err(|e| bad("line_size", e))?;
         if b != 4096 {
-            bail!("--line-size {l}: flash modes cache 4 KiB flash pages (allowed: 4KiB)");
+            return Err(bad(
+                "line_size",
+                format!("{l}: flash modes cache 4 KiB flash pages (allowed: 4KiB)"),
+            ));
         }
     }
     let mut rows: Vec<(String, String, FlashReport)> = Vec::new();
     for size in &a.cache_size {
-        let spec = parse_size(size.trim()).map_err(anyhow::Error::msg)?;
+        let spec = parse_size(size.trim()).map_err(|e| bad("cache_size", e))?;
         let bytes = match spec {
             SizeSpec::Percent(_) => {
                 let r = tiercache_trace::open(&a.trace, format, &ropts)?;
@@ -47,7 +45,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
             _ => spec.bytes(4096, 0),
         };
         for wp in &a.write_policy {
-            let manager: ManagerKind = wp.trim().parse().map_err(anyhow::Error::msg)?;
+            let manager: ManagerKind = wp.trim().parse().map_err(|e| bad("write_policy", e))?;
             let cfg = FlashSimConfig {
                 device: DeviceConfig::new(kind, bytes)
                     .with_context(|| format!("flash capacity {size}"))?,
@@ -61,25 +59,23 @@ pub fn run(a: &SimArgs) -> Result<()> {
             rows.push((size.trim().to_string(), wp.trim().to_string(), report));
         }
     }
-    if a.json {
-        let v: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|(_, _, r)| {
-                let mut v = serde_json::to_value(r).expect("report serializes");
-                v["trace"] = serde_json::Value::String(a.trace.display().to_string());
-                v
-            })
-            .collect();
-        if v.len() == 1 {
-            println!("{}", serde_json::to_string_pretty(&v[0])?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
-        return Ok(());
-    }
-    println!("trace {}", a.trace.display());
-    for (size, wp, r) in &rows {
-        println!(
+    let json = rows
+        .iter()
+        .map(|(_, _, r)| json_row(&a.trace, r))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ModeOutput {
+        rows: json,
+        text: text_report(a, &rows)?,
+    })
+}
+
+/// The report printed without `--json`.
+fn text_report(a: &SimArgs, rows: &[(String, String, FlashReport)]) -> Result<String> {
+    let mut out = String::new();
+    writeln!(out, "trace {}", a.trace.display())?;
+    for (size, wp, r) in rows {
+        writeln!(
+            out,
             "{} {} flash {size} ({} blocks), {wp}: {} block accesses, hit ratio {:.2} %, miss rate {:.2} %",
             r.mode,
             r.ftl_kind,
@@ -87,9 +83,10 @@ pub fn run(a: &SimArgs) -> Result<()> {
             r.block_accesses,
             r.hit_ratio * 100.0,
             r.miss_rate * 100.0
-        );
+        )?;
         let f = &r.ftl;
-        println!(
+        writeln!(
+            out,
             "  write amplification {:.3} ({:.3} with mapping log/checkpoints), erases {}, max wear difference {}, GC copies {}, silent evictions {}",
             f.write_amplification,
             f.write_amplification_with_metadata,
@@ -97,12 +94,14 @@ pub fn run(a: &SimArgs) -> Result<()> {
             f.max_wear_difference,
             f.gc_page_copies,
             f.silent_evictions
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "  merges: {} full, {} partial, {} switch; GC time {:.2} s",
             f.full_merges, f.partial_merges, f.switch_merges, f.gc_time_s
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "  memory: device {} B ({:.2} B/block), host {} B ({:.2} B/block); sparse map {:.2} B/block vs dense over the disk range {:.2} B/block",
             r.device_memory_bytes,
             r.device_bytes_per_block,
@@ -110,9 +109,10 @@ pub fn run(a: &SimArgs) -> Result<()> {
             r.host_bytes_per_block,
             r.map_comparison.sparse_bytes_per_block,
             r.map_comparison.dense_disk_range_bytes_per_block
-        );
+        )?;
         if let Some(p) = &r.persistence {
-            println!(
+            writeln!(
+            out,
                 "  durability: {} log records, {} sync and {} group commits, {} log pages, {} checkpoints ({} pages); recovery estimate {:.1} ms",
                 p.log_records,
                 p.sync_commits,
@@ -121,8 +121,8 @@ pub fn run(a: &SimArgs) -> Result<()> {
                 p.checkpoints,
                 p.checkpoint_pages,
                 p.recovery_ms
-            );
+            )?;
         }
     }
-    Ok(())
+    Ok(out)
 }

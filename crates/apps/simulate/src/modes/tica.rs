@@ -1,8 +1,10 @@
 //! `tiercache sim --mode tica|ucache|srac`: three-level DRAM / RO-SSD /
 //! WO-SSD caches (TICA) and their mirrored-SSD baselines.
 
-use crate::cmd::sim::args::SimArgs;
+use super::{bad, json_row, trace_input, ModeOutput};
+use crate::args::SimArgs;
 use anyhow::{bail, Context, Result};
+use std::fmt::Write;
 use std::path::Path;
 use tiercache_levels::sim::{Replay, SimConfig};
 use tiercache_levels::{Arch, LevelsProfile, LevelsReport, Policy};
@@ -38,55 +40,55 @@ pub fn pages(spec: SizeSpec, page: u32, footprint: u64) -> u64 {
     spec.bytes(u64::from(page), footprint) / u64::from(page)
 }
 
-pub fn run(a: &SimArgs) -> Result<()> {
+/// Run `tiercache sim` in a three-level mode.
+pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     let arch = match a.mode.as_str() {
         "tica" => Arch::Tica(
             a.tica_policy
                 .parse::<Policy>()
-                .map_err(anyhow::Error::msg)?,
+                .map_err(|e| bad("tica_policy", e))?,
         ),
         "ucache" => Arch::UCache,
         "srac" => Arch::Srac,
         m => bail!("mode '{m}' is not a three-level mode (allowed: tica, ucache, srac)"),
     };
-    if !a.trace.exists() {
-        bail!("trace {} does not exist", a.trace.display());
-    }
-    let format = match &a.format {
-        Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
-        None => None,
-    };
-    let block_size = parse_bytes(&a.block_size).map_err(anyhow::Error::msg)?;
+    let (format, ropts) = trace_input(a)?;
     let input = TraceInput {
         path: a.trace.clone(),
         format,
-        ropts: ReadOptions {
-            skip_bad: a.skip_bad,
-            block_size: u32::try_from(block_size).context("--block-size too large")?,
-            volume: a.volume.clone(),
-        },
+        ropts,
     };
     let [cache] = a.cache_size.as_slice() else {
-        bail!(
-            "--mode {} takes one --cache-size (the size of each SSD), got {}",
-            a.mode,
-            a.cache_size.len()
-        );
+        return Err(bad(
+            "cache_size",
+            format!(
+                "--mode {} takes one cache size (the size of each SSD), got {}",
+                a.mode,
+                a.cache_size.len()
+            ),
+        ));
     };
     let [line] = a.line_size.as_slice() else {
-        bail!("--mode {} takes one --line-size (the page size)", a.mode);
+        return Err(bad(
+            "line_size",
+            format!("--mode {} takes one line size (the page size)", a.mode),
+        ));
     };
-    let page = parse_bytes(line).map_err(anyhow::Error::msg)?;
+    let page = parse_bytes(line).map_err(|e| bad("line_size", e))?;
     let page = u32::try_from(page)
         .ok()
         .filter(|p| p.is_power_of_two() && (512..=1 << 20).contains(p))
-        .with_context(|| {
-            format!("page size {line} not allowed (a power of two from 512B to 1MiB)")
+        .ok_or_else(|| {
+            bad(
+                "line_size",
+                format!("page size {line} not allowed (a power of two from 512B to 1MiB)"),
+            )
         })?;
-    let ssd = parse_size(cache).map_err(anyhow::Error::msg)?;
-    let dram = parse_size(a.dram_size.as_deref().unwrap_or("1%")).map_err(anyhow::Error::msg)?;
+    let ssd = parse_size(cache).map_err(|e| bad("cache_size", e))?;
+    let dram =
+        parse_size(a.dram_size.as_deref().unwrap_or("1%")).map_err(|e| bad("dram_size", e))?;
     let (footprint, timed) = input.footprint(page)?;
-    let replay = match crate::cmd::sim::args::replay_choice(a, || Ok(timed))? {
+    let replay = match crate::args::replay_choice(a, || Ok(timed))? {
         None => Replay::Open,
         Some(1) => Replay::Closed,
         Some(q) => bail!(
@@ -105,14 +107,10 @@ pub fn run(a: &SimArgs) -> Result<()> {
         cfg.profile = load_profile(p)?;
     }
     let r = input.run(&cfg)?;
-    if a.json {
-        let mut v = serde_json::to_value(&r)?;
-        v["trace"] = serde_json::Value::String(a.trace.display().to_string());
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print_report(&a.trace, &r);
-    }
-    Ok(())
+    Ok(ModeOutput {
+        rows: vec![json_row(&a.trace, &r)?],
+        text: text_report(&a.trace, &r)?,
+    })
 }
 
 /// A three-level device profile (TOML; see `tiercache_levels::LevelsProfile`).
@@ -122,41 +120,50 @@ pub fn load_profile(p: &Path) -> Result<LevelsProfile> {
     LevelsProfile::from_toml_str(&s).map_err(anyhow::Error::msg)
 }
 
-fn print_report(trace: &Path, r: &LevelsReport) {
+/// The report printed without `--json`.
+fn text_report(trace: &Path, r: &LevelsReport) -> Result<String> {
+    let mut out = String::new();
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let pct = |v: f64| format!("{:.2} %", v * 100.0);
-    println!("trace {}", trace.display());
-    println!(
+    writeln!(out, "trace {}", trace.display())?;
+    writeln!(
+        out,
         "{}: DRAM {}, SSDs {} each, pages of {}, {} requests",
         r.mode,
         format_bytes(r.dram_bytes),
         format_bytes(r.ssd_bytes),
         format_bytes(u64::from(r.page_bytes)),
         r.requests
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "read hit ratio {} (DRAM {}, RO-SSD {}, WO-SSD {}); WED share {}",
         pct(r.hit_ratio),
         pct(r.dram_hit_ratio),
         pct(r.ro_ssd_hit_ratio),
         pct(r.wo_ssd_hit_ratio),
         pct(r.wed_share)
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "SSD page writes {} (RO-SSD {}, WO-SSD {}); HDD reads {} writes {}",
         r.ssd_writes, r.ro_ssd_writes, r.wo_ssd_writes, r.hdd_reads, r.hdd_writes
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "response mean {:.1} µs, p99 {:.1} µs; elapsed {:.3} s",
         r.mean_response_us, r.p99_response_us, r.elapsed_s
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "energy {:.3} J, cost ${:.4}, unreliability {:.3e} over {} h (alpha {:.2})",
         r.energy_joules, r.cost_usd, r.unreliability, r.mission_hours, r.alpha
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "lifetime (years): RO-SSD {}, WO-SSD {}",
         opt(r.ro_ssd_lifetime_years),
         opt(r.wo_ssd_lifetime_years)
-    );
+    )?;
+    Ok(out)
 }

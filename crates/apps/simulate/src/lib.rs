@@ -1,0 +1,11 @@
+//! `tiercache sim` as a library: its options ([`SimArgs`]) and the
+//! simulations of the designs beyond the SSD cache ([`modes`]: FlashTier,
+//! OODT tiering, TICA and its baselines). The CLI prints what a mode returns;
+//! the Python module (`tiercache._native`) returns the same JSON, so
+//! `tiercache.simulate(mode=M, ...)` is exactly `tiercache sim --mode M --json`.
+
+pub mod args;
+pub mod modes;
+
+pub use args::{parse_2lbs_levels, replay_choice, SimArgs};
+pub use modes::{BadOption, ModeOutput};
