@@ -178,7 +178,7 @@ fn sweep_writes_json_array_csv_and_svg() {
     assert!(csv.lines().next().unwrap().contains("hit_ratio"));
     let svg = std::fs::read_to_string(prefix.with_extension("svg")).unwrap();
     assert!(
-        svg.contains("<svg") && svg.contains("hit ratio (%)") && svg.contains("cache size (MiB")
+        svg.contains("<svg") && svg.contains("Hit ratio (%)") && svg.contains("Cache size (MiB")
     );
 }
 

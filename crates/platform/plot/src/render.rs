@@ -142,7 +142,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel) -> Result<()
         draw_series(&mut chart, i, s.dash, &s.label, pts)?;
     }
     if legend {
-        let rising = lines.iter().flatten().next().map(|p| p.1) < ys().last();
+        let rising = lines.iter().flatten().next().map(|p| p.1) < ys().next_back();
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))

@@ -145,8 +145,13 @@ pub fn run(a: SimArgs) -> Result<()> {
         clean_per_request: a.clean_rate,
         baseline: !a.no_baseline,
     };
-    let sweep = points.len() > 1;
     let reports = run_points(&a.trace, format, &ropts, &base, &points, a.jobs)?;
+    print_results(&a, &reports)
+}
+
+/// Print the results (JSON, a table or one report) and write the `--out` files.
+fn print_results(a: &SimArgs, reports: &[(SizeSpec, SimReport)]) -> Result<()> {
+    let sweep = reports.len() > 1;
     if a.json {
         let v: Vec<serde_json::Value> =
             reports.iter().map(|(_, r)| json_row(&a.trace, r)).collect();
@@ -156,7 +161,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&v[0])?);
         }
     } else if sweep {
-        print_table(&reports);
+        print_table(reports);
     } else {
         println!("trace {}", a.trace.display());
         println!("{}", reports[0].1);
@@ -164,7 +169,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     if let Some(out) = &a.out {
         let csv = out.with_extension("csv");
         let svg = out.with_extension("svg");
-        write_csv(&csv, &a.trace, &reports)?;
+        write_csv(&csv, &a.trace, reports)?;
         let rows: Vec<serde_json::Value> =
             reports.iter().map(|(_, r)| json_row(&a.trace, r)).collect();
         tiercache_plot::sweep_figure(&rows, None).save(&svg)?;
