@@ -298,6 +298,11 @@ impl Server {
         &self.shared.limits
     }
 
+    /// The TLS settings (None: TLS off, `STARTTLS` refused).
+    pub fn tls(&self) -> Option<&Tls> {
+        self.shared.tls.as_ref()
+    }
+
     /// Serve one already-accepted connection to completion (handshake and
     /// transmission). Useful for custom transports and in-process tests.
     /// The connection counts against [`Limits::max_connections`] (past the
