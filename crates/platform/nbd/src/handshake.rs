@@ -7,6 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::backend::Backend;
 use crate::protocol::*;
 use crate::server::Shared;
+use crate::tls::TlsMode;
 
 /// What the option phase ended with.
 pub(crate) enum Outcome {
@@ -14,6 +15,14 @@ pub(crate) enum Outcome {
     Transmit(Session),
     /// The client aborted or the connection must be dropped.
     Close,
+    /// `NBD_OPT_STARTTLS` was acknowledged: run the TLS handshake, then
+    /// continue with [`resume_after_tls`] on the TLS stream.
+    StartTls(AfterTls),
+}
+
+/// What option haggling carries across the upgrade to TLS.
+pub(crate) struct AfterTls {
+    no_zeroes: bool,
 }
 
 /// Negotiated transmission parameters.
@@ -206,6 +215,8 @@ struct Haggle {
     structured: bool,
     /// Export (canonical name) for which base:allocation is selected.
     meta_export: Option<String>,
+    /// The connection runs over TLS (STARTTLS succeeded).
+    tls: bool,
 }
 
 /// What handling one option decided: keep haggling, or end the option phase.
@@ -219,11 +230,41 @@ where
     let Some(no_zeroes) = greet(s).await? else {
         return Ok(Outcome::Close);
     };
-    let mut st = Haggle {
+    let st = Haggle {
         no_zeroes,
         structured: false,
         meta_export: None,
+        tls: false,
     };
+    haggle(s, shared, st).await
+}
+
+/// Continue option haggling over the TLS stream after `NBD_OPT_STARTTLS`.
+/// Nothing negotiated in plain text carries over (structured replies and
+/// meta contexts must be negotiated again, as qemu and nbdkit do), so a
+/// man in the middle cannot have chosen them.
+pub(crate) async fn resume_after_tls<S>(
+    s: &mut S,
+    shared: &Shared,
+    after: AfterTls,
+) -> std::io::Result<Outcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let st = Haggle {
+        no_zeroes: after.no_zeroes,
+        structured: false,
+        meta_export: None,
+        tls: true,
+    };
+    haggle(s, shared, st).await
+}
+
+/// The option loop, until an option ends it.
+async fn haggle<S>(s: &mut S, shared: &Shared, mut st: Haggle) -> std::io::Result<Outcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     loop {
         let Some((option, data)) = read_option(s, shared).await? else {
             return Ok(Outcome::Close);
@@ -304,6 +345,15 @@ async fn dispatch<S>(s: &mut S, shared: &Shared, st: &mut Haggle, option: u32, d
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    if !st.tls
+        && shared
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.mode() == TlsMode::Require)
+        && !matches!(option, OPT_STARTTLS | OPT_ABORT)
+    {
+        return tls_required(s, option).await;
+    }
     match option {
         OPT_EXPORT_NAME => opt_export_name(s, shared, st, data).await,
         OPT_ABORT => {
@@ -317,22 +367,57 @@ where
         OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
             opt_meta_context(s, shared, st, option, data).await
         }
-        OPT_STARTTLS => {
-            reply(
-                s,
-                option,
-                REP_ERR_POLICY,
-                b"TLS is not supported by this server",
-            )
-            .await?;
-            Ok(None)
-        }
+        OPT_STARTTLS => opt_starttls(s, shared, st, option, data).await,
         _ => {
             let msg = format!("option {option} is not supported by this server");
             reply(s, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
             Ok(None)
         }
     }
+}
+
+/// FORCEDTLS, before TLS is up: `NBD_OPT_EXPORT_NAME` cannot be answered
+/// with an error, so the connection is closed; any other option gets
+/// `NBD_REP_ERR_TLS_REQD`.
+async fn tls_required<S>(s: &mut S, option: u32) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if option == OPT_EXPORT_NAME {
+        tracing::debug!(
+            "NBD_OPT_EXPORT_NAME without TLS on a server that requires it; disconnecting"
+        );
+        return Ok(Some(Outcome::Close));
+    }
+    let msg = b"this server requires TLS: send NBD_OPT_STARTTLS first";
+    reply(s, option, REP_ERR_TLS_REQD, msg).await?;
+    Ok(None)
+}
+
+/// `NBD_OPT_STARTTLS`: acknowledge, then the caller upgrades the connection.
+/// Refused with `ERR_POLICY` when TLS is off, `ERR_INVALID` when it is
+/// already up or the option carries data.
+async fn opt_starttls<S>(s: &mut S, shared: &Shared, st: &Haggle, option: u32, data: &[u8]) -> Step
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let refusal: Option<(u32, &[u8])> = if shared.tls.is_none() {
+        Some((REP_ERR_POLICY, b"TLS is not enabled on this server"))
+    } else if st.tls {
+        Some((REP_ERR_INVALID, b"TLS is already active"))
+    } else if !data.is_empty() {
+        Some((REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data"))
+    } else {
+        None
+    };
+    if let Some((code, msg)) = refusal {
+        reply(s, option, code, msg).await?;
+        return Ok(None);
+    }
+    reply(s, option, REP_ACK, &[]).await?;
+    Ok(Some(Outcome::StartTls(AfterTls {
+        no_zeroes: st.no_zeroes,
+    })))
 }
 
 /// `NBD_OPT_EXPORT_NAME`: enter transmission on the named export; it has no

@@ -7,8 +7,13 @@
 //! Implemented (spec: NetworkBlockDevice/nbd `doc/proto.md`):
 //! - fixed-newstyle handshake with `NO_ZEROES`; options `EXPORT_NAME`, `ABORT`,
 //!   `LIST`, `INFO`, `GO`, `STRUCTURED_REPLY`; `NBD_INFO_EXPORT`/`NAME`/
-//!   `DESCRIPTION`/`BLOCK_SIZE`; any other option gets `NBD_REP_ERR_UNSUP`
-//!   (`STARTTLS` gets `ERR_POLICY`);
+//!   `DESCRIPTION`/`BLOCK_SIZE`; any other option gets `NBD_REP_ERR_UNSUP`;
+//! - TLS ([`Tls`], rustls): `NBD_OPT_STARTTLS` upgrades the connection and
+//!   the rest of the handshake and the transmission run over TLS;
+//!   [`TlsMode::Require`] refuses every other option with
+//!   `NBD_REP_ERR_TLS_REQD` until then (and closes on `EXPORT_NAME`);
+//!   optional client-certificate verification; without TLS, `STARTTLS`
+//!   gets `ERR_POLICY`;
 //! - transmission: `READ`, `WRITE`, `DISC`, `FLUSH`, `TRIM`, `CACHE`,
 //!   `WRITE_ZEROES` with `FUA`, `NO_HOLE`, `FAST_ZERO` and `DF`; structured
 //!   READ replies (`OFFSET_DATA`/`NONE`/`ERROR` chunks) when negotiated;
@@ -43,7 +48,7 @@
 //! sockets (systemd socket activation, `--listen fd:N`) with
 //! [`Server::serve_unix_listener`] and [`Server::serve_tcp_listener`].
 //!
-//! Not implemented: TLS (`STARTTLS` is refused), extended headers, other metadata contexts.
+//! Not implemented: TLS-PSK, extended headers, other metadata contexts.
 //!
 //! Usage: implement [`Backend`], then
 //! `Server::new([("disk", backend)])?.serve_unix(path).await?`.
@@ -55,6 +60,7 @@ mod handshake;
 mod mem;
 pub mod protocol;
 mod server;
+mod tls;
 mod transmission;
 
 pub use backend::{Backend, BlockSize, Extent};
@@ -64,6 +70,7 @@ pub use mem::MemBackend;
 pub use server::{
     ConfigError, Limits, ListenAddr, Server, ServerHandle, DEFAULT_TCP_ADDR, MAX_NAME_LEN,
 };
+pub use tls::{Tls, TlsError, TlsMode, CA_CERT, SERVER_CERT, SERVER_KEY};
 
 /// Re-exported so backends can use `#[async_trait]` without their own dependency.
 pub use async_trait::async_trait;

@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::Backend;
-use crate::handshake::{negotiate, Outcome};
+use crate::handshake::{negotiate, resume_after_tls, Outcome, Session};
+use crate::tls::Tls;
 
 /// Default TCP address: loopback only (NBD has no authentication without TLS).
 pub const DEFAULT_TCP_ADDR: &str = "127.0.0.1:10809";
@@ -148,6 +149,8 @@ pub enum ConfigError {
 pub(crate) struct Shared {
     pub exports: Vec<(String, Arc<dyn Backend>)>,
     pub limits: Limits,
+    /// `NBD_OPT_STARTTLS` is served with this (None: TLS off).
+    pub tls: Option<Tls>,
     pub cancel: CancellationToken,
     /// Server-wide READ/WRITE payload bytes ([`Limits::max_total_in_flight_bytes`]).
     pub total_bytes: Arc<Semaphore>,
@@ -239,6 +242,21 @@ impl Server {
         I: IntoIterator<Item = (N, Arc<dyn Backend>)>,
         N: Into<String>,
     {
+        Self::with_tls(exports, limits, None)
+    }
+
+    /// A server with explicit limits that serves `NBD_OPT_STARTTLS` with
+    /// `tls` ([`TlsMode::Require`](crate::TlsMode::Require) refuses
+    /// plain-text clients); `None` refuses STARTTLS.
+    pub fn with_tls<I, N>(
+        exports: I,
+        limits: Limits,
+        tls: Option<Tls>,
+    ) -> Result<Server, ConfigError>
+    where
+        I: IntoIterator<Item = (N, Arc<dyn Backend>)>,
+        N: Into<String>,
+    {
         let exports: Vec<(String, Arc<dyn Backend>)> =
             exports.into_iter().map(|(n, b)| (n.into(), b)).collect();
         if exports.is_empty() {
@@ -264,6 +282,7 @@ impl Server {
             shared: Arc::new(Shared {
                 exports,
                 limits,
+                tls,
                 cancel: CancellationToken::new(),
                 total_bytes: Arc::new(Semaphore::new(limits.max_total_in_flight_bytes)),
                 conn_slots: Arc::new(Semaphore::new(limits.max_connections)),
@@ -277,6 +296,11 @@ impl Server {
     /// The limits this server enforces.
     pub fn limits(&self) -> &Limits {
         &self.shared.limits
+    }
+
+    /// The TLS settings (None: TLS off, `STARTTLS` refused).
+    pub fn tls(&self) -> Option<&Tls> {
+        self.shared.tls.as_ref()
     }
 
     /// Serve one already-accepted connection to completion (handshake and
@@ -388,16 +412,16 @@ impl Server {
     /// Serve a connection until it ends or `stop` fires.
     async fn serve_connection_until<S>(
         &self,
-        mut stream: S,
+        stream: S,
         stop: &CancellationToken,
     ) -> std::io::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let limit = self.shared.limits.handshake_timeout;
-        let outcome = tokio::select! {
+        let entered = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            r = tokio::time::timeout(limit, negotiate(&mut stream, &self.shared)) => match r {
+            r = tokio::time::timeout(limit, handshake(stream, &self.shared)) => match r {
                 Ok(r) => r?,
                 Err(_) => {
                     tracing::debug!("client did not finish the handshake within {limit:?}; closing");
@@ -405,13 +429,18 @@ impl Server {
                 }
             },
         };
-        match outcome {
-            Outcome::Close => Ok(()),
-            Outcome::Transmit(session) => {
-                crate::transmission::serve(stream, session, &self.shared, stop.clone()).await;
-                Ok(())
+        // Each stream type gets its own transmission loop: the plain one is
+        // exactly as fast as before TLS existed.
+        match entered {
+            Entered::Closed => {}
+            Entered::Plain(stream, session) => {
+                crate::transmission::serve(stream, session, &self.shared, stop.clone()).await
+            }
+            Entered::Tls(stream, session) => {
+                crate::transmission::serve(*stream, session, &self.shared, stop.clone()).await
             }
         }
+        Ok(())
     }
 
     /// Shut down every listener and connection of this server, with the
@@ -428,6 +457,42 @@ impl Server {
     /// True once [`shutdown_all`](Self::shutdown_all) was called.
     pub fn is_shut_down(&self) -> bool {
         self.shared.cancel.is_cancelled()
+    }
+}
+
+/// How the handshake of a connection ended.
+enum Entered<S> {
+    Closed,
+    /// Transmission in plain text.
+    Plain(S, Session),
+    /// Transmission over TLS (after `NBD_OPT_STARTTLS`).
+    Tls(Box<tokio_rustls::server::TlsStream<S>>, Session),
+}
+
+/// Option haggling, with the upgrade to TLS when the client asks for it
+/// (the TLS handshake counts against the handshake timeout).
+async fn handshake<S>(mut stream: S, shared: &Shared) -> std::io::Result<Entered<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let after = match negotiate(&mut stream, shared).await? {
+        Outcome::Close => return Ok(Entered::Closed),
+        Outcome::Transmit(session) => return Ok(Entered::Plain(stream, session)),
+        Outcome::StartTls(after) => after,
+    };
+    let Some(tls) = &shared.tls else {
+        return Ok(Entered::Closed);
+    };
+    let mut stream = match tls.acceptor().accept(stream).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::info!("TLS handshake with a client failed: {e}");
+            return Ok(Entered::Closed);
+        }
+    };
+    match resume_after_tls(&mut stream, shared, after).await? {
+        Outcome::Transmit(session) => Ok(Entered::Tls(Box::new(stream), session)),
+        Outcome::Close | Outcome::StartTls(_) => Ok(Entered::Closed),
     }
 }
 

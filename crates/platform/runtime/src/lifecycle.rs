@@ -27,6 +27,8 @@ pub struct ServeConfig {
     pub read_only: bool,
     /// NBD server limits (connections, timeouts, bytes in flight, shutdown grace).
     pub limits: tiercache_nbd::Limits,
+    /// TLS (`NBD_OPT_STARTTLS`); None refuses it.
+    pub tls: Option<tiercache_nbd::Tls>,
 }
 
 /// The sockets, bound before the design is opened.
@@ -92,8 +94,12 @@ pub async fn serve(
         design: Arc::clone(&design),
         read_only: cfg.read_only,
     });
-    let server = tiercache_nbd::Server::with_limits([(cfg.export.clone(), export)], cfg.limits)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server = tiercache_nbd::Server::with_tls(
+        [(cfg.export.clone(), export)],
+        cfg.limits,
+        cfg.tls.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let listening = prepared.nbd.serve(&server)?;
     let uri = listening.uri.clone();
     let started = Instant::now();
@@ -103,6 +109,7 @@ pub async fn serve(
         "read_only": cfg.read_only,
         "pid": std::process::id(),
         "limits": limits_json(&cfg.limits),
+        "tls": tls_json(cfg.tls.as_ref()),
     });
     let (dtx, mut drx) = mpsc::channel(1);
     let ctl = ControlServer::start(
@@ -202,6 +209,20 @@ async fn finish_detach(
 
 fn plural(n: u64, unit: &str) -> String {
     format!("{n} {unit}")
+}
+
+/// The TLS mode in force, for `stats`.
+fn tls_json(tls: Option<&tiercache_nbd::Tls>) -> serde_json::Value {
+    match tls {
+        None => json!({"mode": "off"}),
+        Some(t) => json!({
+            "mode": match t.mode() {
+                tiercache_nbd::TlsMode::On => "on",
+                tiercache_nbd::TlsMode::Require => "require",
+            },
+            "verify_peer": t.verifies_peer(),
+        }),
+    }
 }
 
 /// The limits in force, for `stats`.

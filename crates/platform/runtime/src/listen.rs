@@ -66,10 +66,11 @@ impl ListenSpec {
         bail!("--listen '{s}' is not understood (allowed: unix:PATH, tcp:HOST:PORT, fd:N)")
     }
 
-    /// Refuse a TCP address that is not loopback unless `allow` (the user
-    /// named the risk): NBD has no authentication, and anyone who reaches
-    /// the address could read and write the device.
-    pub fn check_exposure(&self, allow: bool) -> Result<()> {
+    /// Refuse a TCP address that is not loopback unless every client must
+    /// use TLS (`tls_required`) or `allow` (the user named the risk): plain
+    /// NBD has no authentication, and anyone who reaches the address could
+    /// read and write the device.
+    pub fn check_exposure(&self, allow: bool, tls_required: bool) -> Result<()> {
         let ListenSpec::Tcp(a) = self else {
             return Ok(());
         };
@@ -77,14 +78,22 @@ impl ListenSpec {
             .to_socket_addrs()
             .with_context(|| format!("--listen tcp:{a}: resolving the address"))?
             .any(|x| !x.ip().is_loopback());
-        if exposed && !allow {
+        if !exposed || tls_required {
+            return Ok(());
+        }
+        if !allow {
             bail!(
-                "--listen tcp:{a} is reachable from other machines, and NBD has no authentication \
-                 (TLS is not available yet): anyone who reaches it can read and write the device. \
-                 Listen on a loopback address or a Unix socket, or accept the risk with \
-                 --insecure-listen"
+                "--listen tcp:{a} is reachable from other machines, and plain NBD has no \
+                 authentication: anyone who reaches it can read and write the device. \
+                 Require TLS with --tls=require --tls-certificates DIR (add --tls-verify-peer \
+                 to admit only clients with a certificate from your CA), listen on a loopback \
+                 address or a Unix socket, or accept the risk with --insecure-listen"
             );
         }
+        tracing::warn!(
+            "listening on {a}, which is not a loopback address, without --tls=require: \
+             anyone who reaches this address can read and write the device"
+        );
         Ok(())
     }
 
@@ -118,12 +127,6 @@ impl ListenSpec {
                     .to_socket_addrs()
                     .with_context(|| format!("--listen tcp:{a}: resolving the address"))?
                     .collect();
-                if addrs.iter().any(|x| !x.ip().is_loopback()) {
-                    tracing::warn!(
-                        "listening on {a}, which is not a loopback address: NBD has no authentication, \
-                         anyone who reaches this address can read and write the device"
-                    );
-                }
                 let l = std::net::TcpListener::bind(&addrs[..])
                     .with_context(|| format!("listening on tcp:{a}"))?;
                 Ok(Bound::Tcp(l))
@@ -156,11 +159,16 @@ pub enum Bound {
 }
 
 impl Bound {
-    /// Start the NBD server on this socket.
+    /// Start the NBD server on this socket. The URI says `nbds` when the
+    /// server requires TLS.
     pub fn serve(self, server: &tiercache_nbd::Server) -> Result<Listening> {
+        let s = match server.tls().map(|t| t.mode()) {
+            Some(tiercache_nbd::TlsMode::Require) => "s",
+            _ => "",
+        };
         Ok(match self {
             Bound::Unix(l, p) => {
-                let uri = format!("nbd+unix:///?socket={}", p.display());
+                let uri = format!("nbd{s}+unix:///?socket={}", p.display());
                 Listening {
                     handle: server.serve_unix_listener(l)?,
                     uri,
@@ -173,8 +181,8 @@ impl Bound {
                     .ok()
                     .and_then(|a| a.as_pathname().map(|p| p.to_owned()))
                 {
-                    Some(p) => format!("nbd+unix:///?socket={}", p.display()),
-                    None => "nbd+unix (inherited socket)".into(),
+                    Some(p) => format!("nbd{s}+unix:///?socket={}", p.display()),
+                    None => format!("nbd{s}+unix (inherited socket)"),
                 };
                 Listening {
                     handle: server.serve_unix_listener(l)?,
@@ -183,7 +191,7 @@ impl Bound {
                 }
             }
             Bound::Tcp(l) => {
-                let uri = format!("nbd://{}/", l.local_addr()?);
+                let uri = format!("nbd{s}://{}/", l.local_addr()?);
                 Listening {
                     handle: server.serve_tcp_listener(l)?,
                     uri,
@@ -246,6 +254,21 @@ mod tests {
             let e = ListenSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_reachable_tcp_address_needs_tls_or_an_explicit_risk() {
+        let open = ListenSpec::Tcp("0.0.0.0:10809".into());
+        let e = open.check_exposure(false, false).unwrap_err().to_string();
+        assert!(
+            e.contains("--tls=require") && e.contains("--insecure-listen"),
+            "{e}"
+        );
+        open.check_exposure(false, true).unwrap();
+        open.check_exposure(true, false).unwrap();
+        ListenSpec::Tcp("127.0.0.1:10809".into())
+            .check_exposure(false, false)
+            .unwrap();
     }
 
     #[test]

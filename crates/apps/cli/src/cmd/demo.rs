@@ -124,6 +124,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             io_engine: "auto".into(),
             threads: None,
             insecure_listen: false,
+            tls: Default::default(),
             limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();

@@ -140,7 +140,8 @@ the requests in flight (clients that stall are cut off after
 Examples:
   tiercache serve --cache cache.img --listen unix:/tmp/tiercache.sock
   tiercache serve --cache cache.img --listen tcp:127.0.0.1:10809 --max-connections 16
-  tiercache serve --cache cache.img --listen unix:/tmp/t.sock --shutdown-grace 30s --io-timeout 1m")]
+  tiercache serve --cache cache.img --listen unix:/tmp/t.sock --shutdown-grace 30s --io-timeout 1m
+  tiercache serve --cache cache.img --listen tcp:0.0.0.0:10809 --tls=require --tls-certificates /etc/tiercache/tls")]
 pub struct ServeArgs {
     /// Cache device written by `tiercache format`.
     #[arg(long)]
@@ -148,17 +149,19 @@ pub struct ServeArgs {
     /// Backing device [default: the one recorded at format time].
     #[arg(long)]
     pub backing: Option<PathBuf>,
-    /// Where to listen: unix:PATH, tcp:HOST:PORT (loopback unless told
-    /// otherwise; other addresses are warned about: NBD has no authentication)
-    /// or fd:N (an inherited listening socket).
+    /// Where to listen: unix:PATH, tcp:HOST:PORT (loopback, or any address
+    /// with --tls=require; plain NBD has no authentication) or fd:N (an
+    /// inherited listening socket).
     /// [default: the socket systemd passes (socket activation, LISTEN_FDS),
     /// else tcp:127.0.0.1:10809]
     #[arg(long)]
     pub listen: Option<String>,
     /// Allow --listen on a TCP address other machines can reach, without
-    /// authentication: anyone who reaches it can read and write the device.
+    /// --tls=require: anyone who reaches it can read and write the device.
     #[arg(long)]
     pub insecure_listen: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Export name (the empty default name is answered too).
     #[arg(long, default_value = "tiercache")]
     pub export: String,
@@ -194,6 +197,68 @@ pub struct ServeArgs {
     pub threads: Option<u16>,
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+/// TLS options of `serve`, with nbdkit's names and certificate layout.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// TLS: off (STARTTLS refused), on (each client chooses TLS or plain
+    /// text) or require (plain-text clients are refused).
+    #[arg(long, value_enum, default_value_t = TlsChoice::Off, value_name = "MODE")]
+    pub tls: TlsChoice,
+    /// Directory with server-cert.pem, server-key.pem and ca-cert.pem
+    /// (nbdkit's layout; ca-cert.pem is needed with --tls-verify-peer).
+    #[arg(long, value_name = "DIR")]
+    pub tls_certificates: Option<PathBuf>,
+    /// Admit only clients that present a certificate signed by ca-cert.pem.
+    #[arg(long)]
+    pub tls_verify_peer: bool,
+}
+
+/// `serve --tls` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TlsChoice {
+    #[default]
+    Off,
+    On,
+    Require,
+}
+
+impl TlsArgs {
+    /// Load and check the certificates (before anything is opened); None when TLS is off.
+    pub fn load(&self) -> anyhow::Result<Option<tiercache_nbd::Tls>> {
+        let mode = match self.tls {
+            TlsChoice::Off => {
+                if self.tls_certificates.is_some() || self.tls_verify_peer {
+                    anyhow::bail!(
+                        "--tls-certificates and --tls-verify-peer need --tls=on or --tls=require"
+                    );
+                }
+                return Ok(None);
+            }
+            TlsChoice::On => tiercache_nbd::TlsMode::On,
+            TlsChoice::Require => tiercache_nbd::TlsMode::Require,
+        };
+        let Some(dir) = &self.tls_certificates else {
+            anyhow::bail!(
+                "--tls={} needs --tls-certificates DIR, a directory with server-cert.pem, \
+                 server-key.pem and (for --tls-verify-peer) ca-cert.pem",
+                if mode == tiercache_nbd::TlsMode::On {
+                    "on"
+                } else {
+                    "require"
+                }
+            );
+        };
+        let tls = tiercache_nbd::Tls::from_dir(dir, mode, self.tls_verify_peer)
+            .map_err(|e| anyhow::anyhow!("--tls-certificates: {e}"))?;
+        Ok(Some(tls))
+    }
+
+    /// Every client must use TLS.
+    pub fn required(&self) -> bool {
+        self.tls == TlsChoice::Require
+    }
 }
 
 /// `tiercache stats`.

@@ -98,11 +98,13 @@ pub async fn serve_async(
         None => tiercache_runtime::listen::from_systemd()
             .unwrap_or_else(|| ListenSpec::Tcp(tiercache_nbd::DEFAULT_TCP_ADDR.into())),
     };
-    listen.check_exposure(a.insecure_listen)?;
+    let tls = a.tls.load()?;
+    listen.check_exposure(a.insecure_listen, a.tls.required())?;
     let cfg = ServeConfig {
         export: a.export.clone(),
         read_only: a.read_only,
         limits: a.limits.limits()?,
+        tls,
     };
     if a.no_cache {
         return serve_uncached(a, listen, cfg, ready).await;
@@ -182,8 +184,9 @@ async fn serve_uncached(
     }
     let export: Arc<dyn tiercache_nbd::Backend> =
         Arc::new(tiercache_server::passthrough::PassThrough { dev });
-    let server = tiercache_nbd::Server::with_limits([(cfg.export.clone(), export)], cfg.limits)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server =
+        tiercache_nbd::Server::with_tls([(cfg.export.clone(), export)], cfg.limits, cfg.tls)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let listening = bound.serve(&server)?;
     let uri = listening.uri.clone();
     eprintln!(
