@@ -36,7 +36,7 @@ mod requests;
 mod worker;
 
 pub use check::{check_volume, CheckReport};
-pub use format::{format_volume, initialize, VolumeConfig};
+pub use format::{format_volume, initial_table, initialize, VolumeConfig};
 pub use open::{open_volume, OpenOptions};
 
 use std::io;
@@ -106,6 +106,7 @@ struct Counters {
     ops: [[AtomicU64; 2]; 2],
     bytes: [[AtomicU64; 2]; 2],
     migrations: AtomicU64,
+    exchanges: AtomicU64,
     promotions: AtomicU64,
     demotions: AtomicU64,
     migrated_bytes: AtomicU64,
@@ -180,7 +181,8 @@ impl Drop for Held {
 }
 
 impl TieredVolume {
-    /// Exported size in bytes (the slow tier's size).
+    /// Exported size in bytes (the slow tier's size, or both tiers' with
+    /// `--capacity sum`).
     pub fn size(&self) -> u64 {
         self.sb.volume_bytes
     }
@@ -226,9 +228,10 @@ impl TieredVolume {
         use serde_json::json;
         let (used, slots, blocks, failed, locked, stats_bytes, map_bytes) = {
             let c = lock(&self.core);
+            let blocks = c.table.blocks();
             (
                 [c.table.used_slots(0), c.table.used_slots(1)],
-                c.table.slots(0).unwrap_or(0),
+                [c.table.slots(0).unwrap_or(0), c.table.slots(1).unwrap_or(blocks)],
                 c.table.blocks(),
                 c.failed.clone(),
                 c.busy.values().filter(|b| b.migrating).count(),
@@ -244,7 +247,7 @@ impl TieredVolume {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let tiers: Vec<_> = (0..2)
             .map(|t| {
-                let cap = if t == 0 { slots } else { blocks };
+                let cap = slots[t];
                 json!({
                     "tier": t,
                     "path": self.sb.tiers[t].identity.path,
@@ -263,6 +266,7 @@ impl TieredVolume {
             "mode": "tier",
             "status": match &failed { None => "ok".to_string(), Some(w) => format!("migrations stopped: {w}") },
             "uuid": self.sb.uuid_string(),
+            "capacity": self.sb.capacity,
             "policy": self.cfg,
             "block_size": self.sb.block_bytes,
             "volume_bytes": self.sb.volume_bytes,
@@ -270,6 +274,7 @@ impl TieredVolume {
             "tiers": tiers,
             "fast_tier_block_share": used[0] as f64 / blocks.max(1) as f64,
             "migrations": ld(&n.migrations),
+            "exchanges": ld(&n.exchanges),
             "promotions": ld(&n.promotions),
             "demotions": ld(&n.demotions),
             "migrations_in_flight": ld(&n.in_flight),
