@@ -24,6 +24,6 @@ pub use design::Tiered;
 pub use journal::RecoveryReport;
 pub use superblock::{is_tiered_volume, Capacity, Superblock};
 pub use volume::{
-    check_volume, format_volume, initialize, open_volume, CheckReport, OpenOptions, TieredVolume,
-    VolumeConfig,
+    check_volume, format_volume, initial_table, initialize, open_volume, CheckReport, OpenOptions,
+    TieredVolume, VolumeConfig,
 };

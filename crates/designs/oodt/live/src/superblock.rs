@@ -73,7 +73,9 @@ impl std::str::FromStr for Capacity {
         match s {
             "sum" => Ok(Capacity::Sum),
             "slow" => Ok(Capacity::Slow),
-            _ => Err(format!("capacity '{s}' is not understood (allowed: sum, slow)")),
+            _ => Err(format!(
+                "capacity '{s}' is not understood (allowed: sum, slow)"
+            )),
         }
     }
 }
@@ -382,7 +384,8 @@ impl Superblock {
         }
         if capacity == Capacity::Sum
             && (layout.slow_slots < 2
-                || volume_bytes != (layout.fast_slots + layout.slow_slots - 2) * u64::from(block_bytes))
+                || volume_bytes
+                    != (layout.fast_slots + layout.slow_slots - 2) * u64::from(block_bytes))
         {
             return Err(FormatError::Damaged(
                 "sum volume size does not match its slots".into(),
@@ -497,7 +500,10 @@ mod tests {
     fn sum_layout_is_both_tiers_minus_metadata_and_two_scratch_slots() {
         let (l, blocks) = Layout::compute_sum(128 << 20, 256 << 20, 1 << 20).unwrap();
         // 1 MiB of metadata (rounded to a block) on the fast tier.
-        assert_eq!((l.data_offset, l.fast_slots, l.slow_slots), (1 << 20, 127, 256));
+        assert_eq!(
+            (l.data_offset, l.fast_slots, l.slow_slots),
+            (1 << 20, 127, 256)
+        );
         assert_eq!(blocks, 381);
         let e = Layout::compute_sum(128 << 20, 1 << 20, 1 << 20).unwrap_err();
         assert!(e.to_string().contains("allowed: 2"), "{e}");

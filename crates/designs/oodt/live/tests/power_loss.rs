@@ -194,7 +194,11 @@ fn new_media(capacity: Capacity) -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     let blocks = UNITS * UNIT as u64 / u64::from(TIER_BLOCK);
     let bs = u64::from(TIER_BLOCK);
     let sum = capacity == Capacity::Sum;
-    let slow_len = if sum { (blocks - 10) * bs } else { UNITS * UNIT as u64 };
+    let slow_len = if sum {
+        (blocks - 10) * bs
+    } else {
+        UNITS * UNIT as u64
+    };
     let layout_of = |fast_len| {
         if sum {
             Layout::compute_sum(fast_len, slow_len, TIER_BLOCK)

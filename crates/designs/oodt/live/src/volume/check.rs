@@ -68,7 +68,9 @@ pub fn check_volume(fast: &Path) -> anyhow::Result<CheckReport> {
             Err(e) => problems.push(format!("tier {i} ({}): {e}", t.identity.path)),
         }
     }
-    if sb.capacity == Capacity::Sum && sb.tiers[1].identity.size < sb.layout.slow_slots * u64::from(sb.block_bytes) {
+    if sb.capacity == Capacity::Sum
+        && sb.tiers[1].identity.size < sb.layout.slow_slots * u64::from(sb.block_bytes)
+    {
         problems.push("the slow tier is smaller than its recorded slots".into());
     }
     let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(

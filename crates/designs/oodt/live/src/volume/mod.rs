@@ -231,7 +231,10 @@ impl TieredVolume {
             let blocks = c.table.blocks();
             (
                 [c.table.used_slots(0), c.table.used_slots(1)],
-                [c.table.slots(0).unwrap_or(0), c.table.slots(1).unwrap_or(blocks)],
+                [
+                    c.table.slots(0).unwrap_or(0),
+                    c.table.slots(1).unwrap_or(blocks),
+                ],
                 c.table.blocks(),
                 c.failed.clone(),
                 c.busy.values().filter(|b| b.migrating).count(),

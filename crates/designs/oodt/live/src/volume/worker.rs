@@ -197,7 +197,8 @@ impl TieredVolume {
         let (up, down) = (p.up.block, p.down.block);
         let mut x = {
             let mut c = lock(&self.core);
-            if c.table.tier_of(up) != Some(p.up.from) || c.table.tier_of(down) != Some(p.down.from) {
+            if c.table.tier_of(up) != Some(p.up.from) || c.table.tier_of(down) != Some(p.down.from)
+            {
                 return Ok(0);
             }
             let id = c.next_migration;
