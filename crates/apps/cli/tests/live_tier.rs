@@ -67,7 +67,10 @@ impl Volume {
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("48 MiB") || extra.contains(&"--capacity"), "{text}");
+        assert!(
+            text.contains("48 MiB") || extra.contains(&"--capacity"),
+            "{text}"
+        );
         Volume {
             sock: dir.path().join("nbd.sock"),
             log: dir.path().join("serve.log"),
@@ -447,25 +450,41 @@ fn sum_volume_exports_both_tiers_and_fio_verifies_all_of_it_while_blocks_exchang
     // The hot region starts on the slow tier: hammering it promotes its
     // blocks, each in exchange for a cold one of the fast tier.
     for seed in 1..=3 {
-        fio_verify(&uri, "hot", seed, &["--rw=randrw", "--bs=64k", "--size=16M"]);
+        fio_verify(
+            &uri,
+            "hot",
+            seed,
+            &["--rw=randrw", "--bs=64k", "--size=16M"],
+        );
     }
     let st = srv.stats();
     assert_eq!(st["capacity"], "sum", "{st}");
     assert_eq!(st["volume_bytes"], SIZE, "{st}");
-    assert!(st["exchanges"].as_u64().unwrap() > 0, "no exchange ran: {st}");
+    assert!(
+        st["exchanges"].as_u64().unwrap() > 0,
+        "no exchange ran: {st}"
+    );
     assert_eq!(st["migration_errors"], 0, "{st}");
     // Both tiers full but for their scratch slot.
     assert_eq!(st["tiers"][0]["used_slots"], 126, "{st}");
     assert_eq!(st["tiers"][1]["used_slots"], 255, "{st}");
     // What the exchanged cold blocks carried down is still intact.
-    let verify_only = ["--verify_only", "--verify=crc32c", "--verify_fatal=1", "--randseed=21"];
+    let verify_only = [
+        "--verify_only",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--randseed=21",
+    ];
     fio(&uri, "whole", &[&whole[..], &verify_only[..]].concat());
     eprintln!("{} exchanges", st["exchanges"]);
     sigterm(&mut srv);
     let out = tiercache(&["check", v.fast.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "check: {text}");
-    assert!(text.contains("capacity sum") && text.ends_with("ok\n"), "{text}");
+    assert!(
+        text.contains("capacity sum") && text.ends_with("ok\n"),
+        "{text}"
+    );
     let mut srv = v.serve();
     fio(&uri, "whole", &[&whole[..], &verify_only[..]].concat());
     sigterm(&mut srv);
@@ -495,7 +514,12 @@ fn sum_volume_fills_trims_and_fills_again() {
     let sz = format!("--size={size}");
     for (round, seed) in [(0, 31), (1, 32)] {
         fio_verify(&uri, "fill", seed, &["--rw=write", "--bs=64k", &sz]);
-        fio_verify(&uri, "hot", seed + 10, &["--rw=randrw", "--bs=4k", "--size=2M"]);
+        fio_verify(
+            &uri,
+            "hot",
+            seed + 10,
+            &["--rw=randrw", "--bs=4k", "--size=2M"],
+        );
         let v2 = fio(&uri, "trim", &["--rw=trim", "--bs=64k", &sz]);
         assert!(
             v2["jobs"][0]["trim"]["io_bytes"].as_u64().unwrap_or(0) == size,
@@ -507,18 +531,30 @@ fn sum_volume_fills_trims_and_fills_again() {
     let st = srv.stats();
     assert!(st["exchanges"].as_u64().unwrap() > 0, "{st}");
     let out = tiercache(&["detach", "--cache", v.fast.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let err =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "detach of a sum volume: {err}");
     assert!(err.contains("would have to be freed"), "{err}");
     sigterm(&mut srv);
     let out = tiercache(&["check", v.fast.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.ends_with("ok\n"), "check: {text}");
+    assert!(
+        out.status.success() && text.ends_with("ok\n"),
+        "check: {text}"
+    );
     let mut srv = v.serve();
     fio(
         &uri,
         "fill",
-        &["--rw=write", "--bs=64k", &sz, "--verify_only", "--verify=crc32c", "--verify_fatal=1", "--randseed=33"],
+        &[
+            "--rw=write",
+            "--bs=64k",
+            &sz,
+            "--verify_only",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--randseed=33",
+        ],
     );
     sigterm(&mut srv);
 }

@@ -199,7 +199,9 @@ fn prefill(dir: &Path, serve: &str) -> u64 {
             .expect("prefill write")
             .expect("prefill write status");
     }
-    c.flush().expect("prefill flush").expect("prefill flush status");
+    c.flush()
+        .expect("prefill flush")
+        .expect("prefill flush status");
     c.disconnect();
     let _ = Command::new("kill")
         .args(["-TERM", &srv.child.id().to_string()])

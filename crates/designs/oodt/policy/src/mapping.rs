@@ -472,7 +472,11 @@ impl MappingTable {
         for b in 0..blocks {
             let e = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
             let loc = t.decode(b, e);
-            if (loc.tier as usize) > nfast || t.fast.get(loc.tier as usize).is_some_and(|m| loc.slot >= m.slots) {
+            if (loc.tier as usize) > nfast
+                || t.fast
+                    .get(loc.tier as usize)
+                    .is_some_and(|m| loc.slot >= m.slots)
+            {
                 return Err(bad("tier out of range"));
             }
             t.set_entry(b, loc)?;

@@ -487,9 +487,8 @@ pub fn recover(checkpoint: &[u8], log: &[u8]) -> Result<(MappingTable, Recovery)
     };
     let homes = table.has_homes();
     for &(id, block, src, dst) in &begun {
-        let unmapped = |l: Loc| {
-            !homes || l.tier != table.capacity_tier() || table.lookup(block) != Some(l)
-        };
+        let unmapped =
+            |l: Loc| !homes || l.tier != table.capacity_tier() || table.lookup(block) != Some(l);
         if switched.contains(&id) {
             if !rec.completed.contains(&id) {
                 rec.completed.push(id);
@@ -771,12 +770,18 @@ mod tests {
             assert_eq!(w.table.tier_of(b), Some(before.0.tier));
             assert_eq!((w.table.free_slots(0), w.table.free_slots(1)), (1, 1));
         }
-        assert!(completed > 0 && rolled_back > 0, "{completed} {rolled_back}");
+        assert!(
+            completed > 0 && rolled_back > 0,
+            "{completed} {rolled_back}"
+        );
         // Same-tier pairs are refused; a failed reservation leaks nothing.
         let fast: Vec<_> = w.table.residents(0).collect();
         assert!(Exchange::start(&mut w.table, 1, fast[0], fast[1]).is_err());
         let _hold = w.table.reserve(0, 9).unwrap();
-        let (slow, fast) = (w.table.residents(1).next().unwrap(), w.table.residents(0).next().unwrap());
+        let (slow, fast) = (
+            w.table.residents(1).next().unwrap(),
+            w.table.residents(0).next().unwrap(),
+        );
         assert_eq!(
             Exchange::start(&mut w.table, 2, slow, fast).unwrap_err(),
             TierError::TierFull(0)

@@ -203,7 +203,10 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
             .then(tier_of(a.block).cmp(&tier_of(b.block)))
             .then(a.block.cmp(&b.block))
     };
-    let cap0 = table.usable_slots(0).unwrap_or(0).min(candidates.len() as u64) as usize;
+    let cap0 = table
+        .usable_slots(0)
+        .unwrap_or(0)
+        .min(candidates.len() as u64) as usize;
     if cap0 < candidates.len() {
         // Only the fastest tier's share needs a full order.
         candidates.select_nth_unstable_by(cap0, by_score);
