@@ -57,6 +57,11 @@ pub fn run(a: &SimArgs) -> Result<()> {
         None => Replay::Open,
         Some(queue_depth) => Replay::Closed { queue_depth },
     };
+    let capacity_sum = match a.capacity.as_str() {
+        "sum" => true,
+        "slow" => false,
+        c => bail!("--capacity '{c}' is not understood (allowed: sum, slow)"),
+    };
     let base = |policy: PolicyKind, fast_tier_bytes: u64| TierSimConfig {
         policy,
         policy_cfg: PolicyConfig::default(),
@@ -66,6 +71,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
         planner: TierSimConfig::default_planner(fast_tier_bytes / u64::from(tier_block)),
         profile: profile.clone(),
         replay,
+        capacity_sum,
     };
     let baseline = if a.no_baseline {
         None
@@ -110,7 +116,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
         println!("{out}");
         return Ok(());
     }
-    println!("trace {}", a.trace.display());
+    println!("trace {}, capacity {}", a.trace.display(), a.capacity);
     if let Some(b) = &baseline {
         println!(
             "HDD only: mean {:.1} µs, p99 {:.1} µs",
