@@ -324,7 +324,7 @@ impl TieredVolume {
         let excess = (blocks * bs).saturating_sub(slow * bs);
         (excess > 0).then(|| {
             format!(
-                "a tiered volume of capacity sum cannot be evacuated to its slow tier: the volume is {} bytes and the slow tier holds {} bytes, so {excess} bytes ({} blocks) would have to be freed first, and shrinking a volume is not supported (stop the server with SIGTERM; every block stays where it is)",
+                "a tiered volume of capacity sum cannot be detached (evacuated to its slow tier): the volume is {} bytes and the slow tier holds {} bytes, so {excess} bytes ({} blocks) would have to be freed first, and shrinking a volume is not supported (stop the server with SIGTERM; every block stays where it is)",
                 blocks * bs,
                 slow * bs,
                 excess / bs
