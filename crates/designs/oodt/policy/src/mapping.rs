@@ -567,6 +567,31 @@ mod tests {
     }
 
     #[test]
+    fn a_table_without_homes_places_every_block_once_and_round_trips() {
+        // 4 fast + 6 slow slots, one scratch each: 8 blocks.
+        let mut t = MappingTable::new_sum(4096, 8, &[4, 6]).unwrap();
+        assert!(!t.has_homes());
+        assert_eq!(t.usable_slots(0), Some(3));
+        assert_eq!(t.slots(1), Some(6));
+        // Blocks 0..5 on slow slots 0..5, 5..8 on fast slots 0..3.
+        assert_eq!(t.lookup(4), Some(Loc { tier: 1, slot: 4 }));
+        assert_eq!(t.lookup(5), Some(Loc { tier: 0, slot: 0 }));
+        assert_eq!((t.free_slots(0), t.free_slots(1)), (1, 1));
+        // A capacity-tier destination is a free slot, not a home.
+        let d = t.reserve(1, 6).unwrap();
+        assert_eq!(d, Loc { tier: 1, slot: 5 });
+        t.switch(6, Loc { tier: 0, slot: 1 }, d).unwrap();
+        t.release(Loc { tier: 0, slot: 1 });
+        let c = t.checkpoint();
+        assert_eq!(&c[..8], b"OODTMAP2");
+        assert_eq!(MappingTable::from_checkpoint(&c).unwrap(), t);
+        // Too many blocks for the slots (one scratch slot per tier).
+        let e = MappingTable::new_sum(4096, 9, &[4, 6]).unwrap_err();
+        assert!(e.to_string().contains("scratch"), "{e}");
+        assert!(MappingTable::new_sum(4096, 1, &[1, 6]).is_err());
+    }
+
+    #[test]
     fn bad_geometry_is_refused_with_the_allowed_range() {
         let e = MappingTable::new(100, 10, &[1]).unwrap_err();
         assert!(e.to_string().contains("allowed"));

@@ -19,6 +19,14 @@
 //! source; release its slot; log `Done`. The mapping in memory therefore only
 //! ever points at data whose location is durable in the log or checkpoint.
 //!
+//! **Exchanges.** In a `--capacity sum` volume every block has exactly one
+//! slot and both tiers are full but for one scratch slot each, so the worker
+//! runs the planner's moves in pairs, each one
+//! [`tiercache_tiering::migration::Exchange`]: both blocks locked and
+//! drained, a `Begin` for each under one id, both copied into the scratch
+//! slots, both tiers flushed, one `Switch` (the commit point for both), both
+//! sources trimmed and freed (the new scratch slots), `Done`.
+//!
 //! **Durability.** FLUSH flushes every tier; the mapping needs nothing more,
 //! since each switch is durable before anyone can write to the new location.
 //! Checkpoints are taken by the worker between migrations when the log fills
