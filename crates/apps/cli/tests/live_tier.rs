@@ -16,7 +16,8 @@ use std::process::Command;
 const MIB: u64 = 1 << 20;
 
 /// A tiered volume in a temporary directory: a 48 MiB slow tier (zeros) and
-/// a 4 MiB fast tier (about 3.7 MiB of 64 KiB data slots).
+/// a 4 MiB fast tier (about 3.7 MiB of 64 KiB data slots); `--capacity slow`
+/// unless `extra` says otherwise (the volume is the slow tier's 48 MiB).
 struct Volume {
     _dir: tempfile::TempDir,
     fast: std::path::PathBuf,
@@ -56,6 +57,9 @@ impl Volume {
             "100",
         ];
         args.extend_from_slice(extra);
+        if !extra.contains(&"--capacity") {
+            args.extend_from_slice(&["--capacity", "slow"]);
+        }
         let out = tiercache(&args);
         assert!(
             out.status.success(),
@@ -63,7 +67,10 @@ impl Volume {
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("48 MiB"), "{text}");
+        assert!(
+            text.contains("48 MiB") || extra.contains(&"--capacity"),
+            "{text}"
+        );
         Volume {
             sock: dir.path().join("nbd.sock"),
             log: dir.path().join("serve.log"),
@@ -384,4 +391,170 @@ fn a_moved_slow_tier_is_named_with_backing_and_checked() {
     run(Command::new("qemu-io").args(["-f", "raw", "-c", "read -P 0x77 5M 1M", &v.uri()]));
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A `sum` volume (the default) over a fast tier of `fast` and a slow one of
+/// `slow` bytes (sparse files), 1 MiB blocks; returns the volume and what
+/// `format` printed.
+fn sum_volume(fast: u64, slow: u64, extra: &[&str]) -> (Volume, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, s) = (dir.path().join("fast.img"), dir.path().join("slow.img"));
+    std::fs::File::create(&s).unwrap().set_len(slow).unwrap();
+    std::fs::File::create(&f).unwrap().set_len(fast).unwrap();
+    let tiers = format!("{},{}", f.display(), s.display());
+    let mut args = vec!["format", "--mode", "tier", "--tiers", &tiers];
+    args.extend_from_slice(extra);
+    let out = tiercache(&args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "format failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = Volume {
+        sock: dir.path().join("nbd.sock"),
+        log: dir.path().join("serve.log"),
+        fast: f,
+        slow: s,
+        _dir: dir,
+    };
+    (v, text)
+}
+
+/// Issue 20: a volume over a 128 MiB fast tier and a 256 MiB slow tier
+/// exports both tiers minus metadata: 127 fast slots (1 MiB of metadata) and
+/// 256 slow slots, one scratch slot each: 381 MiB. fio writes the whole
+/// volume (larger than either tier) with crc32c checksums while a hot
+/// region on the slow tier is exchanged with cold blocks of the fast tier,
+/// then verifies everything again, after a clean restart too.
+#[test]
+fn sum_volume_exports_both_tiers_and_fio_verifies_all_of_it_while_blocks_exchange() {
+    const SIZE: u64 = 381 * MIB;
+    let (v, text) = sum_volume(128 * MIB, 256 * MIB, &["--plan-every", "50"]);
+    assert!(
+        text.contains(&format!("({SIZE} bytes)")) && text.contains("capacity sum"),
+        "{text}"
+    );
+    let mut srv = v.serve();
+    let uri = v.uri();
+    if clients_util::have("nbdinfo") {
+        let info = clients_util::run(Command::new("nbdinfo").args(["--size", &uri]));
+        assert_eq!(info.trim(), SIZE.to_string(), "nbdinfo --size");
+    } else {
+        eprintln!("SKIPPED part: `nbdinfo` is not installed");
+    }
+    require_tools!("fio");
+    // The whole volume but a hot first 16 MiB, sequentially, verified.
+    let whole = ["--rw=write", "--bs=1m", "--offset=16M", "--size=365M"];
+    fio_verify(&uri, "whole", 21, &whole);
+    // The hot region starts on the slow tier: hammering it promotes its
+    // blocks, each in exchange for a cold one of the fast tier.
+    for seed in 1..=3 {
+        fio_verify(
+            &uri,
+            "hot",
+            seed,
+            &["--rw=randrw", "--bs=64k", "--size=16M"],
+        );
+    }
+    let st = srv.stats();
+    assert_eq!(st["capacity"], "sum", "{st}");
+    assert_eq!(st["volume_bytes"], SIZE, "{st}");
+    assert!(
+        st["exchanges"].as_u64().unwrap() > 0,
+        "no exchange ran: {st}"
+    );
+    assert_eq!(st["migration_errors"], 0, "{st}");
+    // Both tiers full but for their scratch slot.
+    assert_eq!(st["tiers"][0]["used_slots"], 126, "{st}");
+    assert_eq!(st["tiers"][1]["used_slots"], 255, "{st}");
+    // What the exchanged cold blocks carried down is still intact.
+    let verify_only = [
+        "--verify_only",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--randseed=21",
+    ];
+    fio(&uri, "whole", &[&whole[..], &verify_only[..]].concat());
+    eprintln!("{} exchanges", st["exchanges"]);
+    sigterm(&mut srv);
+    let out = tiercache(&["check", v.fast.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "check: {text}");
+    assert!(
+        text.contains("capacity sum") && text.ends_with("ok\n"),
+        "{text}"
+    );
+    let mut srv = v.serve();
+    fio(&uri, "whole", &[&whole[..], &verify_only[..]].concat());
+    sigterm(&mut srv);
+}
+
+/// Fill a `sum` volume completely, trim all of it, fill it again with other
+/// data: every byte verifies each time, the stopped volume checks clean, and
+/// detach refuses saying how much would have to be freed.
+#[test]
+fn sum_volume_fills_trims_and_fills_again() {
+    require_tools!("fio");
+    let (v, text) = sum_volume(
+        8 * MIB,
+        16 * MIB,
+        &["--block-size", "64KiB", "--plan-every", "50"],
+    );
+    // 123 fast slots after 320 KiB of metadata, 256 slow slots, 2 scratch.
+    let size: u64 = text
+        .split(" bytes)")
+        .next()
+        .and_then(|a| a.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size in {text}"));
+    assert!(size > 16 * MIB && size < 24 * MIB, "{text}");
+    let mut srv = v.serve();
+    let uri = v.uri();
+    let sz = format!("--size={size}");
+    for (round, seed) in [(0, 31), (1, 32)] {
+        fio_verify(&uri, "fill", seed, &["--rw=write", "--bs=64k", &sz]);
+        fio_verify(
+            &uri,
+            "hot",
+            seed + 10,
+            &["--rw=randrw", "--bs=4k", "--size=2M"],
+        );
+        let v2 = fio(&uri, "trim", &["--rw=trim", "--bs=64k", &sz]);
+        assert!(
+            v2["jobs"][0]["trim"]["io_bytes"].as_u64().unwrap_or(0) == size,
+            "round {round}: trim covered the volume: {}",
+            v2["jobs"][0]["trim"]
+        );
+    }
+    fio_verify(&uri, "fill", 33, &["--rw=write", "--bs=64k", &sz]);
+    let st = srv.stats();
+    assert!(st["exchanges"].as_u64().unwrap() > 0, "{st}");
+    let out = tiercache(&["detach", "--cache", v.fast.to_str().unwrap()]);
+    let err =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "detach of a sum volume: {err}");
+    assert!(err.contains("would have to be freed"), "{err}");
+    sigterm(&mut srv);
+    let out = tiercache(&["check", v.fast.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.ends_with("ok\n"),
+        "check: {text}"
+    );
+    let mut srv = v.serve();
+    fio(
+        &uri,
+        "fill",
+        &[
+            "--rw=write",
+            "--bs=64k",
+            &sz,
+            "--verify_only",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--randseed=33",
+        ],
+    );
+    sigterm(&mut srv);
 }

@@ -13,9 +13,12 @@
 //! migrations that had begun without a switch; it reports how many were
 //! caught between their switch and their end (a window of microseconds under
 //! kill -9, which keeps written data; `tiered-volume/tests/power_loss.rs` cuts
-//! the power exactly there). The volume refuses detach: the last round stops
-//! cleanly (SIGTERM) and the restart verifies once more. The loop is the
-//! shared harness of `common::crash`.
+//! the power exactly there). A `--capacity slow` volume ends with `detach`,
+//! which evacuates every block to the slow tier: that file alone must then
+//! hold the newest data. A `--capacity sum` volume (larger than either tier,
+//! every move an exchange of two blocks under one log transaction) refuses
+//! detach: its last round stops cleanly (SIGTERM); each restart verifies once
+//! more. The loop is the shared harness of `common::crash`.
 //!
 //! `TIERCACHE_CRASH_ROUNDS` and `TIERCACHE_CRASH_SEED` override rounds and seed.
 
@@ -24,16 +27,19 @@ mod common;
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 use common::*;
 
-fn tier_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
+fn tier_rounds(label: &str, policy: &str, capacity: &str, rounds: u64, seed: u64) {
+    let sum = capacity == "sum";
     let design = CrashDesign {
         backing: "slow.img",
+        // sum: a 12 MiB slow tier, about 12.7 MiB exported.
+        backing_bytes: sum.then_some(12 << 20),
         format: Box::new(|d| {
             let args = "format --mode tier --tiers fast.img,slow.img --size 1MiB \
                         --block-size 16KiB --plan-every 40 --tier-policy";
-            tiercache_in(d, &format!("{args} {policy}"))
+            tiercache_in(d, &format!("{args} {policy} --capacity {capacity}"))
         }),
         serve: &["fast.img"],
-        detach: false,
+        detach: !sum,
         shape: LoadShape {
             hot_blocks: 256,
             ..LoadShape::default()
@@ -45,14 +51,25 @@ fn tier_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
             }
             Ok(format!("recovery {rec}"))
         }),
-        before_stop: Box::new(|_, st| match st["migrations"].as_u64().unwrap_or(0) {
-            0 => Err("no migration ran in the last round".into()),
-            n => Ok(format!("{n} migrations in the last round")),
+        before_stop: Box::new(move |_, st| {
+            if st["capacity"] != capacity {
+                return Err(format!("capacity {capacity} expected: {st}"));
+            }
+            if sum && st["exchanges"].as_u64().unwrap_or(0) == 0 {
+                return Err(format!("no exchange ran in the last round: {st}"));
+            }
+            match st["migrations"].as_u64().unwrap_or(0) {
+                0 => Err("no migration ran in the last round".into()),
+                n => Ok(format!("{n} migrations in the last round")),
+            }
         }),
-        after_stop: Box::new(|run| {
+        after_stop: Box::new(move |run| {
             let (_srv, st) = run.restart_and_verify("after a clean restart");
             if st["recovery"]["log_records"] != 0 {
                 return Err(format!("a clean shutdown leaves an empty log: {st}"));
+            }
+            if !sum && st["tiers"][0]["used_slots"] != 0 {
+                return Err(format!("detach left blocks on the fast tier: {st}"));
             }
             let (completed, rolled_back) = (run.get("completed"), run.get("rolled_back"));
             if completed == 0.0 || rolled_back == 0.0 {
@@ -69,10 +86,15 @@ fn tier_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
 
 #[test]
 fn kill9_during_migrations_oodt() {
-    tier_rounds("tier-oodt", "oodt", 14, 0x71e2_0001);
+    tier_rounds("tier-oodt", "oodt", "slow", 14, 0x71e2_0001);
 }
 
 #[test]
 fn kill9_during_migrations_frequency() {
-    tier_rounds("tier-frequency", "frequency", 8, 0x71e2_0002);
+    tier_rounds("tier-frequency", "frequency", "slow", 8, 0x71e2_0002);
+}
+
+#[test]
+fn kill9_during_exchanges_of_a_sum_volume() {
+    tier_rounds("tier-sum", "oodt", "sum", 14, 0x71e2_0003);
 }

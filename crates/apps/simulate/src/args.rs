@@ -31,6 +31,11 @@ pub struct SimArgs {
     /// Tiering: fast tier size (SIZE or percentage of the footprint).
     #[arg(long)]
     pub fast_tier_size: Option<String>,
+    /// Tiering: capacity rule, as `format --capacity`: sum (default: every
+    /// block on exactly one tier, moves are exchanges) or slow (homes on the
+    /// slow tier).
+    #[arg(long, default_value = "sum")]
+    pub capacity: String,
     /// Tiering: data block size (4KiB to 4MiB).
     #[arg(long, default_value = "4KiB")]
     pub tier_block: String,

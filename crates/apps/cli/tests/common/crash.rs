@@ -30,6 +30,11 @@ pub struct CrashDesign<'a> {
     /// The file that holds version 0 of every block before `format` (the
     /// backing device); after detach it alone must hold the newest data.
     pub backing: &'a str,
+    /// When set, the backing file is created sparse with this many bytes
+    /// instead, and version 0 of every block of the export (whatever its
+    /// size: a design that adds capacity) is written through the server
+    /// after `format`; `blocks` is then ignored.
+    pub backing_bytes: Option<u64>,
     /// `tiercache format` in the given directory; returns what it printed.
     pub format: Box<dyn Fn(&Path) -> String + 'a>,
     /// What `serve --cache` names, round after round (cycled).
@@ -60,6 +65,7 @@ impl Default for CrashDesign<'_> {
         CrashDesign {
             blocks: 4096,
             backing: "backing.img",
+            backing_bytes: None,
             format: Box::new(|_| String::new()),
             serve: &["cache.img"],
             detach: true,
@@ -178,6 +184,32 @@ pub fn tiercache_in(dir: &Path, args: &str) -> String {
     tiercache(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
+/// Write version 0 of every block of the export served from `serve`, flush,
+/// stop with SIGTERM; the number of 4 KiB blocks.
+fn prefill(dir: &Path, serve: &str) -> u64 {
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("prefill.log"));
+    let mut srv = ServeProc::start(&dir.join(serve), &sock, &log);
+    let mut c = NbdClient::connect(&sock).expect("connect to prefill");
+    let blocks = c.size / BLOCK as u64;
+    for first in (0..blocks).step_by(16) {
+        let data: Vec<u8> = (first..(first + 16).min(blocks))
+            .flat_map(|b| make_block(b, 0))
+            .collect();
+        c.write(first * BLOCK as u64, &data, false)
+            .expect("prefill write")
+            .expect("prefill write status");
+    }
+    c.flush()
+        .expect("prefill flush")
+        .expect("prefill flush status");
+    c.disconnect();
+    let _ = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status();
+    assert!(srv.wait_exit().success(), "prefill server: {}", tail(&log));
+    blocks
+}
+
 /// Run `rounds` kill -9 rounds of `design` (each: start, stats check, verify,
 /// load, kill -9), then a final round that ends cleanly; panics with the
 /// seed on any violation. The environment overrides rounds and seed.
@@ -192,12 +224,26 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
     } else {
         Some(tmp)
     };
-    init_backing(&dir.join(design.backing), design.blocks);
+    let blocks = match design.backing_bytes {
+        None => {
+            init_backing(&dir.join(design.backing), design.blocks);
+            design.blocks
+        }
+        Some(n) => {
+            let f = std::fs::File::create(dir.join(design.backing)).expect("backing");
+            f.set_len(n).expect("backing size");
+            0
+        }
+    };
     let formatted = (design.format)(&dir);
     eprintln!(
         "[{label}] seed {seed}, {rounds} rounds: {}",
         formatted.trim()
     );
+    let blocks = match design.backing_bytes {
+        None => blocks,
+        Some(_) => prefill(&dir, design.serve[0]),
+    };
     let mut run = CrashRun {
         label: label.to_string(),
         seed,
@@ -207,7 +253,7 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
         log: dir.join("serve.log"),
         serve: dir.join(design.serve[0]),
         dir,
-        ledger: Ledger::new(design.blocks),
+        ledger: Ledger::new(blocks),
         rng: Rng(seed),
         tally: BTreeMap::new(),
     };

@@ -50,6 +50,11 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
         None => Replay::Open,
         Some(queue_depth) => Replay::Closed { queue_depth },
     };
+    let capacity_sum = match a.capacity.as_str() {
+        "sum" => true,
+        "slow" => false,
+        c => bail!("--capacity '{c}' is not understood (allowed: sum, slow)"),
+    };
     let base = |policy: PolicyKind, fast_tier_bytes: u64| TierSimConfig {
         policy,
         policy_cfg: PolicyConfig::default(),
@@ -59,6 +64,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
         planner: TierSimConfig::default_planner(fast_tier_bytes / u64::from(tier_block)),
         profile: profile.clone(),
         replay,
+        capacity_sum,
     };
     let baseline = if a.no_baseline {
         None
@@ -106,7 +112,7 @@ fn text_report(
     rows: &[(SizeSpec, TierReport)],
 ) -> Result<String> {
     let mut out = String::new();
-    writeln!(out, "trace {}", a.trace.display())?;
+    writeln!(out, "trace {}, capacity {}", a.trace.display(), a.capacity)?;
     if let Some(b) = baseline {
         writeln!(
             out,

@@ -50,15 +50,19 @@ impl Design for Tiered {
         })
     }
     fn detach_refusal(&self) -> Option<String> {
-        Some(
-            "a tiered volume cannot be detached: its blocks live on both tiers (stop the server with SIGTERM)"
-                .into(),
-        )
+        self.0.evacuation_refusal()
     }
     async fn detach(&self) -> Result<WriteBack> {
-        Err(tiercache_runtime::Error::not_supported(
-            self.detach_refusal().unwrap_or_default(),
-        ))
+        if let Some(why) = self.detach_refusal() {
+            return Err(tiercache_runtime::Error::not_supported(why));
+        }
+        let v = Arc::clone(&self.0);
+        let moved = blocking(move || Ok(v.evacuate()?)).await?;
+        Ok(WriteBack {
+            written_back: moved,
+            dirty_left: 0,
+            unit: "blocks",
+        })
     }
     async fn shutdown(&self) -> Result<()> {
         let v = Arc::clone(&self.0);

@@ -1,8 +1,10 @@
 //! The live tiered volume of OODT tiering (issue 5, item 7).
 //!
 //! The exported address space is split into fixed blocks; each block lives
-//! on the fast tier (an SSD, a file) or at its home on the slow tier, whose
-//! size is the volume's. The policy core of `tiercache-tiering` decides
+//! in one slot of the fast tier (an SSD, a file) or of the slow tier: the
+//! volume is both tiers' size (`--capacity sum`, OODT's design), or each
+//! block keeps a home on the slow tier, whose size is the volume's
+//! (`--capacity slow`). The policy core of `tiercache-tiering` decides
 //! everything: the mapping table, the migration state machine and its
 //! recovery, request splitting, workload characterization, the planner and
 //! the placement policies. This crate adds the real I/O and persistence:
@@ -20,8 +22,8 @@ pub mod volume;
 
 pub use design::Tiered;
 pub use journal::RecoveryReport;
-pub use superblock::{is_tiered_volume, Superblock};
+pub use superblock::{is_tiered_volume, Capacity, Superblock};
 pub use volume::{
-    check_volume, format_volume, initialize, open_volume, CheckReport, OpenOptions, TieredVolume,
-    VolumeConfig,
+    check_volume, format_volume, initial_table, initialize, open_volume, CheckReport, OpenOptions,
+    TieredVolume, VolumeConfig,
 };

@@ -13,8 +13,14 @@
 //! | `data_offset` | `fast_slots` x block size | fast-tier data slots |
 //!
 //! `data_offset` is rounded up to the block size. The slow (capacity) tier
-//! holds data only: block `b`'s home is at byte `b x block size` of it, so the
-//! slow tier read alone is the volume wherever no block was promoted.
+//! holds data only, in one of two layouts ([`Capacity`]):
+//! - `slow` (format version 1): block `b`'s home is at byte `b x block size`
+//!   of it, so the slow tier read alone is the volume wherever no block was
+//!   promoted; the volume is the slow tier's size.
+//! - `sum` (format version 2): the slow tier is `slow_slots` slots like the
+//!   fast tier's, every block has exactly one slot on one tier, and the
+//!   volume is `fast_slots + slow_slots - 2` blocks (one scratch slot per
+//!   tier for exchanges).
 //!
 //! The superblock is written once, at format time (both copies, each with a
 //! CRC32C over its first 4092 bytes); nothing in it changes while serving.
@@ -25,8 +31,9 @@ use tiercache_store::BackingIdentity;
 
 /// First 8 bytes of a tiered-volume superblock.
 pub const MAGIC: &[u8; 8] = b"TIERVOL1";
-/// On-disk format version written and read by this build.
-pub const VERSION: u32 = 1;
+/// Newest on-disk format version this build writes and reads: 1 for a
+/// `slow` volume (as older builds wrote it), 2 for a `sum` volume.
+pub const VERSION: u32 = 2;
 /// Bytes of one superblock copy.
 pub const SB_BYTES: u64 = 4096;
 /// Bytes of the migration log region.
@@ -45,6 +52,41 @@ pub enum FormatError {
     Version(u32),
     #[error("{0}")]
     Geometry(String),
+}
+
+/// What the volume's capacity is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capacity {
+    /// Both tiers minus metadata: each block lives in exactly one slot of
+    /// either tier (OODT's design).
+    #[default]
+    Sum,
+    /// The slow tier's size: every block keeps a home on the slow tier
+    /// (converting an existing disk in place; the fast tier adds speed only).
+    Slow,
+}
+
+impl std::str::FromStr for Capacity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sum" => Ok(Capacity::Sum),
+            "slow" => Ok(Capacity::Slow),
+            _ => Err(format!(
+                "capacity '{s}' is not understood (allowed: sum, slow)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Capacity::Sum => "sum",
+            Capacity::Slow => "slow",
+        })
+    }
 }
 
 /// One tier as recorded at format time.
@@ -69,12 +111,16 @@ pub struct Layout {
     pub data_offset: u64,
     /// Data slots of the fast tier.
     pub fast_slots: u64,
+    /// Data slots of the slow tier from its byte 0 (`sum`); 0 for `slow`
+    /// (one home per block instead).
+    pub slow_slots: u64,
 }
 
-/// Bytes of a mapping checkpoint of `blocks` blocks with one fast tier: the
-/// region header plus [`tiercache_tiering::MappingTable::checkpoint`]'s size.
+/// Bytes of a mapping checkpoint of `blocks` blocks with two tiers: the
+/// region header plus [`tiercache_tiering::MappingTable::checkpoint`]'s size
+/// (either version).
 pub fn checkpoint_bytes(blocks: u64) -> u64 {
-    let payload = 8 + 4 + 1 + 8 + 8 + 4 * blocks + 4;
+    let payload = 8 + 4 + 1 + 8 + 8 + 8 + 4 * blocks + 4;
     (crate::journal::CHECKPOINT_HEADER as u64 + payload).div_ceil(4096) * 4096
 }
 
@@ -100,7 +146,36 @@ impl Layout {
             log_bytes: LOG_BYTES,
             data_offset,
             fast_slots: fast_slots.min(tiercache_tiering::mapping::MAX_FAST_SLOTS),
+            slow_slots: 0,
         })
+    }
+
+    /// The layout of a `sum` volume over a fast tier of `fast_bytes` and a
+    /// slow one of `slow_bytes`, and its number of blocks:
+    /// `fast_slots + slow_slots - 2`. The checkpoint regions are sized for
+    /// the blocks both tiers would hold without metadata (an upper bound).
+    pub fn compute_sum(
+        fast_bytes: u64,
+        slow_bytes: u64,
+        block_bytes: u32,
+    ) -> Result<(Layout, u64), FormatError> {
+        let bs = u64::from(block_bytes);
+        let max = tiercache_tiering::mapping::MAX_FAST_SLOTS;
+        let slow_slots = slow_bytes / bs;
+        if slow_slots < 2 || slow_slots > max {
+            return Err(FormatError::Geometry(format!(
+                "the slow tier of {slow_bytes} bytes holds {slow_slots} blocks of {block_bytes} bytes (allowed: 2 to {max})"
+            )));
+        }
+        let mut l = Layout::compute(fast_bytes, fast_bytes / bs + slow_slots, block_bytes)?;
+        if l.fast_slots < 2 {
+            return Err(FormatError::Geometry(format!(
+                "the fast tier of {fast_bytes} bytes has room for {} data blocks after its metadata (at least 2 needed)",
+                l.fast_slots
+            )));
+        }
+        l.slow_slots = slow_slots;
+        Ok((l, l.fast_slots + slow_slots - 2))
     }
 }
 
@@ -111,8 +186,11 @@ pub struct Superblock {
     pub uuid: [u8; 16],
     /// Tiering block size in bytes.
     pub block_bytes: u32,
-    /// Exported size: the slow tier's size.
+    /// Exported size: the slow tier's size (`slow`) or the blocks both
+    /// tiers hold (`sum`).
     pub volume_bytes: u64,
+    /// What the volume's capacity is (version 1 superblocks: `slow`).
+    pub capacity: Capacity,
     /// The placement policy and planner settings, as JSON ([`crate::VolumeConfig`]).
     pub config: String,
     /// Tiers, fastest first.
@@ -174,7 +252,9 @@ impl Superblock {
     pub fn encode(&self) -> Result<Vec<u8>, FormatError> {
         let mut w = Writer(Vec::with_capacity(SB_BYTES as usize));
         w.0.extend_from_slice(MAGIC);
-        w.u32(VERSION);
+        // A `slow` volume stays version 1, readable by older builds.
+        let sum = self.capacity == Capacity::Sum;
+        w.u32(if sum { 2 } else { 1 });
         w.0.extend_from_slice(&self.uuid);
         w.u32(self.block_bytes);
         w.u64(self.volume_bytes);
@@ -216,6 +296,10 @@ impl Superblock {
             }
             w.str(id.serial.as_deref().unwrap_or(""));
         }
+        if sum {
+            w.u8(1);
+            w.u64(self.layout.slow_slots);
+        }
         if w.0.len() > SB_BYTES as usize - 4 {
             return Err(FormatError::Geometry(
                 "tier paths do not fit in the superblock".into(),
@@ -239,7 +323,7 @@ impl Superblock {
         }
         let mut r = Reader(&b[8..4092]);
         let version = r.u32()?;
-        if version != VERSION {
+        if version == 0 || version > VERSION {
             return Err(FormatError::Version(version));
         }
         let uuid: [u8; 16] = r.take(16)?.try_into().expect("16");
@@ -249,13 +333,14 @@ impl Superblock {
         for x in &mut v {
             *x = r.u64()?;
         }
-        let layout = Layout {
+        let mut layout = Layout {
             checkpoint_offsets: [v[0], v[1]],
             checkpoint_bytes: v[2],
             log_offset: v[3],
             log_bytes: v[4],
             data_offset: v[5],
             fast_slots: v[6],
+            slow_slots: 0,
         };
         let config = r.str()?;
         let n = r.u8()?;
@@ -285,13 +370,32 @@ impl Superblock {
                 },
             });
         }
+        let mut capacity = Capacity::Slow;
+        if version >= 2 {
+            match r.u8()? {
+                0 => {}
+                1 => capacity = Capacity::Sum,
+                x => return Err(FormatError::Damaged(format!("capacity tag {x}"))),
+            }
+            layout.slow_slots = r.u64()?;
+        }
         if block_bytes == 0 || volume_bytes == 0 || layout.fast_slots == 0 {
             return Err(FormatError::Damaged("zero geometry".into()));
+        }
+        if capacity == Capacity::Sum
+            && (layout.slow_slots < 2
+                || volume_bytes
+                    != (layout.fast_slots + layout.slow_slots - 2) * u64::from(block_bytes))
+        {
+            return Err(FormatError::Damaged(
+                "sum volume size does not match its slots".into(),
+            ));
         }
         Ok(Superblock {
             uuid,
             block_bytes,
             volume_bytes,
+            capacity,
             config,
             tiers,
             layout,
@@ -352,6 +456,7 @@ mod tests {
             uuid: [7; 16],
             block_bytes: 65536,
             volume_bytes: 16 << 20,
+            capacity: Capacity::Slow,
             config: r#"{"policy":"oodt"}"#.into(),
             tiers: vec![
                 TierRecord {
@@ -389,6 +494,36 @@ mod tests {
         assert_eq!(l.fast_slots, ((8 << 20) - l.data_offset) / 65536);
         let e = Layout::compute(300 << 10, 256, 65536).unwrap_err();
         assert!(e.to_string().contains("no room"), "{e}");
+    }
+
+    #[test]
+    fn sum_layout_is_both_tiers_minus_metadata_and_two_scratch_slots() {
+        let (l, blocks) = Layout::compute_sum(128 << 20, 256 << 20, 1 << 20).unwrap();
+        // 1 MiB of metadata (rounded to a block) on the fast tier.
+        assert_eq!(
+            (l.data_offset, l.fast_slots, l.slow_slots),
+            (1 << 20, 127, 256)
+        );
+        assert_eq!(blocks, 381);
+        let e = Layout::compute_sum(128 << 20, 1 << 20, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("allowed: 2"), "{e}");
+    }
+
+    #[test]
+    fn slow_volumes_stay_version_1_and_sum_volumes_round_trip_as_version_2() {
+        let sb = sample();
+        let b = sb.encode().unwrap();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+        let (layout, blocks) = Layout::compute_sum(8 << 20, 16 << 20, 65536).unwrap();
+        let sum = Superblock {
+            capacity: Capacity::Sum,
+            volume_bytes: blocks * 65536,
+            layout,
+            ..sb
+        };
+        let b = sum.encode().unwrap();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+        assert_eq!(Superblock::decode(&b).unwrap(), sum);
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! hold a version that was written, no older than what the last completed
 //! FLUSH (or FUA write) covered; reads while running never go back behind
 //! what was acknowledged. Across the rounds recovery must both complete
-//! switched migrations and roll back unswitched ones.
+//! switched migrations and roll back unswitched ones. Both capacity modes:
+//! `slow` (homes on the slow tier, single-block migrations) and `sum` (every
+//! block in one slot of either tier, all moves are two-block exchanges, four
+//! log records each).
 //!
 //! `TIERVOL_POWER_ROUNDS` and `TIERVOL_POWER_SEED` override rounds and seed.
 
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tiercache_io::{BlockDev, CrashDev, CrashMode, MemDev};
 use tiercache_store::BackingIdentity;
-use tiercache_tiered_volume::superblock::{Layout, Superblock, TierRecord};
+use tiercache_tiered_volume::superblock::{Capacity, Layout, Superblock, TierRecord};
 use tiercache_tiered_volume::{initialize, TieredVolume, VolumeConfig};
 use tiercache_tiering::policy::PolicyKind;
 
@@ -184,18 +187,36 @@ impl Ledger {
     }
 }
 
-/// The volume of the test, formatted on fresh media.
-fn new_media() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
+/// The volume of the test, formatted on fresh media: 12 fast slots; a
+/// `slow` volume of the slow tier's 4 MiB, or a `sum` one of 12 + 246 slots
+/// minus 2 scratch = the same 4 MiB. Version 0 of every unit is in place.
+fn new_media(capacity: Capacity) -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     let blocks = UNITS * UNIT as u64 / u64::from(TIER_BLOCK);
-    let probe = Layout::compute(64 << 20, blocks, TIER_BLOCK).unwrap();
-    // 12 fast slots.
-    let fast_len = probe.data_offset + 12 * u64::from(TIER_BLOCK);
-    let layout = Layout::compute(fast_len, blocks, TIER_BLOCK).unwrap();
+    let bs = u64::from(TIER_BLOCK);
+    let sum = capacity == Capacity::Sum;
+    let slow_len = if sum {
+        (blocks - 10) * bs
+    } else {
+        UNITS * UNIT as u64
+    };
+    let layout_of = |fast_len| {
+        if sum {
+            Layout::compute_sum(fast_len, slow_len, TIER_BLOCK)
+                .ok()
+                .map(|x| x.0)
+        } else {
+            Layout::compute(fast_len, blocks, TIER_BLOCK).ok()
+        }
+    };
+    let fast_len = (1..)
+        .map(|n| n * bs)
+        .find(|&l| layout_of(l).is_some_and(|x| x.fast_slots == 12))
+        .unwrap();
+    let layout = layout_of(fast_len).unwrap();
     assert_eq!(layout.fast_slots, 12);
-    let slow_len = UNITS * UNIT as u64;
     let fast = Arc::new(MemDev::new("fast", fast_len as usize));
     let mut init = Vec::with_capacity(slow_len as usize);
-    for u in 0..UNITS {
+    for u in 0..slow_len / UNIT as u64 {
         init.extend_from_slice(&make_unit(u, 0));
     }
     let slow = Arc::new(MemDev::from_vec("slow", init));
@@ -216,7 +237,8 @@ fn new_media() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     let sb = Superblock {
         uuid: [1; 16],
         block_bytes: TIER_BLOCK,
-        volume_bytes: slow_len,
+        volume_bytes: UNITS * UNIT as u64,
+        capacity,
         config: serde_json::to_string(&cfg).unwrap(),
         tiers: vec![
             TierRecord {
@@ -230,6 +252,22 @@ fn new_media() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     };
     let dev: Arc<dyn BlockDev> = fast.clone();
     initialize(&dev, &sb).unwrap();
+    if sum {
+        // The initial mapping: blocks 0..244 on slow slots 0..244 (version
+        // 0 is there), blocks 245..255 on fast slots 0..10.
+        let table = tiercache_tiered_volume::initial_table(&sb).unwrap();
+        for b in 0..blocks {
+            let loc = table.lookup(b).unwrap();
+            assert_eq!(loc.tier == 1, b < blocks - 11, "block {b} at {loc:?}");
+            if loc.tier == 0 {
+                let per = bs / UNIT as u64;
+                for i in 0..per {
+                    let off = layout.data_offset + loc.slot * bs + i * UNIT as u64;
+                    fast.write_at(&make_unit(b * per + i, 0), off).unwrap();
+                }
+            }
+        }
+    }
     (fast, slow, sb)
 }
 
@@ -376,6 +414,15 @@ async fn client(
 
 #[test]
 fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
+    power_rounds(Capacity::Slow, 0x71e2_0005);
+}
+
+#[test]
+fn power_loss_during_exchanges_of_a_sum_volume_never_loses_or_stales_flushed_data() {
+    power_rounds(Capacity::Sum, 0x71e2_0006);
+}
+
+fn power_rounds(capacity: Capacity, seed: u64) {
     let rounds: u64 = std::env::var("TIERVOL_POWER_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -383,8 +430,8 @@ fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
     let seed: u64 = std::env::var("TIERVOL_POWER_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x71e2_0005);
-    let (fast, slow, sb) = new_media();
+        .unwrap_or(seed);
+    let (fast, slow, sb) = new_media(capacity);
     let ledger = Arc::new(Mutex::new(Ledger {
         units: (0..UNITS)
             .map(|_| UnitState {
@@ -398,6 +445,7 @@ fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
     }));
     let mut rng = Rng(seed);
     let (mut after_switch, mut rolled_back, mut migrations) = (0usize, 0usize, 0u64);
+    let mut exchanges = 0u64;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -408,8 +456,8 @@ fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
         let fast_c = Arc::new(CrashDev::new(fast.clone()));
         let slow_c = Arc::new(CrashDev::new(slow.clone()));
         // Odd rounds lose power at a random time, even ones at a random
-        // migration-log write (3 per migration; the open's checkpoint and
-        // verification write none).
+        // migration-log write (3 per migration, 4 per exchange; the open's
+        // checkpoint and verification write none).
         let log = sb.layout.log_offset..sb.layout.log_offset + sb.layout.log_bytes;
         let trip = (round % 2 == 0).then(|| (log, (1 + rng.below(30)).into()));
         let devs: Vec<Arc<dyn BlockDev>> = vec![
@@ -469,6 +517,7 @@ fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
         }
         let stats = vol.stats_json();
         migrations += stats["migrations"].as_u64().unwrap();
+        exchanges += stats["exchanges"].as_u64().unwrap();
         let mode = CrashMode::Torn { seed: rng.next() };
         fast_c.crash(mode).unwrap();
         slow_c.crash(mode).unwrap();
@@ -485,6 +534,9 @@ fn power_loss_during_migrations_never_loses_or_stales_flushed_data() {
         l.writes, l.flushes, l.reads
     );
     assert!(migrations > 0, "no migration ran");
+    if capacity == Capacity::Sum {
+        assert!(exchanges > 0, "no exchange ran");
+    }
     assert!(
         after_switch > 0 && rolled_back > 0,
         "both recovery paths must run: {after_switch} completed after the switch, {rolled_back} rolled back"

@@ -45,6 +45,7 @@ fn setup() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
         uuid: [2; 16],
         block_bytes: BS,
         volume_bytes: volume_bytes(),
+        capacity: tiercache_tiered_volume::Capacity::Slow,
         config: serde_json::to_string(&cfg).unwrap(),
         tiers: vec![
             TierRecord {

@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         profile: Profile::default(),
         replay: Replay::Closed { queue_depth: 1 },
+        capacity_sum: false,
     };
     let hdd = run(open()?, &cfg(PolicyKind::Frequency, 0))?;
     println!("hdd-only mean {:.1}", hdd.mean_response_us);

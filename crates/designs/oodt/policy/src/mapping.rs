@@ -7,8 +7,15 @@
 //! the tier needs no allocator. Faster tiers hold a limited number of slots
 //! handed out by a bitmap allocator.
 //!
+//! A table made by [`MappingTable::new_sum`] has no homes: the capacity tier
+//! has a bitmap allocator as well and every block occupies exactly one slot
+//! of one tier, so the volume is the sum of the tiers (OODT's own design; the
+//! live volume's `--capacity sum`). Each tier keeps at least one slot free at
+//! rest: the scratch slots an exchange copies through (see
+//! [`crate::migration::Exchange`]).
+//!
 //! One entry is a `u32`: the tier in the top 2 bits and the slot in the low
-//! 30 bits (ignored for the capacity tier). That is 4 bytes per block, against
+//! 30 bits (ignored for the capacity tier when it has homes). That is 4 bytes per block, against
 //! the paper's 6 (5.1); at most [`MAX_TIERS`] tiers and `2^30` slots per fast
 //! tier (4 TiB of 4 KiB blocks).
 
@@ -143,8 +150,11 @@ impl SlotBitmap {
 pub struct MappingTable {
     block_bytes: u32,
     entries: Vec<u32>,
-    /// Allocators of the fast tiers (all but the last).
+    /// Allocators of the fast tiers (all but the last), and of the capacity
+    /// tier too when it has no homes (`sum`).
     fast: Vec<SlotBitmap>,
+    /// Number of tiers, the capacity tier included.
+    ntiers: usize,
 }
 
 impl MappingTable {
@@ -176,7 +186,60 @@ impl MappingTable {
             block_bytes,
             entries: vec![last << 30; blocks],
             fast: fast_slots.iter().map(|&s| SlotBitmap::new(s)).collect(),
+            ntiers: fast_slots.len() + 1,
         })
+    }
+
+    /// A volume whose capacity is the sum of its tiers: `slots[i]` slots on
+    /// tier `i` (the last is the capacity tier), no homes. Every tier keeps
+    /// one slot free (scratch), so at most `sum(slots) - tiers` blocks fit;
+    /// `blocks` start on the capacity tier at their own index (slot `b`,
+    /// so a disk formatted this way keeps its contents at the start of the
+    /// volume), the rest fill tier 0, 1, ... in order.
+    pub fn new_sum(block_bytes: u32, blocks: u64, slots: &[u64]) -> Result<Self, TierError> {
+        let Some((&cap, fast)) = slots.split_last() else {
+            return Err(TierError::Config("no tiers".into()));
+        };
+        let mut t = MappingTable::new(block_bytes, blocks, fast)?;
+        if cap > MAX_FAST_SLOTS || slots.iter().any(|&s| s < 2) {
+            return Err(TierError::Config(format!(
+                "tiers of {slots:?} slots (allowed: 2 to {MAX_FAST_SLOTS} each)"
+            )));
+        }
+        let room: u64 = slots.iter().map(|s| s - 1).sum();
+        if blocks > room {
+            return Err(TierError::Config(format!(
+                "{blocks} blocks do not fit in tiers of {slots:?} slots (at most {room}: one scratch slot per tier)"
+            )));
+        }
+        t.fast.push(SlotBitmap::new(cap));
+        let mut b = 0u64;
+        let mut order: Vec<usize> = vec![slots.len() - 1];
+        order.extend(0..slots.len() - 1);
+        for tier in order {
+            let mut slot = 0;
+            while slot + 1 < slots[tier] && b < blocks {
+                t.fast[tier].set(slot);
+                t.entries[b as usize] = ((tier as u32) << 30) | slot as u32;
+                slot += 1;
+                b += 1;
+            }
+            t.fast[tier].cursor = slot % slots[tier];
+        }
+        Ok(t)
+    }
+
+    /// Whether the capacity tier has homes (`false`: the volume is the sum
+    /// of the tiers, see [`new_sum`](Self::new_sum)).
+    pub fn has_homes(&self) -> bool {
+        self.fast.len() < self.ntiers
+    }
+
+    /// Blocks `tier` holds when no migration is in flight: all its slots,
+    /// or all but its scratch slot in a table without homes.
+    pub fn usable_slots(&self, tier: TierId) -> Option<u64> {
+        let s = self.slots(tier)?;
+        Some(if self.has_homes() { s } else { s - 1 })
     }
 
     /// Block size in bytes.
@@ -196,20 +259,20 @@ impl MappingTable {
 
     /// Number of tiers, the capacity tier included.
     pub fn tiers(&self) -> usize {
-        self.fast.len() + 1
+        self.ntiers
     }
 
     /// The capacity tier (the last one).
     pub fn capacity_tier(&self) -> TierId {
-        self.fast.len() as TierId
+        (self.ntiers - 1) as TierId
     }
 
-    /// Slots of `tier` (`None` for the capacity tier: one per block).
+    /// Slots of `tier` (`None` for a capacity tier with homes: one per block).
     pub fn slots(&self, tier: TierId) -> Option<u64> {
         self.fast.get(tier as usize).map(|b| b.slots)
     }
 
-    /// Free slots of `tier` (`u64::MAX` for the capacity tier).
+    /// Free slots of `tier` (`u64::MAX` for a capacity tier with homes).
     pub fn free_slots(&self, tier: TierId) -> u64 {
         self.fast
             .get(tier as usize)
@@ -231,7 +294,7 @@ impl MappingTable {
 
     fn decode(&self, block: BlockId, e: u32) -> Loc {
         let tier = (e >> 30) as TierId;
-        if tier == self.capacity_tier() {
+        if tier == self.capacity_tier() && self.has_homes() {
             Loc { tier, slot: block }
         } else {
             Loc {
@@ -257,9 +320,9 @@ impl MappingTable {
     }
 
     /// Reserve a free slot on fast `tier` for a migration's destination;
-    /// the capacity tier's destination is always the block's home.
+    /// the capacity tier's destination is the block's home if it has homes.
     pub fn reserve(&mut self, tier: TierId, block: BlockId) -> Result<Loc, TierError> {
-        if tier == self.capacity_tier() {
+        if tier == self.capacity_tier() && self.has_homes() {
             return Ok(Loc { tier, slot: block });
         }
         let b = self
@@ -300,7 +363,7 @@ impl MappingTable {
     }
 
     fn set_entry(&mut self, block: BlockId, dst: Loc) -> Result<(), TierError> {
-        let e = if dst.tier == self.capacity_tier() {
+        let e = if dst.tier == self.capacity_tier() && self.has_homes() {
             if dst.slot != block {
                 return Err(TierError::Corrupt(format!(
                     "block {block} mapped to capacity-tier slot {} (must be its home)",
@@ -341,7 +404,13 @@ impl MappingTable {
     /// entries, CRC32C. Take it only when no migration is in flight.
     pub fn checkpoint(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(24 + self.entries.len() * 4);
-        out.extend_from_slice(b"OODTMAP1");
+        // Version 2: the capacity tier has no homes; its allocator's size
+        // follows the fast tiers' (version 1 tables are unchanged).
+        out.extend_from_slice(if self.has_homes() {
+            b"OODTMAP1"
+        } else {
+            b"OODTMAP2"
+        });
         out.extend_from_slice(&self.block_bytes.to_le_bytes());
         out.push(self.fast.len() as u8);
         for b in &self.fast {
@@ -376,21 +445,38 @@ impl MappingTable {
             r = b;
             Ok(a)
         };
-        if take(8)? != b"OODTMAP1" {
-            return Err(bad("not a mapping checkpoint"));
-        }
+        let homes = match take(8)? {
+            b"OODTMAP1" => true,
+            b"OODTMAP2" => false,
+            _ => return Err(bad("not a mapping checkpoint")),
+        };
         let block_bytes = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
-        let nfast = take(1)?[0] as usize;
+        let nalloc = take(1)?[0] as usize;
         let mut slots = Vec::new();
-        for _ in 0..nfast {
+        for _ in 0..nalloc {
             slots.push(u64::from_le_bytes(take(8)?.try_into().expect("8 bytes")));
         }
         let blocks = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-        let mut t = MappingTable::new(block_bytes, blocks, &slots)?;
+        let mut t = if homes {
+            MappingTable::new(block_bytes, blocks, &slots)?
+        } else {
+            let (&cap, fast) = slots.split_last().ok_or_else(|| bad("no tiers"))?;
+            let mut t = MappingTable::new(block_bytes, blocks, fast)?;
+            if cap > MAX_FAST_SLOTS {
+                return Err(bad("capacity tier too large"));
+            }
+            t.fast.push(SlotBitmap::new(cap));
+            t
+        };
+        let nfast = t.capacity_tier() as usize;
         for b in 0..blocks {
             let e = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
             let loc = t.decode(b, e);
-            if (loc.tier as usize) > nfast {
+            if (loc.tier as usize) > nfast
+                || t.fast
+                    .get(loc.tier as usize)
+                    .is_some_and(|m| loc.slot >= m.slots)
+            {
                 return Err(bad("tier out of range"));
             }
             t.set_entry(b, loc)?;
@@ -478,6 +564,31 @@ mod tests {
         bad[30] ^= 1;
         assert!(MappingTable::from_checkpoint(&bad).is_err());
         assert!(MappingTable::from_checkpoint(&c[..c.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_table_without_homes_places_every_block_once_and_round_trips() {
+        // 4 fast + 6 slow slots, one scratch each: 8 blocks.
+        let mut t = MappingTable::new_sum(4096, 8, &[4, 6]).unwrap();
+        assert!(!t.has_homes());
+        assert_eq!(t.usable_slots(0), Some(3));
+        assert_eq!(t.slots(1), Some(6));
+        // Blocks 0..5 on slow slots 0..5, 5..8 on fast slots 0..3.
+        assert_eq!(t.lookup(4), Some(Loc { tier: 1, slot: 4 }));
+        assert_eq!(t.lookup(5), Some(Loc { tier: 0, slot: 0 }));
+        assert_eq!((t.free_slots(0), t.free_slots(1)), (1, 1));
+        // A capacity-tier destination is a free slot, not a home.
+        let d = t.reserve(1, 6).unwrap();
+        assert_eq!(d, Loc { tier: 1, slot: 5 });
+        t.switch(6, Loc { tier: 0, slot: 1 }, d).unwrap();
+        t.release(Loc { tier: 0, slot: 1 });
+        let c = t.checkpoint();
+        assert_eq!(&c[..8], b"OODTMAP2");
+        assert_eq!(MappingTable::from_checkpoint(&c).unwrap(), t);
+        // Too many blocks for the slots (one scratch slot per tier).
+        let e = MappingTable::new_sum(4096, 9, &[4, 6]).unwrap_err();
+        assert!(e.to_string().contains("scratch"), "{e}");
+        assert!(MappingTable::new_sum(4096, 1, &[1, 6]).is_err());
     }
 
     #[test]

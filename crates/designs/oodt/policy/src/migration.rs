@@ -18,6 +18,16 @@
 //! points to `src`, which was never written while the block was locked).
 //! Slot allocators are rebuilt from the mapping, so a crash leaks no slot.
 //! The caller writes the log and the data: this module performs no I/O.
+//!
+//! An **exchange** ([`Exchange`]) swaps the tiers of two blocks in one
+//! transaction (a volume whose capacity is the sum of its tiers has no free
+//! home to demote to: a cold block goes down as a hot one comes up). It logs
+//! one `Begin` per block under the same id, copies both, flushes both
+//! destination tiers, logs one `Switch` for both, trims both sources and logs
+//! `Done`. Recovery treats every `Begin` of an id alike, so the one `Switch`
+//! completes both halves and its absence rolls both back: the exchange
+//! happens entirely or not at all. See [`Exchange`] for why no block is ever
+//! lost or duplicated.
 
 use crate::mapping::{BlockId, Loc, MappingTable, TierError, TierId};
 
@@ -240,6 +250,189 @@ impl Migration {
     }
 }
 
+/// The steps of a [`Migration`] or an [`Exchange`], as the caller drives them.
+pub trait Steps {
+    /// The id in the log.
+    fn id(&self) -> u64;
+    /// The last step done.
+    fn phase(&self) -> Phase;
+    /// Whether requests to the blocks must wait (from reservation to switch).
+    fn locks_block(&self) -> bool {
+        self.phase() < Phase::Switched
+    }
+    /// The next action, `None` once done.
+    fn next_action(&self) -> Option<Action>;
+    /// The caller performed [`next_action`](Self::next_action) durably.
+    fn advance(&mut self, table: &mut MappingTable) -> Result<Phase, TierError>;
+    /// `(block, src, dst)` of every block moved.
+    fn halves(&self) -> Vec<(BlockId, Loc, Loc)>;
+}
+
+impl Steps for Migration {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn phase(&self) -> Phase {
+        Migration::phase(self)
+    }
+    fn next_action(&self) -> Option<Action> {
+        Migration::next_action(self)
+    }
+    fn advance(&mut self, table: &mut MappingTable) -> Result<Phase, TierError> {
+        Migration::advance(self, table)
+    }
+    fn halves(&self) -> Vec<(BlockId, Loc, Loc)> {
+        vec![(self.block, self.src, self.dst)]
+    }
+}
+
+/// Two blocks on different tiers trade tiers in one transaction.
+///
+/// Each block is copied into a **free** slot of the other tier (the scratch
+/// slot every tier of a table without homes keeps at rest, see
+/// [`MappingTable::new_sum`]), never into the other block's slot. Why no
+/// block is ever lost or duplicated, whatever the moment of a crash:
+/// - Until the `Switch` record is durable, the durable mapping (checkpoint
+///   plus log) puts both blocks at their sources. Nothing writes a source:
+///   both blocks are locked from the reservation on (requests wait, those
+///   in flight drained before `Begin`), and the copies only write the two
+///   reserved destinations, which no block maps to. Recovery rolls both back
+///   and trims the destinations: each block is where it was, intact.
+/// - `Switch` is appended only after both copies were flushed, so once it is
+///   durable both destinations hold the blocks' data durably; recovery maps
+///   both blocks there and trims the sources. Each source is trimmed (and
+///   freed) only after the switch, so it never holds the only copy when it
+///   is discarded.
+/// - The two halves share one id and one `Switch`: a torn log keeps both
+///   `Begin`s and no `Switch` (roll back), or all of them (complete); a lone
+///   first `Begin` rolls back too. Never one half without the other, so a
+///   slot is never mapped by two blocks and each block is mapped exactly once.
+///
+/// Afterwards the two freed sources are the tiers' new scratch slots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exchange {
+    pub id: u64,
+    /// `(block, src, dst)` of each block; the tiers are swapped.
+    pub halves: [(BlockId, Loc, Loc); 2],
+    /// Actions done (0 to 10).
+    step: u8,
+}
+
+impl Exchange {
+    /// Start exchanging block `a` with block `b` (on another tier): reserves
+    /// a free slot for each on the other's tier, or refuses with
+    /// [`TierError::TierFull`] (nothing reserved).
+    pub fn start(
+        table: &mut MappingTable,
+        id: u64,
+        a: BlockId,
+        b: BlockId,
+    ) -> Result<Exchange, TierError> {
+        let loc = |t: &MappingTable, blk: BlockId| {
+            t.lookup(blk).ok_or(TierError::OutOfRange {
+                offset: blk * u64::from(t.block_bytes()),
+                len: u64::from(t.block_bytes()),
+                volume_bytes: t.volume_bytes(),
+            })
+        };
+        let (sa, sb) = (loc(table, a)?, loc(table, b)?);
+        if sa.tier == sb.tier || a == b {
+            return Err(TierError::Protocol(format!(
+                "blocks {a} and {b} are both on tier {}",
+                sa.tier
+            )));
+        }
+        let da = table.reserve(sb.tier, a)?;
+        let db = match table.reserve(sa.tier, b) {
+            Ok(d) => d,
+            Err(e) => {
+                table.release(da);
+                return Err(e);
+            }
+        };
+        Ok(Exchange {
+            id,
+            halves: [(a, sa, da), (b, sb, db)],
+            step: 0,
+        })
+    }
+}
+
+impl Steps for Exchange {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn phase(&self) -> Phase {
+        match self.step {
+            0 | 1 => Phase::Reserved,
+            2 | 3 => Phase::Begun,
+            4 | 5 => Phase::Copied,
+            6 => Phase::Flushed,
+            7 | 8 => Phase::Switched,
+            9 => Phase::Released,
+            _ => Phase::Done,
+        }
+    }
+    fn next_action(&self) -> Option<Action> {
+        let h = |i: usize| self.halves[i];
+        Some(match self.step {
+            0 | 1 => {
+                let (block, src, dst) = h(self.step as usize);
+                Action::Log(LogRecord::Begin {
+                    id: self.id,
+                    block,
+                    src,
+                    dst,
+                })
+            }
+            2 | 3 => {
+                let (_, from, to) = h(self.step as usize - 2);
+                Action::Copy { from, to }
+            }
+            4 | 5 => Action::Flush {
+                tier: h(self.step as usize - 4).2.tier,
+            },
+            6 => Action::Log(LogRecord::Switch { id: self.id }),
+            7 | 8 => Action::Trim {
+                loc: h(self.step as usize - 7).1,
+            },
+            9 => Action::Log(LogRecord::Done { id: self.id }),
+            _ => return None,
+        })
+    }
+    fn advance(&mut self, table: &mut MappingTable) -> Result<Phase, TierError> {
+        match self.step {
+            6 => {
+                // Both or neither: check both before switching either.
+                for &(block, src, _) in &self.halves {
+                    if table.lookup(block) != Some(src) {
+                        return Err(TierError::Protocol(format!(
+                            "block {block} of exchange {} moved",
+                            self.id
+                        )));
+                    }
+                }
+                for &(block, src, dst) in &self.halves {
+                    table.switch(block, src, dst)?;
+                }
+            }
+            7 | 8 => table.release(self.halves[self.step as usize - 7].1),
+            10 => {
+                return Err(TierError::Protocol(format!(
+                    "exchange {} is already done",
+                    self.id
+                )))
+            }
+            _ => {}
+        }
+        self.step += 1;
+        Ok(self.phase())
+    }
+    fn halves(&self) -> Vec<(BlockId, Loc, Loc)> {
+        self.halves.to_vec()
+    }
+}
+
 /// What [`recover`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
@@ -270,12 +463,18 @@ pub fn recover(checkpoint: &[u8], log: &[u8]) -> Result<(MappingTable, Recovery)
                 dst,
             } => begun.push((id, block, src, dst)),
             LogRecord::Switch { id } => {
-                let &(_, block, _, dst) = begun.iter().find(|m| m.0 == id).ok_or_else(|| {
-                    TierError::Corrupt(format!("switch of migration {id} without its begin"))
-                })?;
+                // Every Begin of the id: one for a migration, two for an exchange.
+                let halves: Vec<_> = begun.iter().filter(|m| m.0 == id).copied().collect();
+                if halves.is_empty() {
+                    return Err(TierError::Corrupt(format!(
+                        "switch of migration {id} without its begin"
+                    )));
+                }
                 // Replay in log order: a later migration of the same block
                 // starts from this destination.
-                table.force(block, dst)?;
+                for (_, block, _, dst) in halves {
+                    table.force(block, dst)?;
+                }
                 switched.push(id);
             }
             LogRecord::Done { id } => done.push(id),
@@ -286,23 +485,31 @@ pub fn recover(checkpoint: &[u8], log: &[u8]) -> Result<(MappingTable, Recovery)
         log_bytes,
         ..Recovery::default()
     };
+    let homes = table.has_homes();
     for &(id, block, src, dst) in &begun {
-        let unmapped = |l: Loc| l.tier != table.capacity_tier() || table.lookup(block) != Some(l);
+        let unmapped =
+            |l: Loc| !homes || l.tier != table.capacity_tier() || table.lookup(block) != Some(l);
         if switched.contains(&id) {
-            rec.completed.push(id);
+            if !rec.completed.contains(&id) {
+                rec.completed.push(id);
+            }
             if !done.contains(&id) && table.lookup(block) != Some(src) && unmapped(src) {
                 rec.trim.push(src);
             }
         } else {
-            rec.rolled_back.push(id);
+            if !rec.rolled_back.contains(&id) {
+                rec.rolled_back.push(id);
+            }
             if table.lookup(block) != Some(dst) && unmapped(dst) {
                 rec.trim.push(dst);
             }
         }
     }
     // A slot trimmed here must not be one a later migration mapped again.
+    // (A home is only ever its own block's: it stays in the list.)
     rec.trim.retain(|l| {
-        l.tier == table.capacity_tier() || !(0..table.blocks()).any(|b| table.lookup(b) == Some(*l))
+        (homes && l.tier == table.capacity_tier())
+            || !(0..table.blocks()).any(|b| table.lookup(b) == Some(*l))
     });
     Ok((table, rec))
 }
@@ -355,7 +562,11 @@ mod tests {
 
     impl World {
         fn new(blocks: u64, fast: u64) -> World {
-            let table = MappingTable::new(4096, blocks, &[fast]).unwrap();
+            World::with(MappingTable::new(4096, blocks, &[fast]).unwrap())
+        }
+
+        fn with(table: MappingTable) -> World {
+            let blocks = table.blocks();
             let mut durable = HashMap::new();
             for b in 0..blocks {
                 durable.insert(table.lookup(b).unwrap(), (b, 1));
@@ -514,6 +725,68 @@ mod tests {
         let loc = table.lookup(2).unwrap();
         assert_eq!(loc, dst);
         assert_eq!(w.durable.get(&loc), None, "the unflushed copy is gone");
+    }
+
+    /// Exchanges on a table without homes: crash after every step and at
+    /// every byte of every log append; both blocks always intact, each
+    /// mapped exactly once, both recovery paths taken, never half an exchange.
+    #[test]
+    fn exchange_crash_at_every_step_completes_or_rolls_back_both_blocks() {
+        // 3 + 5 slots, 6 blocks: blocks 0..4 on the slow tier, 4..6 fast.
+        let mut w = World::with(MappingTable::new_sum(4096, 6, &[3, 5]).unwrap());
+        assert_eq!(w.table.tier_of(0), Some(1));
+        assert_eq!(w.table.tier_of(5), Some(0));
+        let (mut completed, mut rolled_back) = (0, 0);
+        let pairs = [(0, 4), (1, 5), (0, 2), (2, 4), (4, 3)];
+        for (i, &(a, b)) in pairs.iter().enumerate() {
+            let before = (w.table.lookup(a).unwrap(), w.table.lookup(b).unwrap());
+            let mut x = Exchange::start(&mut w.table, 100 + i as u64, a, b).unwrap();
+            assert_eq!(w.table.free_slots(0), 0, "both scratch slots reserved");
+            assert_eq!(w.table.free_slots(1), 0);
+            while let Some(act) = x.next_action() {
+                if let Action::Log(_) = act {
+                    let at = w.log.len();
+                    let mut torn = w.clone();
+                    torn.perform(act);
+                    for cut in at..torn.log.len() {
+                        let r = torn.crash_and_check(cut, &format!("pair {i} torn {act:?}"));
+                        let (t, _) = recover(&torn.checkpoint, &torn.log[..cut]).unwrap();
+                        let now = (t.lookup(a).unwrap(), t.lookup(b).unwrap());
+                        let after = (x.halves[0].2, x.halves[1].2);
+                        assert!(now == before || now == after, "half an exchange: {now:?}");
+                        completed += r.completed.len();
+                        rolled_back += r.rolled_back.len();
+                    }
+                }
+                w.perform(act);
+                x.advance(&mut w.table).unwrap();
+                w.crash_and_check(w.log.len(), &format!("pair {i} after {act:?}"));
+                if !x.locks_block() {
+                    w.write(a);
+                    w.write(b);
+                }
+            }
+            assert_eq!(w.table.tier_of(a), Some(before.1.tier));
+            assert_eq!(w.table.tier_of(b), Some(before.0.tier));
+            assert_eq!((w.table.free_slots(0), w.table.free_slots(1)), (1, 1));
+        }
+        assert!(
+            completed > 0 && rolled_back > 0,
+            "{completed} {rolled_back}"
+        );
+        // Same-tier pairs are refused; a failed reservation leaks nothing.
+        let fast: Vec<_> = w.table.residents(0).collect();
+        assert!(Exchange::start(&mut w.table, 1, fast[0], fast[1]).is_err());
+        let _hold = w.table.reserve(0, 9).unwrap();
+        let (slow, fast) = (
+            w.table.residents(1).next().unwrap(),
+            w.table.residents(0).next().unwrap(),
+        );
+        assert_eq!(
+            Exchange::start(&mut w.table, 2, slow, fast).unwrap_err(),
+            TierError::TierFull(0)
+        );
+        assert_eq!(w.table.free_slots(1), 1);
     }
 
     #[test]

@@ -149,6 +149,46 @@ impl MigrationMatrix {
     }
 }
 
+/// One exchange for a table without homes: `up` comes to the fast tier as
+/// `down` leaves it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pair {
+    pub up: Move,
+    pub down: Move,
+}
+
+impl MigrationMatrix {
+    /// Choose at most `budget / 2` exchanges (at least one) for a two-tier table without
+    /// homes (whose tiers are always full: every move is an exchange): the
+    /// best-ranked promotions, each paired with the worst-ranked demotion;
+    /// promotions without a demotion to pair wait for a later round.
+    pub fn schedule_exchanges(&self, budget: usize) -> Vec<Pair> {
+        let all = self.cells.iter().flatten();
+        let mut ups: Vec<Move> = all.clone().filter(|m| m.to < m.from).copied().collect();
+        ups.sort_unstable_by_key(|m| (m.rank, m.block));
+        let mut downs: Vec<Move> = all.filter(|m| m.to > m.from).copied().collect();
+        // Best first, so the worst-ranked is at the back.
+        downs.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.block.cmp(&b.block)));
+        let mut out = Vec::new();
+        for up in ups {
+            if out.len() >= (budget / 2).max(1) {
+                break;
+            }
+            let Some(pos) = downs
+                .iter()
+                .rposition(|d| d.from == up.to && d.to == up.from)
+            else {
+                continue;
+            };
+            out.push(Pair {
+                up,
+                down: downs.remove(pos),
+            });
+        }
+        out
+    }
+}
+
 /// Algorithm 2, lines 1-12: rank `candidates` (reordered in place) and build
 /// the migration matrix for `table`'s tiers.
 pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationMatrix {
@@ -163,7 +203,10 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
             .then(tier_of(a.block).cmp(&tier_of(b.block)))
             .then(a.block.cmp(&b.block))
     };
-    let cap0 = table.slots(0).unwrap_or(0).min(candidates.len() as u64) as usize;
+    let cap0 = table
+        .usable_slots(0)
+        .unwrap_or(0)
+        .min(candidates.len() as u64) as usize;
     if cap0 < candidates.len() {
         // Only the fastest tier's share needs a full order.
         candidates.select_nth_unstable_by(cap0, by_score);
@@ -200,7 +243,7 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
         let cap = if t == last {
             rest.len() - at
         } else {
-            (table.slots(t).unwrap_or(0) as usize).min(rest.len() - at)
+            (table.usable_slots(t).unwrap_or(0) as usize).min(rest.len() - at)
         };
         for c in &rest[at..at + cap] {
             push(c.block, t, (cap0 + at) as u32, c.score_without_read);

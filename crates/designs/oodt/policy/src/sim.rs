@@ -17,8 +17,8 @@
 
 use crate::dispatcher::{Dispatcher, SubRequest};
 use crate::mapping::{BlockId, Loc, MappingTable, TierError};
-use crate::migration::RECORD_BYTES;
-use crate::planner::{plan, PlannerConfig, Trigger};
+use crate::migration::{Exchange, Steps, RECORD_BYTES};
+use crate::planner::{plan, Pair, PlannerConfig, Trigger};
 use crate::policy::{build, Access, Candidate, PolicyConfig, PolicyKind, TierPolicy};
 use hdrhistogram::Histogram;
 use rustc_hash::FxHashMap;
@@ -52,6 +52,12 @@ pub struct TierSimConfig {
     pub planner: PlannerConfig,
     pub profile: Profile,
     pub replay: Replay,
+    /// Model a `--capacity sum` volume: every block in one slot of either
+    /// tier (the slow tier sized so the volume covers the trace: its blocks
+    /// minus the fast tier's plus two scratch slots), every move an exchange
+    /// (both copies, both writes, one Begin pair and one Switch). `false`:
+    /// homes on the slow tier (`--capacity slow`).
+    pub capacity_sum: bool,
 }
 
 impl TierSimConfig {
@@ -101,6 +107,10 @@ pub struct TierReport {
     pub fast_tier_block_share: f64,
     /// Block accesses (request parts) served by the fast tier.
     pub fast_tier_access_share: f64,
+    /// `sum` or `slow` (see [`TierSimConfig::capacity_sum`]).
+    pub capacity: &'static str,
+    /// Exchanges (each also counts one promotion and one demotion).
+    pub exchanges: u64,
     /// Blocks moved (each promotion or demotion counts once).
     pub migrations: u64,
     pub promotions: u64,
@@ -134,6 +144,7 @@ struct State<'a> {
     cands: Vec<Candidate>,
     budget: usize,
     migrations: u64,
+    exchanges: u64,
     promotions: u64,
     demotions: u64,
     rounds: u64,
@@ -148,6 +159,10 @@ impl State<'_> {
         let fast = self.table.slots(0).unwrap_or(0);
         self.policy.candidates(fast, &mut self.cands);
         let matrix = plan(&self.table, &mut self.cands);
+        if !self.table.has_homes() {
+            let pairs = matrix.schedule_exchanges(self.budget);
+            return self.exchange_round(now, &pairs);
+        }
         let moves = matrix.schedule(&self.table, self.budget);
         if moves.is_empty() {
             return Ok(());
@@ -221,6 +236,61 @@ impl State<'_> {
     }
 }
 
+impl State<'_> {
+    /// A round of exchanges (a `sum` volume): one `Begin` batch, then per
+    /// pair both reads, both writes and one `Switch`, after which both
+    /// blocks unlock.
+    fn exchange_round(&mut self, now: u64, pairs: &[Pair]) -> Result<(), SimError> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        self.locks.retain(|_, &mut u| u > now);
+        let bs = self.cfg.block_bytes;
+        let log_op = |n: usize| {
+            ModelOp::new(
+                IoKind::Write,
+                0,
+                ((n * RECORD_BYTES) as u64).div_ceil(4096) * 4096,
+            )
+        };
+        let begun = self.tiers.submit(0, now, log_op(2 * pairs.len()));
+        for p in pairs {
+            let mut x = match Exchange::start(&mut self.table, 0, p.up.block, p.down.block) {
+                Ok(x) => x,
+                Err(TierError::TierFull(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let mut written = begun;
+            for &(_, src, dst) in &x.halves {
+                let read = self.tiers.submit(
+                    src.tier,
+                    begun,
+                    ModelOp::new(IoKind::Read, src.byte_offset(bs), u64::from(bs)),
+                );
+                let w = self.tiers.submit(
+                    dst.tier,
+                    read,
+                    ModelOp::new(IoKind::Write, dst.byte_offset(bs), u64::from(bs)),
+                );
+                written = written.max(w);
+            }
+            let unlocked = self.tiers.submit(0, written, log_op(1));
+            while x.next_action().is_some() {
+                x.advance(&mut self.table)?;
+            }
+            for &(b, _, _) in &x.halves {
+                self.locks.insert(b, unlocked);
+            }
+            self.busy_until = self.busy_until.max(unlocked);
+            self.exchanges += 1;
+            self.promotions += 1;
+            self.demotions += 1;
+            self.migrations += 2;
+        }
+        Ok(())
+    }
+}
+
 /// Replay `records` (see the module docs).
 pub fn run<I>(records: I, cfg: &TierSimConfig) -> Result<TierReport, SimError>
 where
@@ -267,7 +337,16 @@ fn build_state(cfg: &TierSimConfig) -> Result<(State<'_>, u64, u64), SimError> {
     cfg.planner.validate()?;
     let blocks = cfg.volume_bytes.div_ceil(u64::from(bs)).max(1);
     let fast_slots = cfg.fast_tier_bytes / u64::from(bs);
-    let table = MappingTable::new(bs, blocks, &[fast_slots])?;
+    let table = if cfg.capacity_sum && fast_slots >= 2 {
+        // As the live volume: blocks 0.. on the slow tier, the tail fast.
+        MappingTable::new_sum(
+            bs,
+            blocks,
+            &[fast_slots, (blocks + 2).saturating_sub(fast_slots).max(2)],
+        )?
+    } else {
+        MappingTable::new(bs, blocks, &[fast_slots])?
+    };
     let policy = build(cfg.policy, &cfg.policy_cfg, blocks, bs)?;
     let prof = |e: tiercache_model::ProfileError| SimError::Profile(e.to_string());
     let tiers = Tiers {
@@ -285,6 +364,7 @@ fn build_state(cfg: &TierSimConfig) -> Result<(State<'_>, u64, u64), SimError> {
         cands: Vec::new(),
         budget: cfg.planner.max_moves_per_round,
         migrations: 0,
+        exchanges: 0,
         promotions: 0,
         demotions: 0,
         rounds: 0,
@@ -486,6 +566,8 @@ impl Replayer<'_> {
             } else {
                 0.0
             },
+            capacity: if st.table.has_homes() { "slow" } else { "sum" },
+            exchanges: st.exchanges,
             migrations: st.migrations,
             promotions: st.promotions,
             demotions: st.demotions,
@@ -528,7 +610,28 @@ mod tests {
             },
             profile: Profile::default(),
             replay: Replay::Closed { queue_depth: 1 },
+            capacity_sum: false,
         }
+    }
+
+    /// The deployed `sum` volume: both tiers always full, hot blocks come up
+    /// only by exchange, each counted as one promotion and one demotion.
+    #[test]
+    fn a_sum_volume_moves_hot_blocks_up_by_exchanges() {
+        let c = TierSimConfig {
+            capacity_sum: true,
+            ..cfg(PolicyKind::Oodt, 64 * 4096)
+        };
+        let r = run(workload(), &c).unwrap();
+        assert_eq!(r.capacity, "sum");
+        assert!(r.exchanges >= 16, "{r:?}");
+        assert_eq!(r.promotions, r.exchanges);
+        assert_eq!(r.demotions, r.exchanges);
+        assert_eq!(r.migrations, 2 * r.exchanges);
+        assert!(r.fast_tier_access_share > 0.45, "{r:?}");
+        let slow = run(workload(), &cfg(PolicyKind::Oodt, 64 * 4096)).unwrap();
+        assert_eq!(slow.capacity, "slow");
+        assert_eq!(slow.exchanges, 0);
     }
 
     /// A hot set of 16 random blocks read over and over, plus a cold scan.

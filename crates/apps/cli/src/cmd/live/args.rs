@@ -80,10 +80,22 @@ pub struct TierFormatArgs {
     /// --dram-size).
     #[arg(long, default_value = "cache")]
     pub mode: String,
-    /// Tiered volume: FAST,SLOW (files or block devices). The volume is the
-    /// slow tier's size and starts with its contents; metadata goes on FAST.
+    /// Tiered volume: FAST,SLOW (files or block devices); metadata goes on
+    /// FAST. What the volume holds at first depends on --capacity.
     #[arg(long, value_delimiter = ',')]
     pub tiers: Option<Vec<PathBuf>>,
+    /// Tiered volume: sum (default) or slow. sum: the volume is both tiers
+    /// minus metadata and one scratch block per tier, each block lives on
+    /// exactly one tier and migrations exchange a hot block for a cold one
+    /// (OODT's design: the fast tier adds capacity as well as speed); it
+    /// starts with SLOW's contents up to its last block, then zeros. slow:
+    /// the volume is exactly SLOW's size and contents and every block keeps
+    /// a home there (converting an existing disk in place; the fast tier
+    /// adds speed only). The default is sum because a new volume gains the
+    /// fast tier's capacity and loses nothing of SLOW's data but its last
+    /// block; choose slow when the volume must stay exactly the disk.
+    #[arg(long, default_value = "sum")]
+    pub capacity: String,
     /// Tiered volume: block size, a power of two from 4KiB to 4MiB.
     #[arg(long, default_value = "1MiB")]
     pub block_size: String,

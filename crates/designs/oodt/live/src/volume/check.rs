@@ -1,7 +1,7 @@
 //! Offline checking: verifying a volume's metadata without serving it.
 
 use crate::journal::{Journal, RecoveryReport};
-use crate::superblock::Superblock;
+use crate::superblock::{Capacity, Superblock};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +16,10 @@ pub struct CheckReport {
     pub fast_slots: u64,
     /// Fast-tier slots holding a block.
     pub fast_used: u64,
+    /// What the volume's capacity is.
+    pub capacity: Capacity,
+    /// Volume size in bytes.
+    pub volume_bytes: u64,
     /// What a restart would recover (nothing is written by the check).
     pub recovery: RecoveryReport,
     /// Problems found; empty when the metadata is sound.
@@ -27,8 +31,10 @@ impl std::fmt::Display for CheckReport {
         let r = &self.recovery;
         writeln!(
             f,
-            "tiered volume: {} blocks, {} of {} fast slots used; checkpoint {}, {} log records \
+            "tiered volume ({} bytes, capacity {}): {} blocks, {} of {} fast slots used; checkpoint {}, {} log records \
              ({} switched migrations to replay, {} to finish, {} to roll back)",
+            self.volume_bytes,
+            self.capacity,
             self.blocks,
             self.fast_used,
             self.fast_slots,
@@ -62,6 +68,11 @@ pub fn check_volume(fast: &Path) -> anyhow::Result<CheckReport> {
             Err(e) => problems.push(format!("tier {i} ({}): {e}", t.identity.path)),
         }
     }
+    if sb.capacity == Capacity::Sum
+        && sb.tiers[1].identity.size < sb.layout.slow_slots * u64::from(sb.block_bytes)
+    {
+        problems.push("the slow tier is smaller than its recorded slots".into());
+    }
     let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(
         fast,
         FileDevOptions {
@@ -80,11 +91,28 @@ pub fn check_volume(fast: &Path) -> anyhow::Result<CheckReport> {
         if t.blocks() != sb.blocks() || t.block_bytes() != sb.block_bytes {
             problems.push("the mapping checkpoint does not match the superblock".into());
         }
+        if t.has_homes() != (sb.capacity == Capacity::Slow) {
+            problems.push(format!(
+                "the mapping checkpoint's layout is not the superblock's capacity mode ({})",
+                sb.capacity
+            ));
+        }
+        if sb.capacity == Capacity::Sum {
+            let seen: u64 = (0..t.tiers() as u8).map(|x| t.used_slots(x)).sum();
+            if seen != t.blocks() {
+                problems.push(format!(
+                    "{} blocks but {seen} slots in use: a slot leaked or is mapped twice",
+                    t.blocks()
+                ));
+            }
+        }
     }
     Ok(CheckReport {
         blocks: sb.blocks(),
         fast_slots: sb.layout.fast_slots,
         fast_used: table.as_ref().map_or(0, |t| t.used_slots(0)),
+        capacity: sb.capacity,
+        volume_bytes: sb.volume_bytes,
         recovery,
         problems,
     })

@@ -2,7 +2,7 @@
 //! superblock, mapping and log, and refusing to overwrite foreign data.
 
 use crate::journal::Journal;
-use crate::superblock::{Layout, Superblock, TierRecord, SB_BYTES};
+use crate::superblock::{Capacity, Layout, Superblock, TierRecord, SB_BYTES};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -59,9 +59,12 @@ impl VolumeConfig {
     }
 }
 
-/// Write a new tiered volume: metadata on `fast`, data on both tiers. The
-/// volume is `slow`'s size and starts with `slow`'s contents (every block at
-/// home). Refuses a `fast` tier holding a filesystem, a cache or another
+/// Write a new tiered volume: metadata on `fast`, data on both tiers. With
+/// [`Capacity::Slow`] the volume is `slow`'s size and starts with `slow`'s
+/// contents (every block at home). With [`Capacity::Sum`] it is both tiers'
+/// data slots minus one scratch slot each; it starts with `slow`'s contents
+/// up to its last block, then the fast tier's share (discarded: zeros on a
+/// file). Refuses a `fast` tier holding a filesystem, a cache or another
 /// volume, and a `slow` tier holding a tiered-volume superblock, unless
 /// `force`. Creates `fast` as a file of `create_size` bytes if it is absent.
 pub fn format_volume(
@@ -71,6 +74,7 @@ pub fn format_volume(
     cfg: &VolumeConfig,
     create_size: Option<u64>,
     force: bool,
+    capacity: Capacity,
 ) -> anyhow::Result<Superblock> {
     cfg.validate()?;
     if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
@@ -123,12 +127,24 @@ pub fn format_volume(
             slow_id.size
         );
     }
-    let blocks = slow_id.size.div_ceil(u64::from(block_bytes));
-    let layout = Layout::compute(fast_id.size, blocks, block_bytes)?;
+    let (layout, volume_bytes) = match capacity {
+        Capacity::Slow => {
+            let blocks = slow_id.size.div_ceil(u64::from(block_bytes));
+            (
+                Layout::compute(fast_id.size, blocks, block_bytes)?,
+                slow_id.size,
+            )
+        }
+        Capacity::Sum => {
+            let (l, blocks) = Layout::compute_sum(fast_id.size, slow_id.size, block_bytes)?;
+            (l, blocks * u64::from(block_bytes))
+        }
+    };
     let sb = Superblock {
         uuid: *uuid::Uuid::new_v4().as_bytes(),
         block_bytes,
-        volume_bytes: slow_id.size,
+        volume_bytes,
+        capacity,
         config: serde_json::to_string(cfg)?,
         tiers: vec![
             TierRecord { identity: fast_id },
@@ -141,11 +157,31 @@ pub fn format_volume(
     Ok(sb)
 }
 
+/// The mapping of a new volume: every block at home (`slow`), or blocks on
+/// the slow tier's slots at their own index, then on the fast tier's (`sum`).
+pub fn initial_table(sb: &Superblock) -> anyhow::Result<MappingTable> {
+    let l = &sb.layout;
+    Ok(match sb.capacity {
+        Capacity::Slow => MappingTable::new(sb.block_bytes, sb.blocks(), &[l.fast_slots])?,
+        Capacity::Sum => {
+            MappingTable::new_sum(sb.block_bytes, sb.blocks(), &[l.fast_slots, l.slow_slots])?
+        }
+    })
+}
+
 /// Write the metadata of a new volume described by `sb` on its fast tier
-/// `dev`: the initial mapping (every block at home), an empty log, then the
-/// superblock copies, so a crash in the middle leaves no volume.
+/// `dev`: the initial mapping ([`initial_table`]), an empty log, then the
+/// superblock copies, so a crash in the middle leaves no volume. A `sum`
+/// volume's fast data slots are discarded first (advisory).
 pub fn initialize(dev: &Arc<dyn BlockDev>, sb: &Superblock) -> anyhow::Result<()> {
-    let table = MappingTable::new(sb.block_bytes, sb.blocks(), &[sb.layout.fast_slots])?;
+    let table = initial_table(sb)?;
+    if sb.capacity == Capacity::Sum {
+        let bs = u64::from(sb.block_bytes);
+        let len = (sb.layout.fast_slots * bs).min(dev.len().saturating_sub(sb.layout.data_offset));
+        if let Err(e) = dev.trim(sb.layout.data_offset, len) {
+            tracing::warn!("discarding the fast tier's data slots: {e}");
+        }
+    }
     Journal::format(Arc::clone(dev), sb.layout, &table)?;
     let b = sb.encode()?;
     dev.write_at(&b, SB_BYTES)?;

@@ -19,6 +19,14 @@
 //! source; release its slot; log `Done`. The mapping in memory therefore only
 //! ever points at data whose location is durable in the log or checkpoint.
 //!
+//! **Exchanges.** In a `--capacity sum` volume every block has exactly one
+//! slot and both tiers are full but for one scratch slot each, so the worker
+//! runs the planner's moves in pairs, each one
+//! [`tiercache_tiering::migration::Exchange`]: both blocks locked and
+//! drained, a `Begin` for each under one id, both copied into the scratch
+//! slots, both tiers flushed, one `Switch` (the commit point for both), both
+//! sources trimmed and freed (the new scratch slots), `Done`.
+//!
 //! **Durability.** FLUSH flushes every tier; the mapping needs nothing more,
 //! since each switch is durable before anyone can write to the new location.
 //! Checkpoints are taken by the worker between migrations when the log fills
@@ -36,7 +44,7 @@ mod requests;
 mod worker;
 
 pub use check::{check_volume, CheckReport};
-pub use format::{format_volume, initialize, VolumeConfig};
+pub use format::{format_volume, initial_table, initialize, VolumeConfig};
 pub use open::{open_volume, OpenOptions};
 
 use std::io;
@@ -106,6 +114,7 @@ struct Counters {
     ops: [[AtomicU64; 2]; 2],
     bytes: [[AtomicU64; 2]; 2],
     migrations: AtomicU64,
+    exchanges: AtomicU64,
     promotions: AtomicU64,
     demotions: AtomicU64,
     migrated_bytes: AtomicU64,
@@ -180,7 +189,8 @@ impl Drop for Held {
 }
 
 impl TieredVolume {
-    /// Exported size in bytes (the slow tier's size).
+    /// Exported size in bytes (the slow tier's size, or both tiers' with
+    /// `--capacity sum`).
     pub fn size(&self) -> u64 {
         self.sb.volume_bytes
     }
@@ -226,9 +236,13 @@ impl TieredVolume {
         use serde_json::json;
         let (used, slots, blocks, failed, locked, stats_bytes, map_bytes) = {
             let c = lock(&self.core);
+            let blocks = c.table.blocks();
             (
                 [c.table.used_slots(0), c.table.used_slots(1)],
-                c.table.slots(0).unwrap_or(0),
+                [
+                    c.table.slots(0).unwrap_or(0),
+                    c.table.slots(1).unwrap_or(blocks),
+                ],
                 c.table.blocks(),
                 c.failed.clone(),
                 c.busy.values().filter(|b| b.migrating).count(),
@@ -244,7 +258,7 @@ impl TieredVolume {
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let tiers: Vec<_> = (0..2)
             .map(|t| {
-                let cap = if t == 0 { slots } else { blocks };
+                let cap = slots[t];
                 json!({
                     "tier": t,
                     "path": self.sb.tiers[t].identity.path,
@@ -263,6 +277,7 @@ impl TieredVolume {
             "mode": "tier",
             "status": match &failed { None => "ok".to_string(), Some(w) => format!("migrations stopped: {w}") },
             "uuid": self.sb.uuid_string(),
+            "capacity": self.sb.capacity,
             "policy": self.cfg,
             "block_size": self.sb.block_bytes,
             "volume_bytes": self.sb.volume_bytes,
@@ -270,6 +285,7 @@ impl TieredVolume {
             "tiers": tiers,
             "fast_tier_block_share": used[0] as f64 / blocks.max(1) as f64,
             "migrations": ld(&n.migrations),
+            "exchanges": ld(&n.exchanges),
             "promotions": ld(&n.promotions),
             "demotions": ld(&n.demotions),
             "migrations_in_flight": ld(&n.in_flight),

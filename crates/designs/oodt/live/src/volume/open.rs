@@ -3,7 +3,7 @@
 
 use super::{Core, Counters, TieredVolume, VolumeConfig};
 use crate::journal::Journal;
-use crate::superblock::Superblock;
+use crate::superblock::{Capacity, Superblock};
 use anyhow::{bail, Context};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::path::PathBuf;
@@ -88,12 +88,15 @@ impl TieredVolume {
         if devs.len() != 2 {
             bail!("{} tiers given (a volume has 2)", devs.len());
         }
-        if devs[1].len() < sb.volume_bytes {
+        let slow_needed = match sb.capacity {
+            Capacity::Slow => sb.volume_bytes,
+            Capacity::Sum => sb.layout.slow_slots * u64::from(sb.block_bytes),
+        };
+        if devs[1].len() < slow_needed {
             bail!(
-                "slow tier {} is {} bytes, smaller than the volume ({} bytes)",
+                "slow tier {} is {} bytes, smaller than its recorded layout ({slow_needed} bytes)",
                 devs[1].name(),
                 devs[1].len(),
-                sb.volume_bytes
             );
         }
         let l = sb.layout;
@@ -105,7 +108,10 @@ impl TieredVolume {
         }
         let (mut journal, rec) = Journal::open(Arc::clone(&devs[0]), l)
             .with_context(|| format!("recovering the mapping on {}", devs[0].name()))?;
-        if rec.table.blocks() != sb.blocks() || rec.table.block_bytes() != sb.block_bytes {
+        if rec.table.blocks() != sb.blocks()
+            || rec.table.block_bytes() != sb.block_bytes
+            || rec.table.has_homes() != (sb.capacity == Capacity::Slow)
+        {
             bail!("the mapping checkpoint does not match the superblock's geometry");
         }
         let bs = u64::from(sb.block_bytes);

@@ -1,5 +1,7 @@
 //! The migration worker: planning rounds, running migrations step by step
-//! (lock, copy, flush, switch, trim, release), checkpoints, and shutdown.
+//! (lock, copy, flush, switch, trim, release), exchanges on a `sum` volume
+//! (the same steps for two blocks at once, see
+//! [`tiercache_tiering::migration::Exchange`]), checkpoints, and shutdown.
 
 use super::TieredVolume;
 use super::{lock, tier_err, Core};
@@ -7,9 +9,18 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_tiering::migration::{Action, LogRecord, Migration, Phase};
-use tiercache_tiering::planner::{plan, Move};
+use tiercache_tiering::migration::{Action, Exchange, LogRecord, Migration, Phase, Steps};
+use tiercache_tiering::planner::{plan, Move, Pair};
 use tiercache_tiering::{BlockId, TierError};
+
+/// One unit of work of a planning round.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Job {
+    /// Move one block (a volume with homes).
+    Move(Move),
+    /// Exchange two blocks' tiers (a `sum` volume).
+    Pair(Pair),
+}
 
 impl TieredVolume {
     /// Start the migration worker.
@@ -41,8 +52,8 @@ impl TieredVolume {
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            let moves = self.plan_round(idle);
-            for mv in moves {
+            let jobs = self.plan_round(idle);
+            for job in jobs {
                 if self.stop.load(Ordering::Acquire) || !self.checkpoint_if_full() {
                     break;
                 }
@@ -50,7 +61,11 @@ impl TieredVolume {
                 if pace > now {
                     std::thread::sleep(pace - now);
                 }
-                match self.migrate(mv) {
+                let r = match job {
+                    Job::Move(mv) => self.migrate(mv),
+                    Job::Pair(p) => self.exchange(p),
+                };
+                match r {
                     Ok(bytes) => {
                         pace = pace.max(now) + Duration::from_secs_f64(bytes as f64 / rate);
                     }
@@ -58,7 +73,7 @@ impl TieredVolume {
                         self.counters
                             .migration_errors
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::error!("migration of block {}: {e}", mv.block);
+                        tracing::error!("{job:?}: {e}");
                         break;
                     }
                 }
@@ -68,9 +83,9 @@ impl TieredVolume {
     }
 
     /// Between migrations: checkpoint when the log lacks room for one more
-    /// migration's records. `false` if that failed (migrations stop).
+    /// migration's or exchange's records. `false` if that failed (migrations stop).
     pub(super) fn checkpoint_if_full(&self) -> bool {
-        if !lock(&self.journal).needs_checkpoint(3) {
+        if !lock(&self.journal).needs_checkpoint(4) {
             return true;
         }
         match self.checkpoint() {
@@ -82,8 +97,8 @@ impl TieredVolume {
         }
     }
 
-    /// Run the planner if a round is due; the moves to make, in order.
-    pub(super) fn plan_round(&self, idle: Duration) -> Vec<Move> {
+    /// Run the planner if a round is due; the moves or exchanges to make, in order.
+    pub(super) fn plan_round(&self, idle: Duration) -> Vec<Job> {
         let mut c = lock(&self.core);
         if c.failed.is_some() {
             return Vec::new();
@@ -101,7 +116,13 @@ impl TieredVolume {
         let fast = c.table.slots(0).unwrap_or(0);
         c.policy.candidates(fast, &mut cands);
         let matrix = plan(&c.table, &mut cands);
-        matrix.schedule(&c.table, planner.max_moves_per_round)
+        if c.table.has_homes() {
+            let moves = matrix.schedule(&c.table, planner.max_moves_per_round);
+            moves.into_iter().map(Job::Move).collect()
+        } else {
+            let pairs = matrix.schedule_exchanges(planner.max_moves_per_round);
+            pairs.into_iter().map(Job::Pair).collect()
+        }
     }
 
     pub(super) fn fail(&self, why: String) {
@@ -169,7 +190,48 @@ impl TieredVolume {
         Ok(bs)
     }
 
-    pub(super) fn run_migration(&self, m: &mut Migration) -> io::Result<()> {
+    /// Exchange the tiers of a pair of blocks (a `sum` volume); the bytes
+    /// copied (0 when the exchange no longer applies).
+    pub(super) fn exchange(&self, p: Pair) -> io::Result<u64> {
+        let bs = u64::from(self.sb.block_bytes);
+        let (up, down) = (p.up.block, p.down.block);
+        let mut x = {
+            let mut c = lock(&self.core);
+            if c.table.tier_of(up) != Some(p.up.from) || c.table.tier_of(down) != Some(p.down.from)
+            {
+                return Ok(0);
+            }
+            let id = c.next_migration;
+            let x = match Exchange::start(&mut c.table, id, up, down) {
+                Ok(x) => x,
+                Err(TierError::TierFull(_)) => return Ok(0),
+                Err(e) => return Err(tier_err(e)),
+            };
+            c.next_migration += 1;
+            for b in [up, down] {
+                c.busy.entry(b).or_default().migrating = true;
+            }
+            let busy = |c: &super::Core, b| c.busy.get(&b).is_some_and(|x| !x.claims.is_empty());
+            while busy(&c, up) || busy(&c, down) {
+                c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
+            }
+            x
+        };
+        self.counters.in_flight.store(1, Ordering::Relaxed);
+        let r = self.run_migration(&mut x);
+        self.counters.in_flight.store(0, Ordering::Relaxed);
+        r?;
+        let n = &self.counters;
+        n.migrations.fetch_add(2, Ordering::Relaxed);
+        n.exchanges.fetch_add(1, Ordering::Relaxed);
+        n.promotions.fetch_add(1, Ordering::Relaxed);
+        n.demotions.fetch_add(1, Ordering::Relaxed);
+        n.migrated_bytes.fetch_add(2 * bs, Ordering::Relaxed);
+        Ok(2 * bs)
+    }
+
+    /// Run a migration or an exchange to its end (or abandon it on an error).
+    pub(super) fn run_migration(&self, m: &mut dyn Steps) -> io::Result<()> {
         let bs = self.sb.block_bytes as usize;
         let mut buf = vec![0u8; bs];
         let mut journal = lock(&self.journal);
@@ -187,7 +249,7 @@ impl TieredVolume {
                 Action::Trim { loc } => {
                     let (d, off) = self.locate(loc);
                     if let Err(e) = d.trim(off, bs as u64) {
-                        tracing::warn!("trimming the source of migration {}: {e}", m.id);
+                        tracing::warn!("trimming the source of migration {}: {e}", m.id());
                     }
                     Ok(())
                 }
@@ -200,32 +262,41 @@ impl TieredVolume {
             let was_locked = m.locks_block();
             m.advance(&mut c.table).map_err(tier_err)?;
             if was_locked && !m.locks_block() {
-                self.unlock(&mut c, m.block);
+                for (block, _, _) in m.halves() {
+                    self.unlock(&mut c, block);
+                }
             }
         }
         Ok(())
     }
 
     /// A step of `m` failed with `e`: undo what can be undone.
-    pub(super) fn abandon(&self, m: &Migration, a: Action, e: io::Error) -> io::Error {
+    pub(super) fn abandon(&self, m: &dyn Steps, a: Action, e: io::Error) -> io::Error {
         let mut c = lock(&self.core);
+        let halves = m.halves();
         match (m.phase(), a) {
-            // The switch may or may not be durable: the block's location is
+            // The switch may or may not be durable: the blocks' location is
             // unknown until recovery decides.
             (Phase::Flushed, Action::Log(LogRecord::Switch { .. })) => {
-                c.poisoned.insert(m.block);
+                for &(block, _, _) in &halves {
+                    c.poisoned.insert(block);
+                }
                 drop(c);
-                self.fail(format!("logging the switch of migration {}: {e}", m.id));
+                self.fail(format!("logging the switch of migration {}: {e}", m.id()));
                 let mut c = lock(&self.core);
-                self.unlock(&mut c, m.block);
+                for &(block, _, _) in &halves {
+                    self.unlock(&mut c, block);
+                }
             }
-            // Before the commit point: the block stays at its source.
+            // Before the commit point: the blocks stay at their sources.
             (p, _) if p < Phase::Switched => {
-                c.table.release(m.dst);
+                for &(block, _, dst) in &halves {
+                    c.table.release(dst);
+                    self.unlock(&mut c, block);
+                }
                 self.counters
                     .rolled_back_live
                     .fetch_add(1, Ordering::Relaxed);
-                self.unlock(&mut c, m.block);
                 if matches!(a, Action::Log(_)) {
                     drop(c);
                     self.fail(format!("migration log write: {e}"));
@@ -238,6 +309,66 @@ impl TieredVolume {
             }
         }
         e
+    }
+
+    /// Why the volume cannot be evacuated to its slow tier, if it cannot: a
+    /// `sum` volume does not fit there (every block has a slot on exactly
+    /// one tier and the volume is larger than the slow tier's slots).
+    pub fn evacuation_refusal(&self) -> Option<String> {
+        let bs = u64::from(self.sb.block_bytes);
+        let (blocks, slow) = {
+            let c = lock(&self.core);
+            (c.table.blocks(), c.table.slots(1))
+        };
+        let slow = slow?; // a home for every block: it always fits
+        let excess = (blocks * bs).saturating_sub(slow * bs);
+        (excess > 0).then(|| {
+            format!(
+                "a tiered volume of capacity sum cannot be detached (evacuated to its slow tier): the volume is {} bytes and the slow tier holds {} bytes, so {excess} bytes ({} blocks) would have to be freed first, and shrinking a volume is not supported (stop the server with SIGTERM; every block stays where it is)",
+                blocks * bs,
+                slow * bs,
+                excess / bs
+            )
+        })
+    }
+
+    /// Stop the worker and move every block of the fast tier home, so the
+    /// slow tier alone is the volume (`detach` of a `slow` volume); then
+    /// flush and checkpoint like [`shutdown`](Self::shutdown). The blocks moved.
+    pub fn evacuate(&self) -> io::Result<u64> {
+        if let Some(why) = self.evacuation_refusal() {
+            return Err(io::Error::other(why));
+        }
+        self.stop.store(true, Ordering::Release);
+        self.wake_worker();
+        if let Some(h) = lock(&self.worker).take() {
+            let _ = h.join();
+        }
+        let residents: Vec<BlockId> = lock(&self.core).table.residents(0).collect();
+        let mut moved = 0;
+        for block in residents {
+            let mv = Move {
+                block,
+                from: 0,
+                to: 1,
+                rank: u32::MAX,
+                score: f32::NEG_INFINITY,
+            };
+            if !self.checkpoint_if_full() {
+                return Err(io::Error::other("checkpoint failed during evacuation"));
+            }
+            if self.migrate(mv)? > 0 {
+                moved += 1;
+            }
+        }
+        let left = lock(&self.core).table.used_slots(0);
+        if left > 0 {
+            return Err(io::Error::other(format!(
+                "{left} blocks are still on the fast tier after evacuation"
+            )));
+        }
+        self.shutdown()?;
+        Ok(moved)
     }
 
     /// Stop the worker (finishing the migration in flight), flush every tier

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tiercache_sim::units::{format_bytes, parse_bytes};
-use tiercache_tiered_volume::{format_volume, open_volume, OpenOptions, VolumeConfig};
+use tiercache_tiered_volume::{format_volume, open_volume, Capacity, OpenOptions, VolumeConfig};
 
 use super::super::args::{ServeArgs, TierFormatArgs};
 use tiercache_tiering::policy::PolicyKind;
@@ -45,12 +45,18 @@ fn format_tiered(
         .map(parse_bytes)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let sb = format_volume(fast, slow, block, &cfg, size, force)?;
+    let capacity: Capacity = a.capacity.parse().map_err(anyhow::Error::msg)?;
+    let sb = format_volume(fast, slow, block, &cfg, size, force, capacity)?;
+    let slow_slots = match capacity {
+        Capacity::Sum => format!(" ({} slots)", sb.layout.slow_slots),
+        Capacity::Slow => " (a home per block)".to_string(),
+    };
     println!(
-        "formatted tiered volume {} ({}): {} in {} blocks of {}; fast tier {} ({} slots), slow tier {}; policy {}",
+        "formatted tiered volume {} ({}): {} ({} bytes) in {} blocks of {}, capacity {capacity}; fast tier {} ({} slots), slow tier {}{slow_slots}; policy {}",
         fast.display(),
         sb.uuid_string(),
         format_bytes(sb.volume_bytes),
+        sb.volume_bytes,
         sb.blocks(),
         format_bytes(u64::from(block)),
         fast.display(),
@@ -66,10 +72,11 @@ fn print_stats(v: &serde_json::Value) {
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     println!("status            {}", v["status"].as_str().unwrap_or("?"));
     println!(
-        "volume            {} in {} blocks of {}, policy {}",
+        "volume            {} in {} blocks of {}, capacity {}, policy {}",
         format_bytes(v["volume_bytes"].as_u64().unwrap_or(0)),
         v["blocks"],
         format_bytes(v["block_size"].as_u64().unwrap_or(0)),
+        v["capacity"].as_str().unwrap_or("?"),
         v["policy"]["policy"].as_str().unwrap_or("?")
     );
     for t in v["tiers"].as_array().into_iter().flatten() {
@@ -111,6 +118,8 @@ fn check(fast: &std::path::Path, json: bool) -> Result<()> {
         design: "tier",
         device: fast,
         counts: serde_json::json!({
+            "capacity": r.capacity,
+            "volume_bytes": r.volume_bytes,
             "blocks": r.blocks,
             "fast_slots": r.fast_slots,
             "fast_used": r.fast_used,
