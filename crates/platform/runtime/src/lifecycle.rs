@@ -34,6 +34,7 @@ pub struct Prepared {
     nbd: Bound,
     control: std::os::unix::net::UnixListener,
     control_path: PathBuf,
+    metrics: Option<(std::net::TcpListener, std::net::SocketAddr)>,
 }
 
 impl Prepared {
@@ -53,7 +54,26 @@ impl Prepared {
             nbd,
             control: ctl,
             control_path: control.to_path_buf(),
+            metrics: None,
         })
+    }
+
+    /// Also bind the metrics endpoint (`serve --metrics HOST:PORT`), still
+    /// before any device is opened; on failure the other sockets are removed.
+    pub fn with_metrics(mut self, spec: Option<&str>) -> Result<Prepared> {
+        let Some(spec) = spec else {
+            return Ok(self);
+        };
+        match crate::metrics_http::bind(spec) {
+            Ok(m) => {
+                self.metrics = Some(m);
+                Ok(self)
+            }
+            Err(e) => {
+                self.abandon();
+                Err(e)
+            }
+        }
     }
 
     /// Give up (the design failed to open): remove the socket files.
@@ -88,17 +108,27 @@ pub async fn serve(
     cfg: &ServeConfig,
     ready: Option<oneshot::Sender<String>>,
 ) -> Result<Ended> {
+    let req_metrics = prepared
+        .metrics
+        .as_ref()
+        .map(|_| Arc::new(crate::metrics::RequestMetrics::default()));
     let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
         design: Arc::clone(&design),
         read_only: cfg.read_only,
+        metrics: req_metrics.clone(),
     });
     let server = tiercache_nbd::Server::with_limits([(cfg.export.clone(), export)], cfg.limits)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let listening = prepared.nbd.serve(&server)?;
     let uri = listening.uri.clone();
     let started = Instant::now();
+    let metrics_url = prepared
+        .metrics
+        .as_ref()
+        .map(|(_, a)| format!("http://{a}/metrics"));
     let info = json!({
         "listen": uri,
+        "metrics": metrics_url,
         "export": cfg.export,
         "read_only": cfg.read_only,
         "pid": std::process::id(),
@@ -112,6 +142,18 @@ pub async fn serve(
         info,
         dtx,
     )?;
+    let metrics = match (prepared.metrics, req_metrics) {
+        (Some((l, _)), Some(m)) => Some(crate::metrics_http::MetricsServer::start(
+            l,
+            Arc::clone(&design),
+            m,
+            cfg.export.clone(),
+        )?),
+        _ => None,
+    };
+    if let Some(u) = &metrics_url {
+        eprintln!("tiercache: metrics at {u}");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tracing::info!(
@@ -146,6 +188,9 @@ pub async fn serve(
     );
     crate::notify::notify(&format!("STOPPING=1\nSTATUS=stopping ({what})"));
     listening.shutdown().await;
+    if let Some(m) = metrics {
+        m.stop(CONTROL_GRACE).await;
+    }
     let r = match why {
         Why::Signal(s) => {
             let r = design.shutdown().await;

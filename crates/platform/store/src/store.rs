@@ -557,6 +557,19 @@ impl<D: MetaDevice> Store<D> {
         Ok(())
     }
 
+    /// Record a new policy blob in the superblock (`tiercache set`), durably
+    /// (both copies written and synced) before returning.
+    pub fn set_policy(&mut self, policy: String) -> Result<()> {
+        let mut sb = self.sb.clone();
+        sb.policy = policy;
+        sb.generation += 1;
+        if let Err(e) = sb.write(&self.dev) {
+            return self.fail(e);
+        }
+        self.sb = sb;
+        Ok(())
+    }
+
     /// Whether the superblock says the store was shut down cleanly (false
     /// from [`open`] until [`Store::mark_clean`]).
     pub fn is_marked_clean(&self) -> bool {

@@ -124,6 +124,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             io_engine: "auto".into(),
             threads: None,
             insecure_listen: false,
+            metrics: None,
             limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
