@@ -39,15 +39,15 @@ macro_rules! require_parser {
 
 /// Parse OpenMetrics text with `prometheus_client`'s parser; returns every
 /// sample as `name{k="v",...}` (labels sorted) -> value, and the families'
-/// names and types.
-fn parse(text: &str) -> (HashMap<String, f64>, Vec<(String, String)>) {
+/// names, types and sample names.
+fn parse(text: &str) -> (HashMap<String, f64>, Vec<(String, String, Vec<String>)>) {
     let script = r#"
 import json, sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 fams = []
 samples = {}
 for f in text_string_to_metric_families(sys.stdin.read()):
-    fams.append([f.name, f.type])
+    fams.append([f.name, f.type, sorted({s.name for s in f.samples})])
     for s in f.samples:
         key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
         samples[key] = s.value
@@ -84,7 +84,18 @@ print(json.dumps({"families": fams, "samples": samples}))
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| (f[0].as_str().unwrap().into(), f[1].as_str().unwrap().into()))
+        .map(|f| {
+            let names = f[2]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap().to_string());
+            (
+                f[0].as_str().unwrap().into(),
+                f[1].as_str().unwrap().into(),
+                names.collect(),
+            )
+        })
         .collect();
     (samples, fams)
 }
@@ -97,7 +108,11 @@ fn http_get(url: &str) -> (String, String, String) {
     let mut s = std::net::TcpStream::connect(host).expect("connect to the metrics endpoint");
     s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/openmetrics-text\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/openmetrics-text\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).unwrap();
     let (head, body) = buf.split_once("\r\n\r\n").expect("an HTTP answer");
@@ -125,14 +140,11 @@ fn scrape(url: &str) -> HashMap<String, f64> {
         "{headers}"
     );
     let (samples, fams) = parse(&body);
-    for (name, ty) in &fams {
+    assert!(fams.len() > 10, "too few metric families: {fams:?}");
+    for (name, ty, names) in &fams {
         assert!(name.starts_with("tiercache_"), "{name} lacks the prefix");
         if ty == "counter" {
-            let total = samples
-                .keys()
-                .filter(|k| k.starts_with(name.as_str()))
-                .all(|k| k.starts_with(&format!("{name}_total{{")) || k.starts_with(&format!("{name}_created")));
-            assert!(total, "counter {name} has a sample not ending in _total");
+            assert_eq!(names, &vec![format!("{name}_total")], "counter {name}");
         }
     }
     samples
@@ -169,17 +181,27 @@ fn metrics_scrape_parses_and_counts_what_the_io_did() {
     let srv = s.serve(&["--metrics", "127.0.0.1:0"]);
     let url = metrics_url(&s);
     let before = scrape(&url);
-    let rd = |class: &str, what: &str| format!("tiercache_{what}_total{{class=\"{class}\",op=\"read\"}}");
+    let rd = |class: &str, what: &str| {
+        format!("tiercache_{what}_total{{class=\"{class}\",op=\"read\"}}")
+    };
     let wr = |what: &str| format!("tiercache_{what}_total{{class=\"unclassified\",op=\"write\"}}");
     let reqs = |op: &str| format!("tiercache_request_duration_seconds_count{{op=\"{op}\"}}");
 
     // N reads of uncached 4 KiB blocks: N misses, then N hits reading them again.
     const N: u64 = 12;
-    let reads: Vec<String> = (0..N).map(|i| format!("read {} 4k", (i * 3 + 1) * 4096)).collect();
+    let reads: Vec<String> = (0..N)
+        .map(|i| format!("read {} 4k", (i * 3 + 1) * 4096))
+        .collect();
     qemu_io(&srv.uri(), &reads);
     let mid = scrape(&url);
-    assert_eq!(get(&mid, &rd("data", "misses")) - get(&before, &rd("data", "misses")), N as f64);
-    assert_eq!(get(&mid, &rd("data", "hits")), get(&before, &rd("data", "hits")));
+    assert_eq!(
+        get(&mid, &rd("data", "misses")) - get(&before, &rd("data", "misses")),
+        N as f64
+    );
+    assert_eq!(
+        get(&mid, &rd("data", "hits")),
+        get(&before, &rd("data", "hits"))
+    );
     qemu_io(&srv.uri(), &reads);
     // M writes of uncached blocks: M write misses, M dirty lines (write-back).
     const M: u64 = 5;
@@ -188,11 +210,23 @@ fn metrics_scrape_parses_and_counts_what_the_io_did() {
         .collect();
     qemu_io(&srv.uri(), &writes);
     let after = scrape(&url);
-    assert_eq!(get(&after, &rd("data", "hits")) - get(&mid, &rd("data", "hits")), N as f64);
-    assert_eq!(get(&after, &rd("data", "misses")), get(&mid, &rd("data", "misses")));
-    assert_eq!(get(&after, &wr("misses")) - get(&before, &wr("misses")), M as f64);
+    assert_eq!(
+        get(&after, &rd("data", "hits")) - get(&mid, &rd("data", "hits")),
+        N as f64
+    );
+    assert_eq!(
+        get(&after, &rd("data", "misses")),
+        get(&mid, &rd("data", "misses"))
+    );
+    assert_eq!(
+        get(&after, &wr("misses")) - get(&before, &wr("misses")),
+        M as f64
+    );
     assert_eq!(get(&after, "tiercache_dirty_lines"), M as f64);
-    assert_eq!(get(&after, "tiercache_dirty_target_lines"), stats(&s)["dirty_target_lines"].as_f64().unwrap());
+    assert_eq!(
+        get(&after, "tiercache_dirty_target_lines"),
+        stats(&s)["dirty_target_lines"].as_f64().unwrap()
+    );
     // The runtime timed every request: at least 2N reads and M writes.
     assert!(get(&after, &reqs("read")) - get(&before, &reqs("read")) >= 2.0 * N as f64);
     assert!(get(&after, &reqs("write")) - get(&before, &reqs("write")) >= M as f64);
@@ -200,8 +234,14 @@ fn metrics_scrape_parses_and_counts_what_the_io_did() {
     assert_eq!(get(&after, inf), get(&after, &reqs("read")));
     // Device latency histograms, one per device; every device op counted.
     let dev = |d: &str| format!("tiercache_device_latency_seconds_count{{device=\"{d}\"}}");
-    assert!(get(&after, &dev("backing")) >= N as f64, "backing reads of the misses");
-    assert!(get(&after, &dev("cache")) >= (N + M) as f64, "fills and writes");
+    assert!(
+        get(&after, &dev("backing")) >= N as f64,
+        "backing reads of the misses"
+    );
+    assert!(
+        get(&after, &dev("cache")) >= (N + M) as f64,
+        "fills and writes"
+    );
     for k in [
         "tiercache_device_errors_total{device=\"cache\"}",
         "tiercache_device_errors_total{device=\"backing\"}",
@@ -215,7 +255,10 @@ fn metrics_scrape_parses_and_counts_what_the_io_did() {
     // `tiercache flush` cleans the M lines by the forced path.
     s.ctl("flush");
     let flushed = scrape(&url);
-    assert_eq!(get(&flushed, "tiercache_cleaned_lines_total{path=\"forced\"}"), M as f64);
+    assert_eq!(
+        get(&flushed, "tiercache_cleaned_lines_total{path=\"forced\"}"),
+        M as f64
+    );
     assert_eq!(get(&flushed, "tiercache_dirty_lines"), 0.0);
     // Anything but GET /metrics is answered, not served.
     let (status, _, _) = http_get(&url.replace("/metrics", "/nothing"));
@@ -296,20 +339,35 @@ fn set_write_through_under_fio_verify_cleans_first_and_persists() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     while stats(&s)["dirty_lines"].as_u64().unwrap() < 64 {
         assert!(!load.is_finished(), "fio ended before any line was dirty");
-        assert!(std::time::Instant::now() < deadline, "no dirty lines under fio");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no dirty lines under fio"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(!load.is_finished(), "fio must still be running when set starts");
+    assert!(
+        !load.is_finished(),
+        "fio must still be running when set starts"
+    );
     let (ok, out, err) = set(&s, &["--write-policy", "write-through"]);
     assert!(ok, "set failed: {out}\n{err}");
-    assert!(err.contains("leaving write-back"), "no progress printed: {err}");
-    assert!(out.contains("write policy write-back -> write-through"), "{out}");
+    assert!(
+        err.contains("leaving write-back"),
+        "no progress printed: {err}"
+    );
+    assert!(
+        out.contains("write policy write-back -> write-through"),
+        "{out}"
+    );
     let v = load.join().expect("fio thread");
     assert!(v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() > 0);
     let st = stats(&s);
     assert_eq!(st["policy"]["write_policy"], "write-through", "{st}");
     assert_eq!(st["dirty_lines"], 0, "{st}");
-    assert!(st["live"]["forced_cleaned_lines"].as_u64().unwrap() >= 64, "{st}");
+    assert!(
+        st["live"]["forced_cleaned_lines"].as_u64().unwrap() >= 64,
+        "{st}"
+    );
     // The superblock keeps the new policy across a restart, and the data verifies.
     srv.stop();
     let _srv = s.serve(&[]);
@@ -333,11 +391,17 @@ fn set_dirty_target_applies_and_refusals_say_why() {
     assert!(ok, "{out}{err}");
     let st = stats(&s);
     assert_eq!(st["policy"]["dirty_target"], 0.1);
-    assert_eq!(st["dirty_target_lines"], (st["slots"].as_f64().unwrap() * 0.1) as u64);
+    assert_eq!(
+        st["dirty_target_lines"],
+        (st["slots"].as_f64().unwrap() * 0.1) as u64
+    );
     // Refused: the eviction policy (the reason is given), the sequential
     // cutoff of a cache that does not admit by it, a bad value.
     let (ok, _, err) = set(&s, &["--eviction", "arc"]);
-    assert!(!ok && err.contains("eviction policy cannot change while serving"), "{err}");
+    assert!(
+        !ok && err.contains("eviction policy cannot change while serving"),
+        "{err}"
+    );
     let (ok, _, err) = set(&s, &["--seq-cutoff", "8MiB"]);
     assert!(!ok && err.contains("seq-cutoff admission"), "{err}");
     let (ok, _, err) = set(&s, &["--dirty-target", "150%"]);

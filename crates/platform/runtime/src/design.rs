@@ -86,11 +86,7 @@ pub trait Design: Send + Sync + 'static {
     /// `{"ok":true,...}` with the policy now in force, or `{"ok":false,
     /// "error":WHY}` naming what cannot change online and why. Designs
     /// without online changes refuse.
-    async fn set_policy(
-        &self,
-        request: &Value,
-        progress: &(dyn Fn(Value) + Send + Sync),
-    ) -> Value {
+    async fn set_policy(&self, request: &Value, progress: &(dyn Fn(Value) + Send + Sync)) -> Value {
         let _ = (request, progress);
         serde_json::json!({
             "ok": false,

@@ -89,7 +89,14 @@ pub struct MetricSet {
 }
 
 impl MetricSet {
-    fn push(&mut self, name: &str, help: &str, kind: MetricType, labels: &[(&str, &str)], s: Sample) {
+    fn push(
+        &mut self,
+        name: &str,
+        help: &str,
+        kind: MetricType,
+        labels: &[(&str, &str)],
+        s: Sample,
+    ) {
         let name = format!("{PREFIX}{name}");
         let labels = labels
             .iter()
@@ -116,18 +123,38 @@ impl MetricSet {
     }
     /// A histogram `tiercache_NAME` (a name ending in `_seconds` for durations).
     pub fn histogram(&mut self, name: &str, help: &str, labels: &[(&str, &str)], h: HistogramData) {
-        self.push(name, help, MetricType::Histogram, labels, Sample::Histogram(h));
+        self.push(
+            name,
+            help,
+            MetricType::Histogram,
+            labels,
+            Sample::Histogram(h),
+        );
     }
     /// A counter read from `stats` at the JSON pointer `ptr`; skipped (and
     /// logged at debug level) when the design does not report it.
-    pub fn counter_at(&mut self, name: &str, help: &str, labels: &[(&str, &str)], stats: &Value, ptr: &str) {
+    pub fn counter_at(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        stats: &Value,
+        ptr: &str,
+    ) {
         match stats.pointer(ptr).and_then(Value::as_u64) {
             Some(v) => self.counter(name, help, labels, v),
             None => tracing::debug!("metrics: {ptr} missing from stats; {name} left out"),
         }
     }
     /// A gauge read from `stats` at the JSON pointer `ptr` (skipped when missing).
-    pub fn gauge_at(&mut self, name: &str, help: &str, labels: &[(&str, &str)], stats: &Value, ptr: &str) {
+    pub fn gauge_at(
+        &mut self,
+        name: &str,
+        help: &str,
+        labels: &[(&str, &str)],
+        stats: &Value,
+        ptr: &str,
+    ) {
         match stats.pointer(ptr).and_then(Value::as_f64) {
             Some(v) => self.gauge(name, help, labels, v),
             None => tracing::debug!("metrics: {ptr} missing from stats; {name} left out"),
@@ -135,7 +162,10 @@ impl MetricSet {
     }
 }
 
-fn encode_sample(e: &mut prometheus_client::encoding::MetricEncoder, s: &Sample) -> std::fmt::Result {
+fn encode_sample(
+    e: &mut prometheus_client::encoding::MetricEncoder,
+    s: &Sample,
+) -> std::fmt::Result {
     match s {
         Sample::Counter(v) => e.encode_counter::<NoLabelSet, u64, f64>(v, None),
         Sample::Gauge(v) => e.encode_gauge(v),
@@ -242,12 +272,12 @@ pub async fn render(design: &dyn Design, req: &RequestMetrics, export: &str) -> 
     let mut reg = Registry::default();
     reg.register(
         "tiercache_request_duration_seconds",
-        "NBD request latency by operation, from the request's arrival at the export adapter to its answer.",
+        "NBD request latency by operation, from the request's arrival at the export adapter to its answer",
         req.latency.clone(),
     );
     reg.register(
         "tiercache_request_errors",
-        "NBD requests answered with an error, by operation.",
+        "NBD requests answered with an error, by operation",
         req.errors.clone(),
     );
     reg.register_collector(Box::new(set));

@@ -48,10 +48,34 @@ pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
         &[],
         (stats["status"] != "ok") as u8 as f64,
     );
-    m.gauge_at("slots", "Cache lines the cache device holds.", &[], stats, "/slots");
-    m.gauge_at("occupied_lines", "Cache lines holding data.", &[], stats, "/occupied_lines");
-    m.counter_at("fills", "Lines that received fill data (read misses, write allocations).", &[], stats, "/fills");
-    m.counter_at("writebacks", "Lines whose dirty data was written to the backing device.", &[], stats, "/writebacks");
+    m.gauge_at(
+        "slots",
+        "Cache lines the cache device holds.",
+        &[],
+        stats,
+        "/slots",
+    );
+    m.gauge_at(
+        "occupied_lines",
+        "Cache lines holding data.",
+        &[],
+        stats,
+        "/occupied_lines",
+    );
+    m.counter_at(
+        "fills",
+        "Lines that received fill data (read misses, write allocations).",
+        &[],
+        stats,
+        "/fills",
+    );
+    m.counter_at(
+        "writebacks",
+        "Lines whose dirty data was written to the backing device.",
+        &[],
+        stats,
+        "/writebacks",
+    );
     m.counter(
         "bypasses",
         "Allocations refused, by reason (admission: the admission policy, a sequential stream, or a failing cache device).",
@@ -60,14 +84,39 @@ pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
     );
     let (ev, dev) = (n(stats, "/evictions"), n(stats, "/dirty_evictions"));
     let help = "Lines evicted to make room, by the victim's state.";
-    m.counter("evictions", help, &[("victim", "clean")], ev.saturating_sub(dev));
+    m.counter(
+        "evictions",
+        help,
+        &[("victim", "clean")],
+        ev.saturating_sub(dev),
+    );
     m.counter("evictions", help, &[("victim", "dirty")], dev);
     let help = "Device I/O errors, by device.";
-    m.counter("device_errors", help, &[("device", "cache")], n(stats, "/live/cache_errors"));
-    m.counter("device_errors", help, &[("device", "backing")], n(stats, "/live/backing_errors"));
+    m.counter(
+        "device_errors",
+        help,
+        &[("device", "cache")],
+        n(stats, "/live/cache_errors"),
+    );
+    m.counter(
+        "device_errors",
+        help,
+        &[("device", "backing")],
+        n(stats, "/live/backing_errors"),
+    );
     let help = "Latency of the I/O the cache issues to each device, in seconds.";
-    m.histogram("device_latency_seconds", help, &[("device", "cache")], cache.stats.device_histogram(Dev::Cache));
-    m.histogram("device_latency_seconds", help, &[("device", "backing")], cache.stats.device_histogram(Dev::Backing));
+    m.histogram(
+        "device_latency_seconds",
+        help,
+        &[("device", "cache")],
+        cache.stats.device_histogram(Dev::Cache),
+    );
+    m.histogram(
+        "device_latency_seconds",
+        help,
+        &[("device", "backing")],
+        cache.stats.device_histogram(Dev::Backing),
+    );
     m.histogram(
         "metadata_commit_duration_seconds",
         "Latency of metadata log commits, in seconds.",
@@ -86,17 +135,45 @@ fn hits_and_misses(stats: &Value, m: &mut MetricSet) {
     let (rh, rm) = (n(stats, "/read_hits"), n(stats, "/read_misses"));
     let (mh, mm) = (n(stats, "/metadata_hits"), n(stats, "/metadata_misses"));
     for (name, help, read, meta, write) in [
-        ("hits", "Cache line accesses whose data was all cached, by operation and class.", rh, mh, n(stats, "/write_hits")),
-        ("misses", "Cache line accesses that needed the backing device, by operation and class.", rm, mm, n(stats, "/write_misses")),
+        (
+            "hits",
+            "Cache line accesses whose data was all cached, by operation and class.",
+            rh,
+            mh,
+            n(stats, "/write_hits"),
+        ),
+        (
+            "misses",
+            "Cache line accesses that needed the backing device, by operation and class.",
+            rm,
+            mm,
+            n(stats, "/write_misses"),
+        ),
     ] {
         m.counter(name, help, &[("op", "read"), ("class", "metadata")], meta);
-        m.counter(name, help, &[("op", "read"), ("class", "data")], read.saturating_sub(meta));
-        m.counter(name, help, &[("op", "write"), ("class", "unclassified")], write);
+        m.counter(
+            name,
+            help,
+            &[("op", "read"), ("class", "data")],
+            read.saturating_sub(meta),
+        );
+        m.counter(
+            name,
+            help,
+            &[("op", "write"), ("class", "unclassified")],
+            write,
+        );
     }
 }
 
 fn dirty_and_cleaning(stats: &Value, m: &mut MetricSet) {
-    m.gauge_at("dirty_lines", "Cache lines holding data the backing device lacks.", &[], stats, "/dirty_lines");
+    m.gauge_at(
+        "dirty_lines",
+        "Cache lines holding data the backing device lacks.",
+        &[],
+        stats,
+        "/dirty_lines",
+    );
     m.gauge_at(
         "dirty_target_lines",
         "Dirty lines above which write-back cleaning runs.",
@@ -104,12 +181,27 @@ fn dirty_and_cleaning(stats: &Value, m: &mut MetricSet) {
         stats,
         "/dirty_target_lines",
     );
-    m.gauge_at("dirty_target_ratio", "The dirty target as a share of the lines.", &[], stats, "/policy/dirty_target");
+    m.gauge_at(
+        "dirty_target_ratio",
+        "The dirty target as a share of the lines.",
+        &[],
+        stats,
+        "/policy/dirty_target",
+    );
     let l = |k: &str| n(stats, &format!("/live/{k}"));
-    let (idle, pressure, forced) = (l("idle_cleaned_lines"), l("pressure_cleaned_lines"), l("forced_cleaned_lines"));
+    let (idle, pressure, forced) = (
+        l("idle_cleaned_lines"),
+        l("pressure_cleaned_lines"),
+        l("forced_cleaned_lines"),
+    );
     let paced = l("cleaned_lines").saturating_sub(idle + pressure + forced);
     let help = "Dirty lines written back, by path: paced (the rate controller), idle (full speed with no requests), pressure (after dirty evictions), forced (flush, detach, set).";
-    for (path, v) in [("paced", paced), ("idle", idle), ("pressure", pressure), ("forced", forced)] {
+    for (path, v) in [
+        ("paced", paced),
+        ("idle", idle),
+        ("pressure", pressure),
+        ("forced", forced),
+    ] {
         m.counter("cleaned_lines", help, &[("path", path)], v);
     }
     m.gauge_at(

@@ -60,7 +60,11 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
 /// An HDR histogram of nanoseconds as Prometheus buckets in seconds.
 fn hist_seconds(h: &Histogram<u64>) -> tiercache_runtime::HistogramData {
     let n = h.len();
-    let sum = if n == 0 { 0.0 } else { h.mean() * n as f64 / 1e9 };
+    let sum = if n == 0 {
+        0.0
+    } else {
+        h.mean() * n as f64 / 1e9
+    };
     tiercache_runtime::HistogramData::from_cumulative(sum, n, |le| {
         h.count_between(0, (le * 1e9) as u64)
     })

@@ -81,22 +81,77 @@ fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
     for (i, tier) in ["fast", "slow"].iter().enumerate() {
         for op in ["read", "write"] {
             let v = n(&format!("/tiers/{i}/{op}_hits"));
-            m.counter("tier_accesses", "Block accesses served by each tier, by operation.", &[("tier", tier), ("op", op)], v);
+            m.counter(
+                "tier_accesses",
+                "Block accesses served by each tier, by operation.",
+                &[("tier", tier), ("op", op)],
+                v,
+            );
             let (name, help) = if i == 0 {
-                ("hits", "Block accesses served by the fast tier, by operation.")
+                (
+                    "hits",
+                    "Block accesses served by the fast tier, by operation.",
+                )
             } else {
-                ("misses", "Block accesses served by the slow tier, by operation.")
+                (
+                    "misses",
+                    "Block accesses served by the slow tier, by operation.",
+                )
             };
             m.counter(name, help, &[("op", op)], v);
         }
-        m.gauge("tier_used_blocks", "Blocks each tier holds.", &[("tier", tier)], n(&format!("/tiers/{i}/used_slots")) as f64);
+        m.gauge(
+            "tier_used_blocks",
+            "Blocks each tier holds.",
+            &[("tier", tier)],
+            n(&format!("/tiers/{i}/used_slots")) as f64,
+        );
     }
     let help = "Completed migrations, by direction.";
-    m.counter("migrations", help, &[("direction", "promotion")], n("/promotions"));
-    m.counter("migrations", help, &[("direction", "demotion")], n("/demotions"));
-    m.counter_at("migrated_bytes", "Bytes copied by migrations.", &[], s, "/migrated_bytes");
-    m.counter_at("migration_errors", "Migrations that failed on a device error.", &[], s, "/migration_errors");
-    m.gauge_at("migrations_in_flight", "Migrations running now.", &[], s, "/migrations_in_flight");
-    m.counter_at("planner_rounds", "Rounds of the migration planner.", &[], s, "/planner_rounds");
-    m.gauge("degraded", "1 when migrations stopped after a device error.", &[], (s["status"] != "ok") as u8 as f64);
+    m.counter(
+        "migrations",
+        help,
+        &[("direction", "promotion")],
+        n("/promotions"),
+    );
+    m.counter(
+        "migrations",
+        help,
+        &[("direction", "demotion")],
+        n("/demotions"),
+    );
+    m.counter_at(
+        "migrated_bytes",
+        "Bytes copied by migrations.",
+        &[],
+        s,
+        "/migrated_bytes",
+    );
+    m.counter_at(
+        "migration_errors",
+        "Migrations that failed on a device error.",
+        &[],
+        s,
+        "/migration_errors",
+    );
+    m.gauge_at(
+        "migrations_in_flight",
+        "Migrations running now.",
+        &[],
+        s,
+        "/migrations_in_flight",
+    );
+    m.counter_at(
+        "planner_rounds",
+        "Rounds of the migration planner.",
+        &[],
+        s,
+        "/planner_rounds",
+    );
+    m.gauge(
+        "degraded",
+        "1 when migrations stopped after a device error.",
+        &[],
+        (s["status"] != "ok") as u8 as f64,
+    );
 }

@@ -71,17 +71,71 @@ impl SyncStore for ThreeLevel {
 fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
     let n = |p: &str| s.pointer(p).and_then(Value::as_u64).unwrap_or(0);
     for level in ["dram", "ro_ssd", "wo_ssd"] {
-        m.counter("hits", "Page reads served by a level of the cache, by level.", &[("op", "read"), ("level", level)], n(&format!("/hits/{level}")));
+        m.counter(
+            "hits",
+            "Page reads served by a level of the cache, by level.",
+            &[("op", "read"), ("level", level)],
+            n(&format!("/hits/{level}")),
+        );
     }
-    m.counter("misses", "Page reads that needed the backing device.", &[("op", "read")], n("/misses"));
-    m.gauge_at("dirty_lines", "Dirty 4 KiB pages (newer than the backing device).", &[], s, "/dirty_pages");
-    m.gauge_at("slots", "4 KiB pages the write-optimized SSD holds.", &[], s, "/slots");
+    m.counter(
+        "misses",
+        "Page reads that needed the backing device.",
+        &[("op", "read")],
+        n("/misses"),
+    );
+    m.gauge_at(
+        "dirty_lines",
+        "Dirty 4 KiB pages (newer than the backing device).",
+        &[],
+        s,
+        "/dirty_pages",
+    );
+    m.gauge_at(
+        "slots",
+        "4 KiB pages the write-optimized SSD holds.",
+        &[],
+        s,
+        "/slots",
+    );
     for d in ["ro_ssd", "wo_ssd"] {
-        m.counter("ssd_page_writes", "Pages written to each SSD.", &[("device", d)], n(&format!("/{d}/page_writes")));
+        m.counter(
+            "ssd_page_writes",
+            "Pages written to each SSD.",
+            &[("device", d)],
+            n(&format!("/{d}/page_writes")),
+        );
     }
-    m.counter_at("writebacks", "Dirty pages written to the backing device.", &[], s, "/writebacks");
-    m.counter_at("promotions", "Pages promoted into the read-optimized SSD.", &[], s, "/promotions");
-    m.counter("cleaned_lines", "Dirty pages copied by the flusher, by path.", &[("path", "flusher")], n("/flusher_pages"));
-    m.counter("device_errors", "Device I/O errors (any device of the cache).", &[("device", "any")], n("/errors"));
-    m.gauge("degraded", "1 when an SSD failed and the cache runs write-through.", &[], s["degraded"].as_bool().unwrap_or(false) as u8 as f64);
+    m.counter_at(
+        "writebacks",
+        "Dirty pages written to the backing device.",
+        &[],
+        s,
+        "/writebacks",
+    );
+    m.counter_at(
+        "promotions",
+        "Pages promoted into the read-optimized SSD.",
+        &[],
+        s,
+        "/promotions",
+    );
+    m.counter(
+        "cleaned_lines",
+        "Dirty pages copied by the flusher, by path.",
+        &[("path", "flusher")],
+        n("/flusher_pages"),
+    );
+    m.counter(
+        "device_errors",
+        "Device I/O errors (any device of the cache).",
+        &[("device", "any")],
+        n("/errors"),
+    );
+    m.gauge(
+        "degraded",
+        "1 when an SSD failed and the cache runs write-through.",
+        &[],
+        s["degraded"].as_bool().unwrap_or(false) as u8 as f64,
+    );
 }

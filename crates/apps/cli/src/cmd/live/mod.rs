@@ -265,7 +265,10 @@ pub fn set(a: SetArgs) -> Result<()> {
         &req,
         |p| {
             if !json {
-                eprintln!("tiercache: {}", p["message"].as_str().unwrap_or(&p.to_string()));
+                eprintln!(
+                    "tiercache: {}",
+                    p["message"].as_str().unwrap_or(&p.to_string())
+                );
             }
         },
     ))?;
@@ -273,7 +276,10 @@ pub fn set(a: SetArgs) -> Result<()> {
         if json {
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
-        bail!("set refused: {}", v["error"].as_str().unwrap_or("no reason given"));
+        bail!(
+            "set refused: {}",
+            v["error"].as_str().unwrap_or("no reason given")
+        );
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);

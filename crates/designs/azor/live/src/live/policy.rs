@@ -150,7 +150,9 @@ impl LiveCache {
                 cfg.eviction
             )));
         }
-        if ch.seq_cutoff.is_some() && cfg.admission.kind != tiercache_core::admission::AdmissionKind::SeqCutoff {
+        if ch.seq_cutoff.is_some()
+            && cfg.admission.kind != tiercache_core::admission::AdmissionKind::SeqCutoff
+        {
             return Err(LiveError(format!(
                 "the sequential cutoff applies only to seq-cutoff admission, and this cache admits with {} (chosen at format)",
                 cfg.admission.kind
@@ -180,11 +182,15 @@ impl LiveCache {
                 return Ok(total);
             }
             if self.is_stopping() {
-                return Err(LiveError("the cache is shutting down; the write policy is unchanged".into()));
+                return Err(LiveError(
+                    "the cache is shutting down; the write policy is unchanged".into(),
+                ));
             }
             let errors = self.stats.backing_errors.load(Ordering::Relaxed);
             let n = self.clean_step(256, true).await as u64;
-            self.stats.forced_cleaned_lines.fetch_add(n, Ordering::Relaxed);
+            self.stats
+                .forced_cleaned_lines
+                .fetch_add(n, Ordering::Relaxed);
             total += n;
             if self.stats.backing_errors.load(Ordering::Relaxed) > errors {
                 return Err(LiveError(format!(
@@ -236,14 +242,16 @@ impl LiveCache {
             let mut c = self.core.lock().expect("core");
             c.engine.set_write_policy(new);
             c.fast_overwrite = false;
-            self.write_policy.store(policy_index(new), Ordering::Release);
+            self.write_policy
+                .store(policy_index(new), Ordering::Release);
         }
         self.commit(true).await?;
         if let Err(e) = self.persist_policy() {
             // Not recorded: keep serving as before rather than diverge from the superblock.
             let mut c = self.core.lock().expect("core");
             c.engine.set_write_policy(old);
-            self.write_policy.store(policy_index(old), Ordering::Release);
+            self.write_policy
+                .store(policy_index(old), Ordering::Release);
             c.fast_overwrite = old == WritePolicy::WriteBack;
             return Err(e);
         }
