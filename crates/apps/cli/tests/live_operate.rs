@@ -49,7 +49,8 @@ samples = {}
 for f in text_string_to_metric_families(sys.stdin.read()):
     fams.append([f.name, f.type, sorted({s.name for s in f.samples})])
     for s in f.samples:
-        key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
+        labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+        key = s.name + ("{" + labels + "}" if labels else "")
         samples[key] = s.value
 print(json.dumps({"families": fams, "samples": samples}))
 "#;
@@ -267,7 +268,7 @@ fn metrics_scrape_parses_and_counts_what_the_io_did() {
 
 #[test]
 fn metrics_address_that_cannot_be_bound_is_refused_before_the_cache_opens() {
-    let s = Setup::new(16 * MIB, "4MiB", &[]);
+    let s = Setup::new(16 * MIB, "8MiB", &[]);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = output(

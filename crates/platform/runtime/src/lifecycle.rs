@@ -142,18 +142,7 @@ pub async fn serve(
         info,
         dtx,
     )?;
-    let metrics = match (prepared.metrics, req_metrics) {
-        (Some((l, _)), Some(m)) => Some(crate::metrics_http::MetricsServer::start(
-            l,
-            Arc::clone(&design),
-            m,
-            cfg.export.clone(),
-        )?),
-        _ => None,
-    };
-    if let Some(u) = &metrics_url {
-        eprintln!("tiercache: metrics at {u}");
-    }
+    let metrics = start_metrics(prepared.metrics, req_metrics, &design, &cfg.export)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tracing::info!(
@@ -205,6 +194,21 @@ pub async fn serve(
         Why::Detach(tx) => finish_detach(&*design, tx, ctl).await?,
     };
     Ok(r)
+}
+
+/// Start the metrics endpoint, if `serve --metrics` bound one.
+fn start_metrics(
+    bound: Option<(std::net::TcpListener, std::net::SocketAddr)>,
+    req: Option<Arc<crate::metrics::RequestMetrics>>,
+    design: &Arc<dyn Design>,
+    export: &str,
+) -> Result<Option<crate::metrics_http::MetricsServer>> {
+    let (Some((l, addr)), Some(m)) = (bound, req) else {
+        return Ok(None);
+    };
+    let s = crate::metrics_http::MetricsServer::start(l, Arc::clone(design), m, export.into())?;
+    eprintln!("tiercache: metrics at http://{addr}/metrics");
+    Ok(Some(s))
 }
 
 /// Detach with no request in flight, answer the control client, stop it.

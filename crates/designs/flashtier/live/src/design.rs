@@ -122,6 +122,32 @@ fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
         &[("reason", "no-room-or-degraded")],
         n("/bypassed_blocks"),
     );
+    cleaning_metrics(s, m);
+    let help = "Device I/O errors, by device.";
+    m.counter(
+        "device_errors",
+        help,
+        &[("device", "cache")],
+        n("/errors/cache"),
+    );
+    m.counter(
+        "device_errors",
+        help,
+        &[("device", "backing")],
+        n("/errors/backing"),
+    );
+    m.gauge(
+        "degraded",
+        "1 when the cache stopped caching new data after device errors.",
+        &[],
+        (s["status"] == "degraded") as u8 as f64,
+    );
+}
+
+/// The cleaning part of [`metrics`]: silent evictions, moved dirty blocks,
+/// blocks written back by path.
+fn cleaning_metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
+    let n = |p: &str| s.pointer(p).and_then(Value::as_u64).unwrap_or(0);
     let silent = n("/cleaning/silent_evictions");
     m.counter(
         "silent_evictions",
@@ -160,24 +186,5 @@ fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
         help,
         &[("path", "write-back")],
         all.saturating_sub(seg),
-    );
-    let help = "Device I/O errors, by device.";
-    m.counter(
-        "device_errors",
-        help,
-        &[("device", "cache")],
-        n("/errors/cache"),
-    );
-    m.counter(
-        "device_errors",
-        help,
-        &[("device", "backing")],
-        n("/errors/backing"),
-    );
-    m.gauge(
-        "degraded",
-        "1 when the cache stopped caching new data after device errors.",
-        &[],
-        (s["status"] == "degraded") as u8 as f64,
     );
 }
