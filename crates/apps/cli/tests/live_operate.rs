@@ -37,10 +37,13 @@ macro_rules! require_parser {
     };
 }
 
+/// A metric family as parsed: name, type, the names of its samples.
+type Family = (String, String, Vec<String>);
+
 /// Parse OpenMetrics text with `prometheus_client`'s parser; returns every
 /// sample as `name{k="v",...}` (labels sorted) -> value, and the families'
 /// names, types and sample names.
-fn parse(text: &str) -> (HashMap<String, f64>, Vec<(String, String, Vec<String>)>) {
+fn parse(text: &str) -> (HashMap<String, f64>, Vec<Family>) {
     let script = r#"
 import json, sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families

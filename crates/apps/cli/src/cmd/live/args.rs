@@ -219,7 +219,7 @@ other designs change nothing online).
 Examples:
   tiercache set --cache cache.img --write-policy write-through
   tiercache set --cache cache.img --dirty-target 10%
-  tiercache set --cache cache.img --seq-cutoff 8MiB --json")]
+  tiercache set --cache cache.img --write-policy write-back --json")]
 pub struct SetArgs {
     #[command(flatten)]
     pub ctl: CtlArgs,

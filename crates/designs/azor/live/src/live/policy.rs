@@ -226,6 +226,11 @@ impl LiveCache {
         // Every op submitted before the pause completes (a write-back write
         // is then logged dirty, and cleaned below).
         while !self.core.lock().expect("core").signals.is_empty() {
+            if self.is_stopping() {
+                return Err(LiveError(
+                    "the cache is shutting down; the write policy is unchanged".into(),
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let mut cleaned = 0;
