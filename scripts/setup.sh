@@ -25,7 +25,7 @@ if ! command -v cargo >/dev/null; then
 fi
 
 PY=${PYTHON:-python3}
-echo "setup: installing Python packages (libcachesim as the peer simulator, plotting and analysis)"
+echo "setup: installing Python packages (libcachesim as the peer simulator, plotting and analysis, prometheus_client for the metrics tests)"
 $PY -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 
 echo "setup: building tiercache (release)"

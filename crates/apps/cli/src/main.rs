@@ -37,6 +37,9 @@ enum Command {
     Stats(cmd::live::StatsArgs),
     /// Write back every dirty line of a running server and commit.
     Flush(cmd::live::CtlArgs),
+    /// Change the policy of a running cache (write policy, dirty target,
+    /// sequential cutoff), recorded in its superblock.
+    Set(cmd::live::SetArgs),
     /// Clean everything and stop the server: the backing device alone is then complete.
     Detach(cmd::live::CtlArgs),
     /// Verify the metadata of a cache that is not in use.
@@ -76,6 +79,7 @@ fn main() {
         Command::Stats(a) => cmd::live::stats(a),
         Command::Flush(a) => cmd::live::ctl("flush", a),
         Command::Detach(a) => cmd::live::ctl("detach", a),
+        Command::Set(a) => cmd::live::set(a),
         Command::Check(a) => cmd::live::check(a),
         Command::Classify(a) => cmd::classify::run(a),
         Command::Demo(a) => cmd::demo::run(a),

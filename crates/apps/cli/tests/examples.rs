@@ -4,7 +4,7 @@
 //! message that repeats its cause.
 //!
 //! Commands that need a running server, a block device or root (`format`,
-//! `serve`, `stats`, `flush`, `detach`, `check`, `demo`, paths under `/dev`)
+//! `serve`, `stats`, `flush`, `detach`, `check`, `set`, `demo`, paths under `/dev`)
 //! are listed as skipped; so are all of them when `../shared/traces` is
 //! absent.
 
@@ -162,7 +162,7 @@ fn skip_reason(words: &[String]) -> Option<&'static str> {
     let sub = words.get(1).map(String::as_str).unwrap_or("");
     if matches!(
         sub,
-        "format" | "serve" | "stats" | "flush" | "detach" | "check" | "demo"
+        "format" | "serve" | "stats" | "flush" | "detach" | "check" | "demo" | "set"
     ) {
         return Some("needs a live server, NBD or root (covered by the live_* tests)");
     }

@@ -36,6 +36,10 @@ pub trait SyncStore: Send + Sync + 'static {
     }
     /// Counters for `stats`.
     fn stats(&self) -> Value;
+    /// See [`Design::metrics`].
+    fn metrics(&self, stats: &Value, m: &mut crate::metrics::MetricSet) {
+        let _ = (stats, m);
+    }
     /// Units dirty now.
     fn dirty(&self) -> u64;
     /// Write every dirty unit back and commit; returns how many.
@@ -101,6 +105,9 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
     }
     async fn stats(&self) -> Value {
         self.run(|s| Ok(s.stats())).await.unwrap_or_default()
+    }
+    fn metrics(&self, stats: &Value, m: &mut crate::metrics::MetricSet) {
+        self.0.metrics(stats, m)
     }
     async fn write_back(&self) -> Result<WriteBack> {
         self.run(|s| {

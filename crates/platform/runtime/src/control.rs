@@ -10,6 +10,9 @@
 //!   server then exits. On failure `{"ok":false,"error":...}` and the
 //!   server exits non-zero, the data kept in the cache;
 //! - `{"cmd":"debug"}`: state to diagnose a request that does not complete;
+//! - `{"cmd":"set","write_policy":..,"dirty_target":..,"seq_cutoff":..,
+//!   "eviction":..}`: change the policy online ([`Design::set_policy`]);
+//!   `{"progress":{...}}` lines come before the answer;
 //! - a design's own commands.
 //!
 //! The socket is created mode 0600 (owner only), never replaces a file that
@@ -181,13 +184,43 @@ async fn handle(
     let (r, mut w) = s.into_split();
     let answer = match read_request(r).await {
         Err(e) => json!({"ok": false, "error": e}),
+        Ok(req) if req["cmd"] == "set" => set(&req, &design, &mut w).await?,
         Ok(req) => answer(&req, &design, &info, &detach).await,
     };
     w.write_all(format!("{answer}\n").as_bytes()).await?;
     Ok(())
 }
 
-const COMMANDS: &str = "stats, flush, detach, debug";
+const COMMANDS: &str = "stats, flush, detach, debug, set";
+
+/// `{"cmd":"set",...}`: change the policy online. Progress goes to the
+/// client as `{"progress":{...}}` lines while the change runs; the answer
+/// is the last line.
+async fn set(
+    req: &Value,
+    design: &Arc<dyn Design>,
+    w: &mut tokio::net::unix::OwnedWriteHalf,
+) -> Result<Value> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let report = move |v: Value| {
+        let _ = tx.send(json!({ "progress": v }));
+    };
+    let work = design.set_policy(req, &report);
+    tokio::pin!(work);
+    let answer = loop {
+        tokio::select! {
+            a = &mut work => break a,
+            Some(p) = rx.recv() => {
+                // A client that went away does not stop the change.
+                let _ = w.write_all(format!("{p}\n").as_bytes()).await;
+            }
+        }
+    };
+    while let Ok(p) = rx.try_recv() {
+        let _ = w.write_all(format!("{p}\n").as_bytes()).await;
+    }
+    Ok(answer)
+}
 
 async fn answer(
     req: &Value,
@@ -250,14 +283,38 @@ pub async fn request(path: &Path, cmd: &str) -> Result<Value> {
     request_value(path, &json!({ "cmd": cmd })).await
 }
 
-/// Send one JSON request to the server at `path` and return its answer.
-pub async fn request_value(path: &Path, req: &Value) -> Result<Value> {
-    let mut s = UnixStream::connect(path).await.with_context(|| {
+/// Send one JSON request and return the last answer line; lines before it
+/// that carry `progress` (from `set`) go to `progress`.
+pub async fn request_with_progress(
+    path: &Path,
+    req: &Value,
+    mut progress: impl FnMut(&Value),
+) -> Result<Value> {
+    let mut s = connect(path).await?;
+    s.write_all(format!("{req}\n").as_bytes()).await?;
+    let mut lines = BufReader::new(s).lines();
+    while let Some(line) = lines.next_line().await? {
+        let v: Value = serde_json::from_str(line.trim())?;
+        match v.get("progress") {
+            Some(p) => progress(p),
+            None => return Ok(v),
+        }
+    }
+    bail!("the server closed the control connection without an answer")
+}
+
+async fn connect(path: &Path) -> Result<UnixStream> {
+    UnixStream::connect(path).await.with_context(|| {
         format!(
             "connecting to control socket {} (is tiercache serve running?)",
             path.display()
         )
-    })?;
+    })
+}
+
+/// Send one JSON request to the server at `path` and return its answer.
+pub async fn request_value(path: &Path, req: &Value) -> Result<Value> {
+    let mut s = connect(path).await?;
     s.write_all(format!("{req}\n").as_bytes()).await?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).await?;

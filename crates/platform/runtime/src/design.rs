@@ -72,6 +72,30 @@ pub trait Design: Send + Sync + 'static {
     /// Clean shutdown after every request has been answered: make the
     /// metadata durable and mark it clean (dirty data stays in the cache).
     async fn shutdown(&self) -> Result<()>;
+    /// The design's metrics for `/metrics` (`serve --metrics`): counters and
+    /// gauges mapped from `stats` (its [`Design::stats`] answer of this
+    /// scrape), plus histograms `stats` only summarises. The runtime adds
+    /// request latency, errors, uptime and `tiercache_info`.
+    fn metrics(&self, stats: &Value, m: &mut crate::metrics::MetricSet) {
+        let _ = (stats, m);
+    }
+    /// Change the policy of the running design (`tiercache set`): `request`
+    /// holds the fields to change (`write_policy`, `dirty_target`,
+    /// `seq_cutoff`, `eviction`); `progress` gets one line per step of a
+    /// long change (cleaning before leaving write-back). Answers
+    /// `{"ok":true,...}` with the policy now in force, or `{"ok":false,
+    /// "error":WHY}` naming what cannot change online and why. Designs
+    /// without online changes refuse.
+    async fn set_policy(&self, request: &Value, progress: &(dyn Fn(Value) + Send + Sync)) -> Value {
+        let _ = (request, progress);
+        serde_json::json!({
+            "ok": false,
+            "error": format!(
+                "the {} design cannot change its policy while serving (format it again with the new policy)",
+                self.name()
+            ),
+        })
+    }
     /// A design's own control command (`{"cmd": NAME, ...}`), if it has it.
     async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
         let _ = (cmd, request);

@@ -5,13 +5,34 @@ use std::sync::Arc;
 use tiercache_nbd::{async_trait, Backend, BlockSize, Result};
 
 use crate::design::Design;
+use crate::metrics::{Op, RequestMetrics};
 
 /// A design exported over NBD: READ, WRITE (FUA), FLUSH, TRIM (FUA),
 /// WRITE_ZEROES (zero buffers through the write path), CACHE, multi-conn
 /// (one shared state: a FLUSH on any connection covers them all).
+/// With `metrics`, each request is timed from its arrival here to its
+/// answer (`tiercache_request_duration_seconds`); without, nothing is measured.
 pub struct Export {
     pub design: Arc<dyn Design>,
     pub read_only: bool,
+    pub metrics: Option<Arc<RequestMetrics>>,
+}
+
+impl Export {
+    /// Run `f`, timing it when metrics are on.
+    async fn timed<T>(
+        &self,
+        op: Op,
+        f: impl std::future::Future<Output = crate::error::Result<T>>,
+    ) -> Result<T> {
+        let Some(m) = &self.metrics else {
+            return Ok(f.await?);
+        };
+        let t = std::time::Instant::now();
+        let r = f.await;
+        m.observe(op, t.elapsed(), r.is_err());
+        Ok(r?)
+    }
 }
 
 #[async_trait]
@@ -45,25 +66,31 @@ impl Backend for Export {
         false
     }
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        Ok(self.design.read(offset, buf).await?)
+        self.timed(Op::Read, self.design.read(offset, buf)).await
     }
     async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
-        Ok(self.design.write(offset, data.to_vec(), fua).await?)
+        self.timed(Op::Write, self.design.write(offset, data.to_vec(), fua))
+            .await
     }
     async fn write_owned(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
-        Ok(self.design.write(offset, data, fua).await?)
+        self.timed(Op::Write, self.design.write(offset, data, fua))
+            .await
     }
     async fn flush(&self) -> Result<()> {
-        Ok(self.design.flush().await?)
+        self.timed(Op::Flush, self.design.flush()).await
     }
     async fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
-        self.design.trim(offset, len).await?;
-        if fua {
-            self.design.flush().await?;
-        }
-        Ok(())
+        self.timed(Op::Trim, async {
+            self.design.trim(offset, len).await?;
+            if fua {
+                self.design.flush().await?;
+            }
+            Ok(())
+        })
+        .await
     }
     async fn cache(&self, offset: u64, len: u64) -> Result<()> {
-        Ok(self.design.prefetch(offset, len).await?)
+        self.timed(Op::Cache, self.design.prefetch(offset, len))
+            .await
     }
 }

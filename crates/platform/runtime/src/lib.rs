@@ -16,6 +16,9 @@
 //!   opened by two processes;
 //! - [`error`]: the one error type, mapped to NBD errors.
 //!
+//! - [`metrics`], [`metrics_http`]: `serve --metrics ADDR:PORT`, the
+//!   Prometheus `/metrics` endpoint (request latency measured here, the
+//!   design's counters through [`Design::metrics`]);
 //! - [`notify`]: systemd readiness (`READY=1`, `STOPPING=1`, `STATUS=`);
 //! - [`panic`]: the panic policy: abort, in every build (recovery restores
 //!   the acknowledged state, as after a kill -9).
@@ -28,6 +31,8 @@ pub mod error;
 pub mod export;
 pub mod lifecycle;
 pub mod listen;
+pub mod metrics;
+pub mod metrics_http;
 pub mod notify;
 pub mod panic;
 
@@ -38,3 +43,4 @@ pub use design::{Design, WriteBack};
 pub use error::{blocking, Error, ErrorKind, Result};
 pub use lifecycle::{serve, Ended, Prepared, ServeConfig};
 pub use listen::ListenSpec;
+pub use metrics::{HistogramData, MetricSet};

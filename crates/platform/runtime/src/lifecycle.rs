@@ -36,6 +36,7 @@ pub struct Prepared {
     nbd: Bound,
     control: std::os::unix::net::UnixListener,
     control_path: PathBuf,
+    metrics: Option<(std::net::TcpListener, std::net::SocketAddr)>,
 }
 
 impl Prepared {
@@ -55,7 +56,26 @@ impl Prepared {
             nbd,
             control: ctl,
             control_path: control.to_path_buf(),
+            metrics: None,
         })
+    }
+
+    /// Also bind the metrics endpoint (`serve --metrics HOST:PORT`), still
+    /// before any device is opened; on failure the other sockets are removed.
+    pub fn with_metrics(mut self, spec: Option<&str>) -> Result<Prepared> {
+        let Some(spec) = spec else {
+            return Ok(self);
+        };
+        match crate::metrics_http::bind(spec) {
+            Ok(m) => {
+                self.metrics = Some(m);
+                Ok(self)
+            }
+            Err(e) => {
+                self.abandon();
+                Err(e)
+            }
+        }
     }
 
     /// Give up (the design failed to open): remove the socket files.
@@ -90,9 +110,14 @@ pub async fn serve(
     cfg: &ServeConfig,
     ready: Option<oneshot::Sender<String>>,
 ) -> Result<Ended> {
+    let req_metrics = prepared
+        .metrics
+        .as_ref()
+        .map(|_| Arc::new(crate::metrics::RequestMetrics::default()));
     let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
         design: Arc::clone(&design),
         read_only: cfg.read_only,
+        metrics: req_metrics.clone(),
     });
     let server = tiercache_nbd::Server::with_tls(
         [(cfg.export.clone(), export)],
@@ -103,8 +128,13 @@ pub async fn serve(
     let listening = prepared.nbd.serve(&server)?;
     let uri = listening.uri.clone();
     let started = Instant::now();
+    let metrics_url = prepared
+        .metrics
+        .as_ref()
+        .map(|(_, a)| format!("http://{a}/metrics"));
     let info = json!({
         "listen": uri,
+        "metrics": metrics_url,
         "export": cfg.export,
         "read_only": cfg.read_only,
         "pid": std::process::id(),
@@ -119,6 +149,7 @@ pub async fn serve(
         info,
         dtx,
     )?;
+    let metrics = start_metrics(prepared.metrics, req_metrics, &design, &cfg.export)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tracing::info!(
@@ -153,6 +184,9 @@ pub async fn serve(
     );
     crate::notify::notify(&format!("STOPPING=1\nSTATUS=stopping ({what})"));
     listening.shutdown().await;
+    if let Some(m) = metrics {
+        m.stop(CONTROL_GRACE).await;
+    }
     let r = match why {
         Why::Signal(s) => {
             let r = design.shutdown().await;
@@ -167,6 +201,21 @@ pub async fn serve(
         Why::Detach(tx) => finish_detach(&*design, tx, ctl).await?,
     };
     Ok(r)
+}
+
+/// Start the metrics endpoint, if `serve --metrics` bound one.
+fn start_metrics(
+    bound: Option<(std::net::TcpListener, std::net::SocketAddr)>,
+    req: Option<Arc<crate::metrics::RequestMetrics>>,
+    design: &Arc<dyn Design>,
+    export: &str,
+) -> Result<Option<crate::metrics_http::MetricsServer>> {
+    let (Some((l, addr)), Some(m)) = (bound, req) else {
+        return Ok(None);
+    };
+    let s = crate::metrics_http::MetricsServer::start(l, Arc::clone(design), m, export.into())?;
+    eprintln!("tiercache: metrics at http://{addr}/metrics");
+    Ok(Some(s))
 }
 
 /// Detach with no request in flight, answer the control client, stop it.

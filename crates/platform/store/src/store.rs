@@ -546,10 +546,23 @@ impl<D: MetaDevice> Store<D> {
         backing_now: &BackingIdentity,
     ) -> Result<()> {
         self.checkpoint(table)?;
+        self.rewrite_superblock(|sb| {
+            sb.state = State::Clean;
+            sb.backing = backing_now.clone();
+        })
+    }
+
+    /// Record a new policy blob in the superblock (`tiercache set`), durably
+    /// (both copies written and synced) before returning.
+    pub fn set_policy(&mut self, policy: String) -> Result<()> {
+        self.rewrite_superblock(|sb| sb.policy = policy)
+    }
+
+    /// Write a changed superblock (next generation) durably; `self.sb` changes only once it is.
+    fn rewrite_superblock(&mut self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
         let mut sb = self.sb.clone();
-        sb.state = State::Clean;
+        change(&mut sb);
         sb.generation += 1;
-        sb.backing = backing_now.clone();
         if let Err(e) = sb.write(&self.dev) {
             return self.fail(e);
         }
@@ -568,14 +581,7 @@ impl<D: MetaDevice> Store<D> {
         if self.sb.state == State::Open {
             return Ok(());
         }
-        let mut sb = self.sb.clone();
-        sb.state = State::Open;
-        sb.generation += 1;
-        if let Err(e) = sb.write(&self.dev) {
-            return self.fail(e);
-        }
-        self.sb = sb;
-        Ok(())
+        self.rewrite_superblock(|sb| sb.state = State::Open)
     }
 }
 

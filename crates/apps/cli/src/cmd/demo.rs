@@ -125,6 +125,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             threads: None,
             insecure_listen: false,
             tls: Default::default(),
+            metrics: None,
             limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();

@@ -66,6 +66,7 @@ impl InProcess {
         let export: Arc<dyn tiercache_nbd::Backend> = Arc::new(Export {
             design: design.clone(),
             read_only: false,
+            metrics: None,
         });
         let sock = self.sock.clone();
         self.handle = Some(self.rt.block_on(async move {

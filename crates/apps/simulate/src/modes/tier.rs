@@ -53,7 +53,12 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     let capacity_sum = match a.capacity.as_str() {
         "sum" => true,
         "slow" => false,
-        c => bail!("--capacity '{c}' is not understood (allowed: sum, slow)"),
+        c => {
+            return Err(bad(
+                "capacity",
+                format!("'{c}' is not understood (allowed: sum, slow)"),
+            ))
+        }
     };
     let base = |policy: PolicyKind, fast_tier_bytes: u64| TierSimConfig {
         policy,

@@ -100,6 +100,19 @@ impl Design for SsdCache {
     async fn debug(&self) -> Value {
         self.cache.debug_state()
     }
+    async fn set_policy(&self, request: &Value, progress: &(dyn Fn(Value) + Send + Sync)) -> Value {
+        let ch = match crate::live::PolicyChange::from_request(request) {
+            Ok(c) => c,
+            Err(e) => return json!({"ok": false, "error": e}),
+        };
+        match self.cache.change_policy(&ch, progress).await {
+            Ok(v) => v,
+            Err(e) => json!({"ok": false, "error": e.0}),
+        }
+    }
+    fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
+        crate::metrics::fill(&self.cache, stats, m)
+    }
     async fn write_back(&self) -> Result<WriteBack> {
         let before = self.cleaned();
         self.cache.flush_all().await.map_err(conv)?;

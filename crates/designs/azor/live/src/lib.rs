@@ -11,6 +11,7 @@
 pub mod classify;
 pub mod design;
 pub mod live;
+pub mod metrics;
 pub mod passthrough;
 pub mod stats;
 

@@ -24,6 +24,8 @@ pub struct LiveStats {
     pub(crate) pressure_cleaned_lines: AtomicU64,
     /// Lines cleaned at full speed because no request came for a tick (part of `cleaned_lines`).
     pub(crate) idle_cleaned_lines: AtomicU64,
+    /// Lines cleaned at full speed by `flush`, `detach` and `set` (part of `cleaned_lines`).
+    pub(crate) forced_cleaned_lines: AtomicU64,
     /// The cleaning controller's current rate, lines/s (`f64` bits).
     pub(crate) cleaning_target_rate: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
@@ -55,6 +57,19 @@ fn summary(h: &Histogram<u64>) -> LatencySummary {
     }
 }
 
+/// An HDR histogram of nanoseconds as Prometheus buckets in seconds.
+fn hist_seconds(h: &Histogram<u64>) -> tiercache_runtime::HistogramData {
+    let n = h.len();
+    let sum = if n == 0 {
+        0.0
+    } else {
+        h.mean() * n as f64 / 1e9
+    };
+    tiercache_runtime::HistogramData::from_cumulative(sum, n, |le| {
+        h.count_between(0, (le * 1e9) as u64)
+    })
+}
+
 /// A point-in-time copy of the live counters.
 #[derive(Serialize, Debug, Clone)]
 pub struct LiveSnapshot {
@@ -76,6 +91,8 @@ pub struct LiveSnapshot {
     /// Lines cleaned at full speed while no request came (part of `cleaned_lines`);
     /// the rest was paced by the rate controller.
     pub idle_cleaned_lines: u64,
+    /// Lines cleaned at full speed by `flush`, `detach` and `set` (part of `cleaned_lines`).
+    pub forced_cleaned_lines: u64,
     /// The rate the write-back cleaning controller asks for now (0 at or
     /// below the dirty target), lines/s.
     pub cleaning_target_rate_lines_per_s: f64,
@@ -105,6 +122,7 @@ impl LiveStats {
             cleaning_target_rate: AtomicU64::new(0f64.to_bits()),
             pressure_cleaned_lines: AtomicU64::new(0),
             idle_cleaned_lines: AtomicU64::new(0),
+            forced_cleaned_lines: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             recovery_dirtied_lines: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -156,6 +174,20 @@ impl LiveStats {
             .record((d.as_nanos() as u64).max(1));
     }
 
+    /// The latency histogram of `dev` for `/metrics`, in seconds.
+    pub fn device_histogram(&self, dev: Dev) -> tiercache_runtime::HistogramData {
+        let h = match dev {
+            Dev::Cache => &self.cache_lat,
+            Dev::Backing => &self.backing_lat,
+        };
+        hist_seconds(&h.lock().expect("histogram"))
+    }
+
+    /// The metadata commit latency histogram for `/metrics`, in seconds.
+    pub fn commit_histogram(&self) -> tiercache_runtime::HistogramData {
+        hist_seconds(&self.commit_lat.lock().expect("histogram"))
+    }
+
     pub fn snapshot(&self) -> LiveSnapshot {
         let up = self.started.elapsed().as_secs_f64();
         let cleaned = self.cleaned_lines.load(Ordering::Relaxed);
@@ -175,6 +207,7 @@ impl LiveStats {
             cleaning_rate_lines_per_s: if up > 0.0 { cleaned as f64 / up } else { 0.0 },
             pressure_cleaned_lines: self.pressure_cleaned_lines.load(Ordering::Relaxed),
             idle_cleaned_lines: self.idle_cleaned_lines.load(Ordering::Relaxed),
+            forced_cleaned_lines: self.forced_cleaned_lines.load(Ordering::Relaxed),
             cleaning_target_rate_lines_per_s: f64::from_bits(
                 self.cleaning_target_rate.load(Ordering::Relaxed),
             ),

@@ -40,6 +40,9 @@ impl Design for Tiered {
     async fn stats(&self) -> Value {
         self.0.stats_json()
     }
+    fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
+        metrics(stats, m)
+    }
     async fn write_back(&self) -> Result<WriteBack> {
         // Every block has one home (a tier); nothing is dirty: flush makes it durable.
         self.0.flush().await?;
@@ -68,4 +71,91 @@ impl Design for Tiered {
         let v = Arc::clone(&self.0);
         blocking(move || Ok(v.shutdown()?)).await
     }
+}
+
+/// `/metrics` of the tiered volume, mapped from its `stats` JSON:
+/// `tier_accesses_total{tier,op}` from `tiers[i].{read,write}_hits` (a
+/// fast-tier access is a "hit"), `hits_total{op}`/`misses_total{op}` as the
+/// fast and slow tier's accesses, `migrations_total{direction}` from
+/// `promotions`/`demotions`, `migrated_bytes_total`,
+/// `migration_errors_total`, `migrations_in_flight`, and
+/// `tier_used_blocks{tier}` from `tiers[i].used_slots`.
+fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
+    let n = |p: &str| s.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    for (i, tier) in ["fast", "slow"].iter().enumerate() {
+        for op in ["read", "write"] {
+            let v = n(&format!("/tiers/{i}/{op}_hits"));
+            m.counter(
+                "tier_accesses",
+                "Block accesses served by each tier, by operation.",
+                &[("tier", tier), ("op", op)],
+                v,
+            );
+            let (name, help) = if i == 0 {
+                (
+                    "hits",
+                    "Block accesses served by the fast tier, by operation.",
+                )
+            } else {
+                (
+                    "misses",
+                    "Block accesses served by the slow tier, by operation.",
+                )
+            };
+            m.counter(name, help, &[("op", op)], v);
+        }
+        m.gauge(
+            "tier_used_blocks",
+            "Blocks each tier holds.",
+            &[("tier", tier)],
+            n(&format!("/tiers/{i}/used_slots")) as f64,
+        );
+    }
+    let help = "Completed migrations, by direction.";
+    m.counter(
+        "migrations",
+        help,
+        &[("direction", "promotion")],
+        n("/promotions"),
+    );
+    m.counter(
+        "migrations",
+        help,
+        &[("direction", "demotion")],
+        n("/demotions"),
+    );
+    m.counter_at(
+        "migrated_bytes",
+        "Bytes copied by migrations.",
+        &[],
+        s,
+        "/migrated_bytes",
+    );
+    m.counter_at(
+        "migration_errors",
+        "Migrations that failed on a device error.",
+        &[],
+        s,
+        "/migration_errors",
+    );
+    m.gauge_at(
+        "migrations_in_flight",
+        "Migrations running now.",
+        &[],
+        s,
+        "/migrations_in_flight",
+    );
+    m.counter_at(
+        "planner_rounds",
+        "Rounds of the migration planner.",
+        &[],
+        s,
+        "/planner_rounds",
+    );
+    m.gauge(
+        "degraded",
+        "1 when migrations stopped after a device error.",
+        &[],
+        (s["status"] != "ok") as u8 as f64,
+    );
 }

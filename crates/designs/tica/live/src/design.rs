@@ -47,6 +47,9 @@ impl SyncStore for ThreeLevel {
     fn stats(&self) -> Value {
         self.stats_json()
     }
+    fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
+        metrics(stats, m)
+    }
     fn dirty(&self) -> u64 {
         self.stats_json()["dirty_pages"].as_u64().unwrap_or(0)
     }
@@ -56,4 +59,83 @@ impl SyncStore for ThreeLevel {
     fn close(&self, detach: bool) -> Result<()> {
         self.shutdown(detach).map_err(conv)
     }
+}
+
+/// `/metrics` of the three-level cache, mapped from its `stats` JSON:
+/// `hits_total{op="read",level}` from `hits.{dram,ro_ssd,wo_ssd}`,
+/// `misses_total{op="read"}` from `misses`, `dirty_lines` from
+/// `dirty_pages`, `ssd_page_writes_total{device}` from
+/// `{ro,wo}_ssd.page_writes`, `writebacks_total`, `promotions_total`,
+/// `flusher_pages_total`, `device_errors_total{device="any"}` from `errors`.
+/// The unit is the 4 KiB page.
+fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
+    let n = |p: &str| s.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    for level in ["dram", "ro_ssd", "wo_ssd"] {
+        m.counter(
+            "hits",
+            "Page reads served by a level of the cache, by level.",
+            &[("op", "read"), ("level", level)],
+            n(&format!("/hits/{level}")),
+        );
+    }
+    m.counter(
+        "misses",
+        "Page reads that needed the backing device.",
+        &[("op", "read")],
+        n("/misses"),
+    );
+    m.gauge_at(
+        "dirty_lines",
+        "Dirty 4 KiB pages (newer than the backing device).",
+        &[],
+        s,
+        "/dirty_pages",
+    );
+    m.gauge_at(
+        "slots",
+        "4 KiB pages the write-optimized SSD holds.",
+        &[],
+        s,
+        "/slots",
+    );
+    for d in ["ro_ssd", "wo_ssd"] {
+        m.counter(
+            "ssd_page_writes",
+            "Pages written to each SSD.",
+            &[("device", d)],
+            n(&format!("/{d}/page_writes")),
+        );
+    }
+    m.counter_at(
+        "writebacks",
+        "Dirty pages written to the backing device.",
+        &[],
+        s,
+        "/writebacks",
+    );
+    m.counter_at(
+        "promotions",
+        "Pages promoted into the read-optimized SSD.",
+        &[],
+        s,
+        "/promotions",
+    );
+    m.counter(
+        "cleaned_lines",
+        "Dirty pages copied by the flusher, by path.",
+        &[("path", "flusher")],
+        n("/flusher_pages"),
+    );
+    m.counter(
+        "device_errors",
+        "Device I/O errors (any device of the cache).",
+        &[("device", "any")],
+        n("/errors"),
+    );
+    m.gauge(
+        "degraded",
+        "1 when an SSD failed and the cache runs write-through.",
+        &[],
+        s["degraded"].as_bool().unwrap_or(false) as u8 as f64,
+    );
 }

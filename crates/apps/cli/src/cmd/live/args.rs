@@ -153,7 +153,9 @@ Examples:
   tiercache serve --cache cache.img --listen unix:/tmp/tiercache.sock
   tiercache serve --cache cache.img --listen tcp:127.0.0.1:10809 --max-connections 16
   tiercache serve --cache cache.img --listen unix:/tmp/t.sock --shutdown-grace 30s --io-timeout 1m
-  tiercache serve --cache cache.img --listen tcp:0.0.0.0:10809 --tls=require --tls-certificates /etc/tiercache/tls")]
+  tiercache serve --cache cache.img --listen tcp:0.0.0.0:10809 --tls=require --tls-certificates /etc/tiercache/tls
+  tiercache serve --cache cache.img --listen unix:/tmp/t.sock --metrics 127.0.0.1:9500
+      (then: curl -s http://127.0.0.1:9500/metrics)")]
 pub struct ServeArgs {
     /// Cache device written by `tiercache format`.
     #[arg(long)]
@@ -168,6 +170,13 @@ pub struct ServeArgs {
     /// else tcp:127.0.0.1:10809]
     #[arg(long)]
     pub listen: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (e.g.
+    /// 127.0.0.1:9500): hits and misses, dirty lines, cleaning, bypasses,
+    /// evictions, device errors, request and device latency histograms. The
+    /// endpoint is read-only (counters, no data), so any address is
+    /// allowed; bind it to a management interface where that matters.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
     /// Allow --listen on a TCP address other machines can reach, without
     /// --tls=require: anyone who reaches it can read and write the device.
     #[arg(long)]
@@ -271,6 +280,40 @@ impl TlsArgs {
     pub fn required(&self) -> bool {
         self.tls == TlsChoice::Require
     }
+}
+
+/// `tiercache set`: change the policy of a running cache.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+The change applies to the running cache and is recorded in its superblock,
+so a restart keeps it. Leaving write-back (for write-through, write-hdd-upd,
+write-hdd-inv/write-around or read-only) first writes every dirty line back,
+printing progress; requests keep being served meanwhile, and wait only for
+the moment of the switch. A change the design cannot make online is refused
+with the reason (the SSD cache cannot change its eviction policy online; the
+other designs change nothing online).
+
+Examples:
+  tiercache set --cache cache.img --write-policy write-through
+  tiercache set --cache cache.img --dirty-target 10%
+  tiercache set --cache cache.img --write-policy write-back --json")]
+pub struct SetArgs {
+    #[command(flatten)]
+    pub ctl: CtlArgs,
+    /// New write policy: write-back, write-through, write-hdd-upd,
+    /// write-hdd-inv (write-around), read-only.
+    #[arg(long)]
+    pub write_policy: Option<String>,
+    /// New dirty target: a percentage (10%) or a share (0.1) of the lines.
+    #[arg(long, value_name = "PCT")]
+    pub dirty_target: Option<String>,
+    /// New sequential cutoff (e.g. 8MiB; the cache's admission must be seq-cutoff).
+    #[arg(long, value_name = "SIZE")]
+    pub seq_cutoff: Option<String>,
+    /// New eviction policy (refused by every design while serving; shown
+    /// so the refusal can say why).
+    #[arg(long)]
+    pub eviction: Option<String>,
 }
 
 /// `tiercache stats`.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_runtime::{Access, Claims, ListenSpec, Prepared, ServeConfig};
 
-pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs, StatsArgs};
+pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs, SetArgs, StatsArgs};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     runtime_with(None)
@@ -132,7 +132,7 @@ pub async fn serve_async(
         .control
         .clone()
         .unwrap_or_else(|| tiercache_runtime::control::default_path(&a.cache));
-    let prepared = Prepared::bind(&listen, &control)?;
+    let prepared = Prepared::bind(&listen, &control)?.with_metrics(a.metrics.as_deref())?;
     let opened = match design.open(&a) {
         Ok(d) => d,
         Err(e) => {
@@ -240,6 +240,69 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `tiercache set`: send the changes, print progress lines, then the result.
+pub fn set(a: SetArgs) -> Result<()> {
+    let mut req = serde_json::json!({"cmd": "set"});
+    if let Some(p) = &a.write_policy {
+        req["write_policy"] = p.as_str().into();
+    }
+    if let Some(t) = &a.dirty_target {
+        req["dirty_target"] = parse_share(t)?.into();
+    }
+    if let Some(c) = &a.seq_cutoff {
+        let b = tiercache_sim::units::parse_bytes(c)
+            .map_err(|e| anyhow::anyhow!("--seq-cutoff {c}: {e}"))?;
+        req["seq_cutoff"] = b.into();
+    }
+    if let Some(e) = &a.eviction {
+        req["eviction"] = e.as_str().into();
+    }
+    if req.as_object().is_some_and(|o| o.len() == 1) {
+        bail!("nothing to change: give --write-policy, --dirty-target, --seq-cutoff or --eviction");
+    }
+    let json = a.ctl.json;
+    let v = runtime()?.block_on(tiercache_runtime::control::request_with_progress(
+        &a.ctl.socket(),
+        &req,
+        |p| {
+            if !json {
+                eprintln!(
+                    "tiercache: {}",
+                    p["message"].as_str().unwrap_or(&p.to_string())
+                );
+            }
+        },
+    ))?;
+    if v["ok"] != serde_json::Value::Bool(true) {
+        if json {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        bail!(
+            "set refused: {}",
+            v["error"].as_str().unwrap_or("no reason given")
+        );
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{}", v["message"].as_str().unwrap_or("policy changed"));
+    }
+    Ok(())
+}
+
+/// `10%` or `0.1`: a share from 0 to 1.
+fn parse_share(s: &str) -> Result<f64> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match v {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => bail!("--dirty-target {s}: give a percentage from 0% to 100% (e.g. 10%) or a share from 0 to 1 (e.g. 0.1)"),
+    }
 }
 
 /// `tiercache stats [--watch [SECONDS]]`.

@@ -30,14 +30,15 @@ impl LiveCache {
         });
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let (target, slots) = {
+            let (mut target, slots) = {
                 let c = me.core.lock().expect("core");
                 (
                     c.engine.dirty_target_lines() as u64,
                     c.engine.geometry().slots as u64,
                 )
             };
-            let mut ctl = CleaningRate::new(target, CleaningTuning::for_slots(slots));
+            let tuning = CleaningTuning::for_slots(slots);
+            let mut ctl = CleaningRate::new(target, tuning);
             let mut tick = tokio::time::interval(CLEAN_TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last = Instant::now();
@@ -50,7 +51,18 @@ impl LiveCache {
                 let reqs = me.next_req.load(Ordering::Relaxed);
                 let idle = reqs == last_reqs;
                 last_reqs = reqs;
-                let dirty = me.core.lock().expect("core").engine.dirty_lines() as u64;
+                let (dirty, now_target) = {
+                    let c = me.core.lock().expect("core");
+                    (
+                        c.engine.dirty_lines() as u64,
+                        c.engine.dirty_target_lines() as u64,
+                    )
+                };
+                if now_target != target {
+                    // `tiercache set --dirty-target`: a new set point.
+                    target = now_target;
+                    ctl = CleaningRate::new(target, tuning);
+                }
                 let paced = ctl.step(dirty, dt);
                 let full = idle && dirty > target;
                 let n = if full { CLEAN_TICK_MAX_LINES } else { paced };

@@ -93,7 +93,9 @@ impl LiveCache {
                 self.read_hit_from_backing(op, buf, slot, (f, l), boff)
                     .await
             }
-            (IoKind::Write, Purpose::WriteCache) if self.write_policy == WritePolicy::WriteBack => {
+            (IoKind::Write, Purpose::WriteCache)
+                if self.write_policy() == WritePolicy::WriteBack =>
+            {
                 // The only copy would have been the cache: write it to the backing
                 // device instead, through the core so that it lands after any
                 // writeback of the line in flight. Invalidate and reroute under one

@@ -129,7 +129,13 @@ impl LiveCache {
             class,
             fua,
         };
-        let (ops, need_commit) = self.submit(&req);
+        let (ops, need_commit) = loop {
+            if let Some(r) = self.submit(&req) {
+                break r;
+            }
+            // A write policy change is switching: wait until it is done.
+            let _ = self.pause.subscribe().wait_for(|paused| !paused).await;
+        };
         tracing::trace!(target: "tiercache::ops", "req {req:?} -> {ops:?}");
         // Background ops of this request (a read miss's fills) use its buffer
         // after it is answered: then the answer is a copy.
@@ -187,8 +193,12 @@ impl LiveCache {
 
     /// Submit to the core and derive the journal's downgrades. Returns the ops to run.
     /// Also says whether a slot barrier of this or an earlier batch waits for a commit.
-    pub(super) fn submit(&self, req: &Request) -> (Vec<Op>, bool) {
+    /// `None` (nothing submitted) while a write policy change is switching.
+    pub(super) fn submit(&self, req: &Request) -> Option<(Vec<Op>, bool)> {
         let mut c = self.core.lock().expect("core");
+        if c.paused {
+            return None;
+        }
         let mut out = Vec::new();
         c.engine.submit(req, &mut out);
         // Foreground-coupled cleaning only under eviction pressure: once a
@@ -215,7 +225,7 @@ impl LiveCache {
             .values()
             .any(|v| v.iter().any(|&(g, _)| g > done))
             || !c.pending_unmap.is_empty();
-        (out, need_commit)
+        Some((out, need_commit))
     }
 
     /// Register signals for new ops and append the records their submission implies.

@@ -171,7 +171,7 @@ impl LiveCache {
         // already counts it clean (a cleaning writeback was issued behind it): only
         // that writeback's completion may record it clean.
         let dirty_x =
-            if self.write_policy == WritePolicy::WriteBack && op.purpose == Purpose::WriteCache {
+            if self.write_policy() == WritePolicy::WriteBack && op.purpose == Purpose::WriteCache {
                 x
             } else {
                 x.intersect(SubBlocks(dirty))
@@ -280,7 +280,7 @@ impl LiveCache {
                 std::mem::take(&mut c.needs_backing_flush),
             )
         };
-        if need_backing || force_backing || self.write_policy != WritePolicy::WriteBack {
+        if need_backing || force_backing || self.write_policy() != WritePolicy::WriteBack {
             let dev = Arc::clone(&self.backing);
             tokio::task::spawn_blocking(move || dev.flush())
                 .await

@@ -19,6 +19,9 @@ impl LiveCache {
         loop {
             let errors = self.stats.backing_errors.load(Ordering::Relaxed);
             let n = self.clean_step(256, true).await;
+            self.stats
+                .forced_cleaned_lines
+                .fetch_add(n as u64, Ordering::Relaxed);
             // Writebacks the background cleaner started: their lines count as
             // clean in the core already, but are clean only once these land
             // (a failure makes them dirty again).

@@ -46,7 +46,8 @@
 //! This file holds the shared state ([`LiveCache`], the core and the log
 //! view) and its construction; the work is split by responsibility:
 //! `intake` (request submission), `journal` (log records and commits),
-//! `barriers` (slot barriers, `guard_overwrite`), `exec` (running ops on the
+//! `barriers` (slot barriers, `guard_overwrite`), `policy` (online
+//! policy changes, `tiercache set`), `exec` (running ops on the
 //! devices), `failure` (device errors, degraded mode), `cleaner` (background
 //! tasks), `lifecycle` (`flush_all`, shutdown) and `debug` (debug state).
 
@@ -58,6 +59,8 @@ mod failure;
 mod intake;
 mod journal;
 mod lifecycle;
+mod policy;
+pub use policy::PolicyChange;
 
 use crate::stats::LiveStats;
 use rustc_hash::FxHashMap;
@@ -157,6 +160,8 @@ pub(crate) struct Core {
     dirty_evictions_seen: u64,
     /// Requests left that also clean (set when a victim was dirty).
     pressure_left: u32,
+    /// New requests wait (a write policy change is switching): see `policy`.
+    paused: bool,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -186,8 +191,13 @@ pub struct LiveCache {
     committed: watch::Sender<u64>,
     pub(crate) stats: LiveStats,
     pub(crate) degraded: AtomicBool,
-    write_policy: WritePolicy,
+    /// The write policy in force (an index into `WritePolicy::ALL`; `tiercache set` changes it).
+    write_policy: std::sync::atomic::AtomicU8,
     clean_budget: usize,
+    /// Mirrors `Core::paused`, for requests to wait on.
+    pause: watch::Sender<bool>,
+    /// One `tiercache set` at a time.
+    set_lock: tokio::sync::Mutex<()>,
     /// Filesystem-aware classes (ext4, XFS) for requests, when on.
     pub(crate) fs: Mutex<crate::classify::FsState>,
     /// The I/O engine data ops run on (`None`: tokio's blocking pool).
@@ -214,6 +224,13 @@ pub struct LiveCache {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct LiveError(pub String);
+
+fn policy_index(p: WritePolicy) -> u8 {
+    WritePolicy::ALL
+        .iter()
+        .position(|(x, _)| *x == p)
+        .unwrap_or(0) as u8
+}
 
 fn range_bits(first: u32, last: u32) -> SubBlocks {
     let mut s = SubBlocks::default();
@@ -293,6 +310,7 @@ impl LiveCache {
                 fast_overwrite,
                 dirty_evictions_seen: 0,
                 pressure_left: 0,
+                paused: false,
             }),
             store: Mutex::new(store),
             cache,
@@ -304,8 +322,10 @@ impl LiveCache {
             committed: watch::channel(0).0,
             stats,
             degraded: AtomicBool::new(false),
-            write_policy,
+            write_policy: std::sync::atomic::AtomicU8::new(policy_index(write_policy)),
             clean_budget: 2,
+            pause: watch::channel(false).0,
+            set_lock: tokio::sync::Mutex::new(()),
             fs: Mutex::new(crate::classify::FsState::default()),
             io: Mutex::new(None),
             classify: AtomicBool::new(false),
@@ -318,6 +338,11 @@ impl LiveCache {
                 std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
             ),
         }))
+    }
+
+    /// The write policy in force.
+    pub fn write_policy(&self) -> WritePolicy {
+        WritePolicy::ALL[self.write_policy.load(Ordering::Acquire) as usize].0
     }
 
     /// Size of the exported device.

@@ -325,6 +325,45 @@ impl Engine {
         }
     }
 
+    /// Change the write policy of a running engine (`tiercache set`). The
+    /// driver must call it with no op in flight, and, when leaving
+    /// write-back, with no dirty line left (every policy but write-back
+    /// expects the backing device to hold every line).
+    pub fn set_write_policy(&mut self, p: WritePolicy) {
+        self.cfg.write_policy = p;
+    }
+
+    /// Change the dirty target (a share of the lines, 0.0 to 1.0).
+    pub fn set_dirty_target(&mut self, share: f64) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&share) {
+            return Err(ConfigError(format!(
+                "dirty target {share} is not a share (allowed: 0.0 to 1.0)"
+            )));
+        }
+        self.cfg.dirty_target = share;
+        self.dirty_target_lines = (share * self.geo.slots as f64) as usize;
+        Ok(())
+    }
+
+    /// Change the sequential cutoff (only with seq-cutoff admission; the
+    /// streams seen so far are forgotten).
+    pub fn set_seq_cutoff(&mut self, bytes: u64) -> Result<(), ConfigError> {
+        if self.cfg.admission.kind != AdmissionKind::SeqCutoff {
+            return Err(ConfigError(format!(
+                "the sequential cutoff applies only to seq-cutoff admission, and this cache admits with {} (chosen at format)",
+                self.cfg.admission.kind
+            )));
+        }
+        if bytes == 0 {
+            return Err(ConfigError(
+                "sequential cutoff of 0 bytes (allowed: at least 1 B, e.g. 4MiB)".into(),
+            ));
+        }
+        self.cfg.admission.seq_cutoff_bytes = bytes;
+        self.seq = Some(SeqCutoff::new(bytes));
+        Ok(())
+    }
+
     /// Whether [`Engine::degrade`] was called.
     pub fn is_degraded(&self) -> bool {
         self.degraded
