@@ -228,7 +228,7 @@ impl Config {
 /// generator. A panic is reported with the target, seed, case index and
 /// the input (hex, first 256 bytes) and then re-raised. Returns the number
 /// of cases run; a summary line goes to stderr.
-pub fn run_with<T: AsRef<[u8]>>(
+pub fn run_with<T: Describe>(
     name: &str,
     cfg: Config,
     mut make: impl FnMut(&mut Rng) -> T,
@@ -236,7 +236,17 @@ pub fn run_with<T: AsRef<[u8]>>(
 ) -> u64 {
     let start = Instant::now();
     let before = panics();
+    let mut report = Instant::now();
     for i in cfg.from..cfg.from + cfg.cases {
+        if report.elapsed().as_secs() >= 60 {
+            report = Instant::now();
+            eprintln!(
+                "fuzz {name}: {} cases done (seed {:#x}) in {:.0} s, 0 failures so far",
+                i - cfg.from,
+                cfg.seed,
+                start.elapsed().as_secs_f64()
+            );
+        }
         let mut rng = cfg.rng(name, i);
         let inp = make(&mut rng);
         let mut r = catch_unwind(AssertUnwindSafe(|| check(&inp)));
@@ -244,13 +254,11 @@ pub fn run_with<T: AsRef<[u8]>>(
             r = Err(Box::new(format!("{name}: a panic was caught inside the code under test")));
         }
         if let Err(p) = r {
-            let b = inp.as_ref();
             eprintln!(
                 "fuzz {name}: FAILED at case {i} (TIERCACHE_FUZZ_SEED={:#x} TIERCACHE_FUZZ_FROM={i} \
-                 TIERCACHE_FUZZ_CASES=1), input {} bytes: {}",
+                 TIERCACHE_FUZZ_CASES=1), input: {}",
                 cfg.seed,
-                b.len(),
-                hex(&b[..b.len().min(256)])
+                inp.describe()
             );
             std::panic::resume_unwind(p);
         }
@@ -276,6 +284,24 @@ pub fn run(
 ) -> u64 {
     let cfg = Config::from_env(default_cases);
     run_with(name, cfg, |rng| input(rng, corpus, max_len), check)
+}
+
+/// A fuzz input, shown when its case fails.
+pub trait Describe {
+    /// A short description (bytes: length and the first 256 in hex).
+    fn describe(&self) -> String;
+}
+
+impl Describe for Vec<u8> {
+    fn describe(&self) -> String {
+        format!("{} bytes: {}", self.len(), hex(&self[..self.len().min(256)]))
+    }
+}
+
+impl<X: std::fmt::Debug> Describe for (Vec<u8>, X) {
+    fn describe(&self) -> String {
+        format!("{} with {:?}", self.0.describe(), self.1)
+    }
 }
 
 /// Lower-case hex of `b`.
