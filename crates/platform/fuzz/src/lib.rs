@@ -309,6 +309,29 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Corrupt one aligned `block` of `image` inside `region`: flip 1-4 bits
+/// in it, zero it or randomise it; or truncate the image in `region`.
+/// For formats whose guarantee is per block (a torn write damages only the
+/// blocks being written). Returns a short description.
+pub fn corrupt_block(
+    rng: &mut Rng,
+    image: &mut Vec<u8>,
+    region: std::ops::Range<usize>,
+    block: usize,
+) -> String {
+    let region = region.start.min(image.len())..region.end.min(image.len());
+    if region.is_empty() {
+        return "nothing".into();
+    }
+    let b = region.start + rng.below((region.end - region.start) as u64) as usize / block * block;
+    let end = (b + block).min(region.end);
+    if rng.one_in(8) {
+        image.truncate(b);
+        return format!("truncated at {b}");
+    }
+    corrupt_image(rng, image, b..end, block).replace("truncated", "block truncated")
+}
+
 /// Corrupt a disk image: flip 1-4 bits, or zero / randomise one aligned
 /// `block` in `region`, or truncate the image. Positions fall in `region`
 /// (the metadata area). Returns a short description of what was done.

@@ -11,6 +11,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
+use tiercache_trace::compress::Compression;
 use tiercache_trace::{open, Format, ReadOptions};
 
 fn vscsi_v1(cmd: u16, lbn: u64, len: u32, ts: u64) -> Vec<u8> {
@@ -139,10 +140,17 @@ fn feed(path: &Path, bytes: &[u8], skip_bad: bool) {
         skip_bad,
         ..ReadOptions::default()
     };
+    // A small compressed input may legitimately expand to many records
+    // (a bzip2 run of zeros); only plain inputs bound the record count.
+    let plain = Compression::from_magic(bytes) == Compression::None;
     for f in Format::ALL {
         if let Ok(r) = open(path, Some(f), &opts) {
             let n = r.take(100_000).count();
-            assert!(n < 100_000, "{f}: runaway reader on {} bytes", bytes.len());
+            assert!(
+                n < 100_000 || !plain,
+                "{f}: runaway reader on {} bytes",
+                bytes.len()
+            );
         }
     }
     if let Ok(r) = open(path, None, &opts) {
