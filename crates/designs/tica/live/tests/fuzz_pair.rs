@@ -126,3 +126,29 @@ fn the_undamaged_pair_opens_with_its_data() {
         .count();
     assert!(written > 100, "only {written} pages hold data");
 }
+
+#[test]
+fn a_wiped_checkpoint_header_is_not_taken_for_a_young_store() {
+    // Found by fuzz_damaged_pairs (case 237): a zeroed block at 8 KiB (the
+    // header of checkpoint region A) on the WO-SSD read as "never written",
+    // so recovery took the older checkpoint in region B without checking
+    // the log for a newer epoch, and served other pages' data.
+    let (images, dir) = crashed_pair();
+    let backing = dir.path().join("backing");
+    for which in [0usize, 1] {
+        let dev = |b: &Vec<u8>| Arc::new(MemDev::from_vec("ssd", b.clone()));
+        let mut img = images[which].clone();
+        img[8192..12288].fill(0);
+        let (ro, wo) = if which == 0 {
+            (dev(&img), dev(&images[1]))
+        } else {
+            (dev(&images[0]), dev(&img))
+        };
+        if let Ok(c) = open_with_devices(ro, wo, dev(&images[2]), &backing) {
+            for p in 0..PAGES / 4 {
+                let d = c.read(p * PAGE, PAGE as usize).unwrap();
+                assert!(is_page(p, &d), "SSD {which}: page {p} reads garbage");
+            }
+        }
+    }
+}
