@@ -213,11 +213,9 @@ impl Config {
 
     /// The generator of case `i`: independent of every other case.
     pub fn rng(&self, name: &str, i: u64) -> Rng {
-        let h = name
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-            });
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         let mut r = Rng(self.seed ^ h ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         r.next_u64();
         r
@@ -251,7 +249,9 @@ pub fn run_with<T: Describe>(
         let inp = make(&mut rng);
         let mut r = catch_unwind(AssertUnwindSafe(|| check(&inp)));
         if r.is_ok() && panics() != before {
-            r = Err(Box::new(format!("{name}: a panic was caught inside the code under test")));
+            r = Err(Box::new(format!(
+                "{name}: a panic was caught inside the code under test"
+            )));
         }
         if let Err(p) = r {
             eprintln!(
@@ -294,7 +294,11 @@ pub trait Describe {
 
 impl Describe for Vec<u8> {
     fn describe(&self) -> String {
-        format!("{} bytes: {}", self.len(), hex(&self[..self.len().min(256)]))
+        format!(
+            "{} bytes: {}",
+            self.len(),
+            hex(&self[..self.len().min(256)])
+        )
     }
 }
 

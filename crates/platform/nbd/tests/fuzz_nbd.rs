@@ -70,8 +70,16 @@ fn haggle(rng: &mut Rng, v: &mut Vec<u8>) {
             0 => opt(v, OPT_LIST, &[]),
             1 => opt(v, OPT_STRUCTURED_REPLY, &[]),
             2 => opt(v, OPT_LIST_META_CONTEXT, &meta_data("disk", &["base:"])),
-            3 => opt(v, OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION])),
-            4 => opt(v, OPT_INFO, &info_data("disk", &[INFO_BLOCK_SIZE, INFO_NAME])),
+            3 => opt(
+                v,
+                OPT_SET_META_CONTEXT,
+                &meta_data("disk", &[BASE_ALLOCATION]),
+            ),
+            4 => opt(
+                v,
+                OPT_INFO,
+                &info_data("disk", &[INFO_BLOCK_SIZE, INFO_NAME]),
+            ),
             5 => opt(v, OPT_STARTTLS, &[]),
             6 => opt(v, 0x4242, b"unknown"),
             _ => opt(v, OPT_INFO, &info_data("nope", &[])),
@@ -91,7 +99,11 @@ fn transcript(rng: &mut Rng) -> Vec<u8> {
         // Structured replies and block status negotiated first.
         v.extend_from_slice(&3u32.to_be_bytes());
         opt(&mut v, OPT_STRUCTURED_REPLY, &[]);
-        opt(&mut v, OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION]));
+        opt(
+            &mut v,
+            OPT_SET_META_CONTEXT,
+            &meta_data("disk", &[BASE_ALLOCATION]),
+        );
         opt(&mut v, OPT_GO, &info_data("disk", &[]));
     } else {
         haggle(rng, &mut v);
@@ -104,11 +116,18 @@ fn transcript(rng: &mut Rng) -> Vec<u8> {
             0 => request(&mut v, 0, CMD_READ, cookie, off, len),
             1 => {
                 request(&mut v, fua, CMD_WRITE, cookie, off, len);
-                v.extend(std::iter::repeat(cookie as u8).take(len as usize));
+                v.extend(vec![cookie as u8; len as usize]);
             }
             2 => request(&mut v, 0, CMD_FLUSH, cookie, 0, 0),
             3 => request(&mut v, fua, CMD_TRIM, cookie, off, len),
-            4 => request(&mut v, fua | CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, cookie, off, len),
+            4 => request(
+                &mut v,
+                fua | CMD_FLAG_NO_HOLE,
+                CMD_WRITE_ZEROES,
+                cookie,
+                off,
+                len,
+            ),
             5 => request(&mut v, 0, CMD_CACHE, cookie, off, len),
             _ => request(&mut v, CMD_FLAG_REQ_ONE, CMD_BLOCK_STATUS, cookie, off, len),
         }
@@ -196,7 +215,11 @@ fn fuzz_nbd_mutated_requests_after_a_valid_handshake() {
     let mut hs = Vec::new();
     hs.extend_from_slice(&3u32.to_be_bytes());
     opt(&mut hs, OPT_STRUCTURED_REPLY, &[]);
-    opt(&mut hs, OPT_SET_META_CONTEXT, &meta_data("disk", &[BASE_ALLOCATION]));
+    opt(
+        &mut hs,
+        OPT_SET_META_CONTEXT,
+        &meta_data("disk", &[BASE_ALLOCATION]),
+    );
     opt(&mut hs, OPT_GO, &info_data("disk", &[]));
     let reqs: Vec<Vec<u8>> = corpus
         .iter()
@@ -233,5 +256,8 @@ fn unmutated_transcripts_are_answered() {
             reached += 1;
         }
     }
-    assert!(reached >= 48, "only {reached} of 64 transcripts got request replies");
+    assert!(
+        reached >= 48,
+        "only {reached} of 64 transcripts got request replies"
+    );
 }

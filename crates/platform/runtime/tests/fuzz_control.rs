@@ -128,7 +128,10 @@ fn fuzz_control_requests() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = dir.path().join("ctl.sock");
     let corpus = corpus();
-    let mut server = rt.block_on(async { start(dir.path()) });
+    let mut server = {
+        let _guard = rt.enter();
+        start(dir.path())
+    };
     let mut detached = 0u64;
     tiercache_fuzz::run("control", &corpus, 80_000, 10_000, |inp| {
         rt.block_on(async {

@@ -138,5 +138,8 @@ fn fuzz_corrupted_images() {
         },
     );
     eprintln!("store-image: {opened} corrupted images opened (to the newest or previous state)");
-    assert!(opened > 0, "no corrupted image was ever repaired: the oracle never ran");
+    assert!(
+        opened > 0,
+        "no corrupted image was ever repaired: the oracle never ran"
+    );
 }

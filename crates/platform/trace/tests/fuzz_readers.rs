@@ -47,7 +47,11 @@ fn native_sample() -> Vec<u8> {
         time_ns: i * 1000,
         offset: i * 4096,
         len: 4096,
-        kind: if i % 2 == 0 { IoKind::Read } else { IoKind::Write },
+        kind: if i % 2 == 0 {
+            IoKind::Read
+        } else {
+            IoKind::Write
+        },
         class: None,
     });
     tiercache_trace::write_native(&p, recs).unwrap();
@@ -69,7 +73,12 @@ fn inline_samples() -> Vec<Vec<u8>> {
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
-    v.push([1u32, 2, 0xffff_ffff, 7].iter().flat_map(|x| x.to_be_bytes()).collect());
+    v.push(
+        [1u32, 2, 0xffff_ffff, 7]
+            .iter()
+            .flat_map(|x| x.to_be_bytes())
+            .collect(),
+    );
     v.push([vscsi_v1(0x2a, 100, 4096, 50), vscsi_v1(0x28, 8, 512, 60)].concat());
     v.push([vscsi_v2(0x28, 1, 8192, 5), vscsi_v2(0x8a, 2, 512, 6)].concat());
     v.push(native_sample());
@@ -194,4 +203,3 @@ fn every_inline_sample_is_valid_for_some_format() {
         assert!(ok, "inline sample {i} is not a valid trace of any format");
     }
 }
-

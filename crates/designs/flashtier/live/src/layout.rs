@@ -190,7 +190,9 @@ impl Superblock {
             segs_end,
             Some(dev_len),
         ];
-        let in_order = ordered.windows(2).all(|w| matches!(w, [Some(a), Some(b)] if a <= b));
+        let in_order = ordered
+            .windows(2)
+            .all(|w| matches!(w, [Some(a), Some(b)] if a <= b));
         if self.nsegs == 0 || self.journal_records == 0 || !in_order {
             return Err(format!(
                 "regions out of order or past the end of the {dev_len}-byte device"
@@ -204,7 +206,7 @@ impl Superblock {
         }
         if !(0.0..=1.0).contains(&self.dirty_target)
             || self.backing_size == 0
-            || self.backing_size % BLOCK != 0
+            || !self.backing_size.is_multiple_of(BLOCK)
         {
             return Err("dirty target or backing size out of range".into());
         }

@@ -140,9 +140,7 @@ impl Summary {
     pub fn pick(both: &[u8], seg: u32, g: &Geometry) -> Option<Summary> {
         let n = g.summary_blocks as usize * BLOCK as usize;
         let a = Summary::decode(both.get(..n)?, seg, g);
-        let b = both
-            .get(n..2 * n)
-            .and_then(|c| Summary::decode(c, seg, g));
+        let b = both.get(n..2 * n).and_then(|c| Summary::decode(c, seg, g));
         match (a, b) {
             (Some(a), Some(b)) => Some(if (b.seq, b.version) > (a.seq, a.version) {
                 b

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use tiercache_fuzz::Rng;
-use tiercache_io::{BlockDev, MemDev};
+use tiercache_io::MemDev;
 use tiercache_log_structured::checkpoint::{Checkpoint, JournalRecord};
 use tiercache_log_structured::segment::{entry, Geometry, Summary, EMPTY};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, Superblock, BLOCK};
@@ -54,7 +54,10 @@ fn crashed_cache() -> (Vec<u8>, Vec<u8>, Superblock) {
         force: false,
     })
     .unwrap();
-    let cache = Arc::new(MemDev::from_vec("cache", std::fs::read(dir.path().join("cache")).unwrap()));
+    let cache = Arc::new(MemDev::from_vec(
+        "cache",
+        std::fs::read(dir.path().join("cache")).unwrap(),
+    ));
     let bdev = Arc::new(MemDev::from_vec("backing", backing));
     let lc = open_with_devices(cache.clone(), bdev.clone(), &dir.path().join("backing")).unwrap();
     let mut rng = Rng(7);
@@ -142,9 +145,21 @@ fn superblock_sample() -> Vec<u8> {
 
 fn summary_sample(g: &Geometry) -> Vec<u8> {
     let entries = (0..g.data_blocks() as u64)
-        .map(|i| if i % 3 == 0 { EMPTY } else { entry(i * 7, i % 2 == 0) })
+        .map(|i| {
+            if i % 3 == 0 {
+                EMPTY
+            } else {
+                entry(i * 7, i % 2 == 0)
+            }
+        })
         .collect();
-    Summary { seg: 3, seq: 9, version: 2, entries }.encode(g)
+    Summary {
+        seg: 3,
+        seq: 9,
+        version: 2,
+        entries,
+    }
+    .encode(g)
 }
 
 fn checkpoint_sample() -> Vec<u8> {
@@ -161,7 +176,13 @@ fn checkpoint_sample() -> Vec<u8> {
 }
 
 fn journal_sample() -> Vec<u8> {
-    JournalRecord { epoch: 4, index: 0, seg: 2, seq: 12 }.encode()
+    JournalRecord {
+        epoch: 4,
+        index: 0,
+        seg: 2,
+        seq: 12,
+    }
+    .encode()
 }
 
 /// Recompute the CRC(s) of a mutated encoding of decoder `k`, so that
@@ -198,7 +219,12 @@ fn decode(k: usize, b: &[u8], g: &Geometry) -> bool {
 #[test]
 fn fuzz_metadata_decoders() {
     let g = Geometry::new(1 << 20).unwrap();
-    let samples = [superblock_sample(), summary_sample(&g), checkpoint_sample(), journal_sample()];
+    let samples = [
+        superblock_sample(),
+        summary_sample(&g),
+        checkpoint_sample(),
+        journal_sample(),
+    ];
     for (k, s) in samples.iter().enumerate() {
         assert!(decode(k, s, &g), "sample {k} does not decode");
     }
@@ -213,13 +239,13 @@ fn fuzz_metadata_decoders() {
             let mode = rng.below(3);
             if mode == 0 {
                 // One flipped bit where a CRC covers it: always detected.
-                let covered: &[std::ops::Range<usize>] = match k {
-                    2 => &[0..56, 4096..4096 + 8 * 4 + 12 * 40],
-                    3 => &[0..32],
-                    _ => &[0..usize::MAX],
+                let covered: &[(usize, usize)] = match k {
+                    2 => &[(0, 56), (4096, 4096 + 8 * 4 + 12 * 40)],
+                    3 => &[(0, 32)],
+                    _ => &[(0, usize::MAX)],
                 };
-                let r = &covered[rng.below(covered.len() as u64) as usize];
-                let at = r.start + rng.below((r.end.min(b.len()) - r.start) as u64) as usize;
+                let (start, end) = covered[rng.below(covered.len() as u64) as usize];
+                let at = start + rng.below((end.min(b.len()) - start) as u64) as usize;
                 b[at] ^= 1 << rng.below(8);
             } else {
                 b = tiercache_fuzz::input(rng, std::slice::from_ref(s), s.len() + 64);
@@ -256,7 +282,10 @@ fn a_superblock_with_a_valid_crc_and_impossible_geometry_is_no_cache() {
     let e = open_with_devices(cache, bdev, std::path::Path::new("/b"))
         .err()
         .expect("refused");
-    assert!(e.to_string().contains("no log-structured cache superblock"), "{e}");
+    assert!(
+        e.to_string().contains("no log-structured cache superblock"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -276,5 +305,9 @@ fn a_short_summary_buffer_is_missing_copies_not_a_panic() {
     let g = Geometry::new(1 << 20).unwrap();
     let s = summary_sample(&g);
     assert!(Summary::pick(&s[..100], 3, &g).is_none());
-    assert_eq!(Summary::pick(&s, 3, &g).map(|s| s.seq), Some(9), "copy 0 alone");
+    assert_eq!(
+        Summary::pick(&s, 3, &g).map(|s| s.seq),
+        Some(9),
+        "copy 0 alone"
+    );
 }

@@ -122,7 +122,12 @@ fn the_undamaged_pair_opens_with_its_data() {
     )
     .unwrap();
     let written = (0..PAGES / 4)
-        .filter(|p| c.read(p * PAGE, PAGE as usize).unwrap().iter().any(|b| *b != 0))
+        .filter(|p| {
+            c.read(p * PAGE, PAGE as usize)
+                .unwrap()
+                .iter()
+                .any(|b| *b != 0)
+        })
         .count();
     assert!(written > 100, "only {written} pages hold data");
 }
