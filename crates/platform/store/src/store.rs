@@ -187,7 +187,11 @@ pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovere
             region_name(other)
         ));
     }
-    if fallback.is_some() {
+    // A region without checkpoint magic is either never written (a young
+    // store) or a newer checkpoint whose header was wiped (zeroed block,
+    // overwritten): the same check as for a damaged one tells them apart.
+    let other_absent = matches!(headers[other], HeaderStatus::Absent);
+    if fallback.is_some() || other_absent {
         // Falling back is safe only if the lost checkpoint never became the
         // base of a log: otherwise slots may since have been reused and the
         // older table would point at other lines' data.

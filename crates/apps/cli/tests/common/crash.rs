@@ -8,6 +8,8 @@
 //!
 //! `TIERCACHE_CRASH_ROUNDS` overrides the rounds, `TIERCACHE_CRASH_SEED` the
 //! seed, and `TIERCACHE_CRASH_KEEP=1` keeps the files for a post-mortem.
+//! The last lines give the soak figures `scripts/soak.sh` collects: rounds,
+//! blocks verified, and the restart-to-ready time distribution.
 
 use super::*;
 use serde_json::Value;
@@ -258,19 +260,26 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
         tally: BTreeMap::new(),
     };
     let shape = design.shape;
+    let mut restart_ms: Vec<f64> = Vec::new();
+    let mut blocks_verified = 0u64;
     let mut srv = loop {
         let round = run.round;
         run.serve = run
             .dir
             .join(design.serve[round as usize % design.serve.len()]);
+        let t0 = Instant::now();
         let mut srv = ServeProc::start(&run.serve, &run.sock, &run.log);
         let st = srv.stats();
+        if round > 0 {
+            restart_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
         let note = (design.on_start)(&mut run, &st)
             .unwrap_or_else(|e| run.fail(format!("round {round}: {e}")));
         let mut c = run.connect();
         let newer = verify_all(&mut c, &mut run.ledger)
             .unwrap_or_else(|e| run.fail(format!("round {round} ({note}): after restart: {e}")));
         run.add("unflushed blocks survived", newer as f64);
+        blocks_verified += design.blocks;
         eprintln!("[{label}] round {round}: {note}; {newer} blocks newer than their last flush");
         (design.before_load)(&mut run, &mut c)
             .unwrap_or_else(|e| run.fail(format!("round {round}: {e}")));
@@ -335,8 +344,31 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
     (design.after_stop)(&mut run).unwrap_or_else(|e| run.fail(format!("after {how}: {e}")));
     let l = &run.ledger;
     eprintln!(
+        "[{label}] soak: {rounds} kill -9 rounds, {blocks_verified} blocks verified after restarts \
+         (plus the backing file after {how}), 0 failures; restart to ready (spawn, recovery, \
+         stats answered) ms: {}",
+        distribution(&mut restart_ms)
+    );
+    eprintln!(
         "[{label}] done: {} writes acked, {} flushes, {} reads checked live ({} overlapped a write \
          and mixed two versions) over {rounds} kills; {:?}; {note}",
         l.writes_acked, l.flushes_done, l.reads_checked, l.reads_mixed, run.tally
     );
+}
+
+/// `p50 X p90 Y p99 Z max W` of `v` (sorted in place), or `none`.
+fn distribution(v: &mut [f64]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "p50 {:.0} p90 {:.0} p99 {:.0} max {:.0} (n {})",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        v[v.len() - 1],
+        v.len()
+    )
 }

@@ -165,12 +165,62 @@ impl Superblock {
         Some(sb)
     }
 
-    /// Read the newer valid copy from `dev`.
+    /// Why this superblock cannot describe a device of `dev_len` bytes
+    /// (regions out of order, overlapping, past the end, or sizes that
+    /// overflow), if it cannot. A CRC only proves the bytes were written
+    /// as they are, not that a bug or a tool wrote sensible ones.
+    pub fn validate(&self, dev_len: u64) -> Result<(), String> {
+        let g = self.geometry();
+        let entries = self.nsegs as u64 * g.data_blocks() as u64;
+        let need_ckpt = (BLOCK + 8 * self.nsegs as u64 + 12 * entries).div_ceil(BLOCK) * BLOCK;
+        let end = |off: u64, len: Option<u64>| len.and_then(|l| off.checked_add(l));
+        let journal_end = end(self.journal_off, Some(self.journal_records as u64 * BLOCK));
+        let c0_end = end(self.ckpt_off[0], Some(self.ckpt_bytes));
+        let c1_end = end(self.ckpt_off[1], Some(self.ckpt_bytes));
+        let segs_end = end(self.seg_off, self.seg_bytes.checked_mul(self.nsegs as u64));
+        let ordered = [
+            Some(8192),
+            Some(self.journal_off),
+            journal_end,
+            Some(self.ckpt_off[0]),
+            c0_end,
+            Some(self.ckpt_off[1]),
+            c1_end,
+            Some(self.seg_off),
+            segs_end,
+            Some(dev_len),
+        ];
+        let in_order = ordered
+            .windows(2)
+            .all(|w| matches!(w, [Some(a), Some(b)] if a <= b));
+        if self.nsegs == 0 || self.journal_records == 0 || !in_order {
+            return Err(format!(
+                "regions out of order or past the end of the {dev_len}-byte device"
+            ));
+        }
+        if self.ckpt_bytes < need_ckpt {
+            return Err(format!(
+                "checkpoint area of {} bytes, {need_ckpt} needed for {} segments",
+                self.ckpt_bytes, self.nsegs
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.dirty_target)
+            || self.backing_size == 0
+            || !self.backing_size.is_multiple_of(BLOCK)
+        {
+            return Err("dirty target or backing size out of range".into());
+        }
+        Ok(())
+    }
+
+    /// Read the newer valid copy from `dev`; a copy whose geometry does
+    /// not fit the device (see [`Superblock::validate`]) is not valid.
     pub fn read(dev: &dyn BlockDev) -> Option<Superblock> {
         let mut b = vec![0u8; 8192];
         dev.read_at(&mut b, 0).ok()?;
-        let a = Superblock::decode(&b[..4096]);
-        let c = Superblock::decode(&b[4096..]);
+        let fits = |s: &Superblock| s.validate(dev.len()).is_ok();
+        let a = Superblock::decode(&b[..4096]).filter(fits);
+        let c = Superblock::decode(&b[4096..]).filter(fits);
         match (a, c) {
             (Some(a), Some(c)) => Some(if c.generation > a.generation { c } else { a }),
             (a, c) => a.or(c),
@@ -179,7 +229,14 @@ impl Superblock {
 
     /// Write both copies (one, sync, the other, sync) with the next generation.
     pub fn write(&mut self, dev: &dyn BlockDev) -> std::io::Result<()> {
-        self.generation += 1;
+        // A (corrupted) superblock at the last generation is not wrapped
+        // around to 0, which would make the older copy win.
+        self.generation = self.generation.checked_add(1).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the superblock generation is at its maximum (corrupt superblock?)",
+            )
+        })?;
         let b = self.encode();
         for copy in [0u64, 4096] {
             dev.write_at(&b, copy)?;

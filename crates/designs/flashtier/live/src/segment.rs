@@ -136,11 +136,11 @@ impl Summary {
     }
 
     /// The newer valid copy of the two read from a segment's head (`both`
-    /// holds copy 0 then copy 1).
+    /// holds copy 0 then copy 1; a short buffer counts as missing copies).
     pub fn pick(both: &[u8], seg: u32, g: &Geometry) -> Option<Summary> {
         let n = g.summary_blocks as usize * BLOCK as usize;
-        let a = Summary::decode(&both[..n], seg, g);
-        let b = Summary::decode(&both[n..2 * n], seg, g);
+        let a = Summary::decode(both.get(..n)?, seg, g);
+        let b = both.get(n..2 * n).and_then(|c| Summary::decode(c, seg, g));
         match (a, b) {
             (Some(a), Some(b)) => Some(if (b.seq, b.version) > (a.seq, a.version) {
                 b
