@@ -77,6 +77,7 @@ fn start(dir: &Path) -> tokio::task::JoinHandle<anyhow::Result<Ended>> {
         export: "disk".into(),
         read_only: false,
         limits: Default::default(),
+        tls: None,
     };
     tokio::spawn(async move { serve(Arc::new(Stub), prepared, &cfg, None).await })
 }
