@@ -205,12 +205,14 @@ def interleaved(res, key, runs, repeat, label, unit="IOPS"):
 
 
 def perf_record(a, design, srv, uri, size, path):
-    """One extra (uncounted) write run with `perf record -g` attached to the server."""
+    """One extra (uncounted) write run with `perf record` (call graphs) attached to the server."""
     if shutil.which("perf") is None:
         print("  perf is not installed: no profile", flush=True)
         return
-    p = subprocess.Popen(["perf", "record", "-g", "-p", str(srv.pid), "-o", path, "--", "sleep",
-                          str(a.runtime + 2)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # DWARF unwinding: the release build keeps debug info but no frame pointers.
+    p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p", str(srv.pid),
+                          "-o", path, "--", "sleep", str(a.runtime + 2)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     fio(uri, f"perf-{design}", "randwrite", a.runtime, size)
     p.wait()
     print(f"  perf profile of {design}'s write path: {path}", flush=True)
@@ -241,8 +243,9 @@ def bench_hit(a, wl, dz, nk, sink, data, res):
                 interleaved(res, f"{rw}_qd32_x{j}", runs(rw, j, a.mc_runtime), a.repeat, f"{rw} QD32 x{j} jobs")
             c1 = dz.counters(cache)
             h, m = c1[0] - c0[0], c1[1] - c0[1]
-            hr = {"read_hit_ratio": h / max(1, h + m)} if rw == "randread" else {}
-            res[f"after_{rw}"] = {**hr, **c1[2]}
+            if rw[4:] in wl or "multi" in wl:
+                hr = {"read_hit_ratio": h / max(1, h + m)} if rw == "randread" else {}
+                res[f"after_{rw}"] = {**hr, **c1[2]}
             c0 = c1
             if rw == "randread" and "copy" in wl:
                 for dst, label in (("null:", "null"), (sink.uri, "nbdkit")):
@@ -326,6 +329,7 @@ def report(name, r, wl, numjobs):
         else:
             t, u = med(h["tiercache_iops"]), med(h["uncached_iops"])
             ratios["hdd_mixed_zipf_speedup"] = t / u
+            print(f"{'':40} {'tiercache':>12} {'uncached':>12} {'ratio':>7}")
             print(f"{'emulated HDD 70/30 zipf1.2 4K QD32':40} {t:12.0f} {u:12.0f} {t / u:7.2f}  speedup over "
                   f"uncached (fast device {h['fast_fraction'] * 100:.0f} % of data, read hit ratio "
                   f"{med(h['read_hit_ratio']):.3f})")
@@ -349,7 +353,8 @@ def parse_args():
                     help="TICA's DRAM level in the all-hit runs (the SSDs hold the rest)")
     ap.add_argument("--json", "--out", dest="json", help="write every run and ratio to this JSON file")
     ap.add_argument("--perf", metavar="DIR",
-                    help="after each design's runs, one extra write run with `perf record -g` on the server")
+                    help="after each design's runs, one extra write run with `perf record` (DWARF call graphs) "
+                    "on the server; DIR gets DESIGN.perf.data")
     ap.add_argument("--dirty-target", help="format's --dirty-target for the SSD cache and the "
                     "log-structured layout (default: format's default)")
     ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")
