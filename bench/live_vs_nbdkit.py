@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
-"""Benchmark the live tiercache NBD server against `nbdkit memory` and the uncached device.
+"""Benchmark the live tiercache designs against `nbdkit memory` and the uncached device.
 
-All runs use fio's nbd engine over a Unix socket, 4 KiB blocks, iodepth 32, one
-connection, and are measured in one invocation (interleaved, median of --repeat):
+Every design named by --design (default: all four) is formatted and served as
+README.md shows, and measured in the same invocation as `nbdkit memory`
+holding the same data (contenders interleaved run by run, median of --repeat).
+fio's nbd engine over Unix sockets, 4 KiB blocks, iodepth 32 per connection:
 
-1. all-hit random reads: tiercache with every line of the data set cached
-   vs `nbdkit memory` holding the same data (target >= 0.9x);
-2. write-back random writes into a cache that holds the data set vs
-   `nbdkit memory` (target >= 0.8x);
-3. emulated HDD (`serve --emulate-hdd`, the core's HDD model applied as delay):
-   zipfian (theta 1.2) random reads with the cache at ~10 % of the data set,
-   vs the same emulated device served without cache (`serve --no-cache`).
+1. all-hit random reads ("read"): the design's fast device holds the whole
+   data set (written, then read once; the tiered volume is read until every
+   block sits on the fast tier), one connection;
+2. random writes into that data set ("write"), one connection;
+3. "multi": the same reads and writes with fio numjobs 2 and 4 (one NBD
+   connection per job, IOPS summed), against both;
+4. "copy": `nbdcopy` (4 connections, multi-conn) of the whole export to
+   `null:` and to a second `nbdkit memory`, MiB/s, from the design and from
+   nbdkit;
+5. "hdd": the emulated HDD (`serve --emulate-hdd`, the core's HDD model
+   applied as delay), a 70/30 random read/write mix with zipf 1.2 offsets,
+   fast device at ~10 % of the data set, against the same emulated device
+   served without cache (`serve --no-cache`, its own copy of the data).
+   Only the designs whose `serve` accepts --emulate-hdd (SSD cache, tiered
+   volume) run it; the log-structured layout and TICA refuse the flag.
 
-Usage: bench/live_vs_nbdkit.py [--bin target/release/tiercache] [--runtime 15]
-       [--repeat 3] [--size-mib 256] [--hdd-runtime 20] [--out results.json]
+Targets printed: reads >= 0.9x nbdkit for the SSD cache (0.8x for the other
+designs, issue 16), writes >= 0.8x.
+
+Usage: bench/live_vs_nbdkit.py [--design ssd-cache,log-structured,tiered,tica]
+       [--bin target/release/tiercache] [--runtime 15] [--repeat 3] [--size-mib 256]
+       [--workloads read,write,multi,copy,hdd] [--hdd-runtime 20] [--json results.json]
+       [--perf DIR]
 """
 
 import argparse
@@ -29,6 +44,9 @@ import tempfile
 import time
 
 MIB = 1 << 20
+DESIGNS = ("ssd-cache", "log-structured", "tiered", "tica")
+WORKLOADS = ("read", "write", "multi", "copy", "hdd")
+HDD_DESIGNS = ("ssd-cache", "tiered")
 
 
 def sh(*args, **kw):
@@ -64,6 +82,10 @@ class Proc:
     def uri(self):
         return f"nbd+unix:///?socket={self.sock}"
 
+    @property
+    def pid(self):
+        return self.p.pid
+
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
         try:
@@ -73,14 +95,25 @@ class Proc:
             self.p.wait()
 
 
-def fio(uri, name, rw, runtime, size, extra=()):
+def fio(uri, name, rw, runtime, size, jobs=1, extra=()):
+    """One fio run; returns (IOPS summed over jobs and directions, mean latency in us)."""
     out = sh(
         "fio", f"--name={name}", "--ioengine=nbd", f"--uri={uri}", f"--rw={rw}", "--bs=4k",
         "--iodepth=32", f"--size={size}", "--time_based", f"--runtime={runtime}",
-        "--ramp_time=2", "--randrepeat=0", "--output-format=json", *extra)
+        "--ramp_time=2", "--randrepeat=0", f"--numjobs={jobs}", "--group_reporting",
+        "--output-format=json", *extra)
     j = json.loads(out[out.index("{"):])["jobs"][0]
-    side = j["read"] if rw.endswith("read") else j["write"]
-    return side["iops"], side["lat_ns"]["mean"] / 1000.0
+    sides = [j[s] for s in ("read", "write") if j[s]["total_ios"] > 0 or j[s]["iops"] > 0]
+    iops = sum(s["iops"] for s in sides)
+    lat = sum(s["lat_ns"]["mean"] * s["iops"] for s in sides) / max(iops, 1e-9) / 1000.0
+    return iops, lat
+
+
+def nbdcopy(src, dst, size):
+    """Copy a whole export with nbdcopy (4 connections); returns MiB/s."""
+    t0 = time.monotonic()
+    sh("nbdcopy", "--connections=4", src, dst)
+    return size / MIB / (time.monotonic() - t0)
 
 
 def fill(uri, path):
@@ -91,148 +124,306 @@ def stats(tc, cache):
     return json.loads(sh(tc, "stats", "--json", "--cache", cache))
 
 
-def main():
+def make_file(path, size, random=False):
+    with open(path, "wb") as f:
+        if random:
+            f.write(os.urandom(size))
+        else:
+            f.truncate(size)
+
+
+class Design:
+    """How one design is formatted, served, warmed and counted."""
+
+    def __init__(self, name, tc, d, a):
+        self.name, self.tc, self.d, self.a = name, tc, d, a
+
+    def format(self, tag, backing, fast_bytes):
+        """Format the design over `backing` with `fast_bytes` of fast device; returns the
+        path `serve --cache` takes."""
+        d, tc, a = self.d, self.tc, self.a
+        dt = ["--dirty-target", a.dirty_target] if a.dirty_target else []
+        if self.name == "ssd-cache":
+            c = f"{d}/{tag}-cache.img"
+            sh(tc, "format", "--cache", c, "--backing", backing, "--size", str(fast_bytes),
+               "--write-policy", "write-back", *dt)
+        elif self.name == "log-structured":
+            c = f"{d}/{tag}-ls.img"
+            sh(tc, "format", "--layout", "log-structured", "--cache", c, "--backing", backing,
+               "--size", str(fast_bytes), *dt)
+        elif self.name == "tiered":
+            c = f"{d}/{tag}-fast.img"
+            sh(tc, "format", "--mode", "tier", "--tiers", f"{c},{backing}", "--size", str(fast_bytes))
+        else:
+            c = f"{d}/{tag}-wo.img"
+            sh(tc, "format", "--mode", "tica", "--ro-ssd", f"{d}/{tag}-ro.img", "--wo-ssd", c,
+               "--backing", backing, "--dram-size", str(a.tica_dram_mib * MIB), "--size", str(fast_bytes))
+        return c
+
+    def warm(self, uri, cache, size):
+        """Make every block of the data set a fast-device hit (the tiered volume
+        migrates in the background: read until every block is on the fast tier)."""
+        sh("nbdcopy", "--connections=4", uri, "null:")
+        if self.name != "tiered":
+            return
+        t0 = time.time()
+        while stats(self.tc, cache)["fast_tier_block_share"] < 1.0:
+            if time.time() - t0 > 120:
+                print("  warning: the tiered volume did not promote every block in 120 s", flush=True)
+                return
+            fio(uri, "warm", "randread", 2, size)
+
+    def counters(self, cache):
+        """(fast-device read hits, read misses, extra counters) from `stats --json`."""
+        s = stats(self.tc, cache)
+        if self.name in ("ssd-cache", "log-structured"):
+            extra = {"dirty": s.get("dirty_lines", s.get("dirty_blocks"))}
+            return s["read_hits"], s["read_misses"], extra
+        if self.name == "tiered":
+            t = s["tiers"]
+            return t[0]["read_hits"], t[1]["read_hits"], {
+                "fast_tier_block_share": s["fast_tier_block_share"],
+                "migrations": s["migrations"], "demotions": s["demotions"]}
+        h = s["hits"]
+        return h["dram"] + h["ro_ssd"] + h["wo_ssd"], s["misses"], {
+            "dram_hits": h["dram"], "dirty_pages": s["dirty_pages"], "writebacks": s["writebacks"]}
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def interleaved(res, key, runs, repeat, label, unit="IOPS"):
+    """Run each contender's closure `repeat` times, interleaved; store IOPS (or MiB/s) and latency."""
+    r = res.setdefault(key, {})
+    for i in range(repeat):
+        for who, run in runs:
+            iops, lat = run()
+            r.setdefault(f"{who}_iops", []).append(iops)
+            r.setdefault(f"{who}_mean_lat_us", []).append(lat)
+            print(f"  {label:28} {who:9} run {i}: {iops:10.0f} {unit}", flush=True)
+
+
+def perf_record(a, design, srv, uri, size, path):
+    """One extra (uncounted) write run with `perf record` (call graphs) attached to the server."""
+    if shutil.which("perf") is None:
+        print("  perf is not installed: no profile", flush=True)
+        return
+    # DWARF unwinding: the release build keeps debug info but no frame pointers.
+    p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p", str(srv.pid),
+                          "-o", path, "--", "sleep", str(a.runtime + 2)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fio(uri, f"perf-{design}", "randwrite", a.runtime, size)
+    p.wait()
+    print(f"  perf profile of {design}'s write path: {path}", flush=True)
+
+
+def bench_hit(a, wl, dz, nk, sink, data, res):
+    """Workloads 1-4 for one design, interleaved with nbdkit."""
+    size = a.size_mib * MIB
+    backing = f"{dz.d}/{dz.name}-backing.img"
+    make_file(backing, size)
+    cache = dz.format(dz.name, backing, size + 64 * MIB)
+    threads = ["--threads", a.threads] if a.threads else []
+    sock = f"{dz.d}/{dz.name}.sock"
+    srv = Proc([dz.tc, "serve", "--cache", cache, "--listen", f"unix:{sock}", *threads], sock, dz.a.log)
+    try:
+        fill(srv.uri, data)
+        dz.warm(srv.uri, cache, size)
+        c0 = dz.counters(cache)
+        uris = (("tiercache", srv.uri), ("nbdkit", nk.uri))
+
+        def runs(rw, jobs, rt):
+            return [(w, lambda u=u, w=w: fio(u, f"{rw}-{w}", rw, rt, size, jobs)) for w, u in uris]
+
+        for rw in ("randread", "randwrite"):
+            if rw[4:] in wl:
+                interleaved(res, f"{rw}_qd32", runs(rw, 1, a.runtime), a.repeat, f"{rw} QD32")
+            for j in a.numjobs if "multi" in wl else ():
+                interleaved(res, f"{rw}_qd32_x{j}", runs(rw, j, a.mc_runtime), a.repeat, f"{rw} QD32 x{j} jobs")
+            c1 = dz.counters(cache)
+            h, m = c1[0] - c0[0], c1[1] - c0[1]
+            if rw[4:] in wl or "multi" in wl:
+                hr = {"read_hit_ratio": h / max(1, h + m)} if rw == "randread" else {}
+                res[f"after_{rw}"] = {**hr, **c1[2]}
+            c0 = c1
+            if rw == "randread" and "copy" in wl:
+                for dst, label in (("null:", "null"), (sink.uri, "nbdkit")):
+                    interleaved(res, f"nbdcopy_to_{label}",
+                                [(w, lambda u=u, dst=dst: (nbdcopy(u, dst, size), 0.0)) for w, u in uris],
+                                a.repeat, f"nbdcopy -> {label}", "MiB/s")
+        if a.perf:
+            perf_record(a, dz.name, srv, srv.uri, size, os.path.join(a.perf, f"{dz.name}.perf.data"))
+    finally:
+        srv.stop()
+
+
+def bench_hdd(a, dz, raw, res):
+    """Workload 5 for one design: the emulated HDD, cached vs uncached."""
+    hsize = a.hdd_size_mib * MIB
+    hb = f"{dz.d}/{dz.name}-hdd.img"
+    shutil.copyfile(raw, hb)
+    # The SSD cache's metadata regions take ~5 MiB, the tiered volume's under 1 MiB.
+    meta = 5 * MIB + 256 * 1024 if dz.name == "ssd-cache" else MIB
+    hc = dz.format(f"{dz.name}-hdd", hb, hsize // 10 + meta)
+    mix = ["--random_distribution=zipf:1.2", "--rwmixread=70"]
+    hit = []
+    r = res.setdefault("hdd_mixed_zipf", {"uncached_iops": [], "tiercache_iops": [],
+                                          "uncached_mean_lat_us": [], "tiercache_mean_lat_us": []})
+    for i in range(a.repeat):
+        p = Proc([dz.tc, "serve", "--cache", f"{dz.d}/raw.none", "--no-cache", "--backing", raw,
+                  "--emulate-hdd", "--listen", f"unix:{dz.d}/raw.sock"], f"{dz.d}/raw.sock", a.log)
+        try:
+            u = fio(p.uri, "mixed-uncached", "randrw", a.hdd_runtime, hsize, 1, mix)
+        finally:
+            p.stop()
+        p = Proc([dz.tc, "serve", "--cache", hc, "--emulate-hdd", "--listen", f"unix:{dz.d}/hdd.sock"],
+                 f"{dz.d}/hdd.sock", a.log)
+        try:
+            c0 = dz.counters(hc)
+            t = fio(p.uri, "mixed-cached", "randrw", a.hdd_runtime, hsize, 1, mix)
+            c1 = dz.counters(hc)
+        finally:
+            p.stop()
+        r["uncached_iops"].append(u[0])
+        r["uncached_mean_lat_us"].append(u[1])
+        r["tiercache_iops"].append(t[0])
+        r["tiercache_mean_lat_us"].append(t[1])
+        h, m = c1[0] - c0[0], c1[1] - c0[1]
+        hit.append(h / max(1, h + m))
+        print(f"  mixed zipf run {i}: uncached {u[0]:8.0f} IOPS, tiercache {t[0]:8.0f} IOPS "
+              f"(read hit ratio {hit[-1]:.3f}; {'cold' if i == 0 else 'warm from the previous run'})",
+              flush=True)
+    r["read_hit_ratio"] = hit
+    r["fast_fraction"] = (hsize // 10) / hsize
+
+
+def report(name, r, wl, numjobs):
+    """Print one design's table (medians) and store its ratios."""
+    ratios = r.setdefault("ratios", {})
+    tgt_read = 0.9 if name == "ssd-cache" else 0.8
+    print(f"\n== {name}  (load average before {r['loadavg_before'][0]:.2f}, after {r['loadavg_after'][0]:.2f})")
+    print(f"{'workload':40} {'tiercache':>12} {'nbdkit':>12} {'ratio':>7}  target")
+    rows = [("randread_qd32", "all-hit 4K randread QD32, 1 conn", tgt_read),
+            ("randwrite_qd32", "4K randwrite QD32, 1 conn", 0.8)]
+    for j in numjobs:
+        rows += [(f"randread_qd32_x{j}", f"4K randread QD32, {j} jobs (IOPS)", None),
+                 (f"randwrite_qd32_x{j}", f"4K randwrite QD32, {j} jobs (IOPS)", None)]
+    rows += [("nbdcopy_to_null", "nbdcopy -> null: (MiB/s)", None),
+             ("nbdcopy_to_nbdkit", "nbdcopy -> nbdkit memory (MiB/s)", None)]
+    for key, label, tgt in rows:
+        if key not in r:
+            continue
+        t, n = med(r[key]["tiercache_iops"]), med(r[key]["nbdkit_iops"])
+        ratios[key] = t / n
+        mark = "" if tgt is None else f">= {tgt} {'OK' if t / n >= tgt else 'MISSED'}"
+        print(f"{label:40} {t:12.0f} {n:12.0f} {t / n:7.2f}  {mark}")
+    for rw in ("randread", "randwrite"):
+        if f"after_{rw}" in r:
+            print(f"  after the {rw} runs: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                                     for k, v in r[f"after_{rw}"].items()))
+    if "hdd" in wl:
+        h = r.get("hdd_mixed_zipf")
+        if h is None:
+            print(f"{'emulated HDD 70/30 zipf1.2 4K QD32':40} not supported: serve --emulate-hdd is refused by this design")
+        else:
+            t, u = med(h["tiercache_iops"]), med(h["uncached_iops"])
+            ratios["hdd_mixed_zipf_speedup"] = t / u
+            print(f"{'':40} {'tiercache':>12} {'uncached':>12} {'ratio':>7}")
+            print(f"{'emulated HDD 70/30 zipf1.2 4K QD32':40} {t:12.0f} {u:12.0f} {t / u:7.2f}  speedup over "
+                  f"uncached (fast device {h['fast_fraction'] * 100:.0f} % of data, read hit ratio "
+                  f"{med(h['read_hit_ratio']):.3f})")
+
+
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/tiercache")
-    ap.add_argument("--runtime", type=int, default=15)
+    ap.add_argument("--design", default=",".join(DESIGNS),
+                    help=f"comma-separated subset of {','.join(DESIGNS)} (default: all)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
+    ap.add_argument("--runtime", type=int, default=15, help="seconds per single-connection fio run")
+    ap.add_argument("--mc-runtime", type=int, help="seconds per multi-job fio run (default: --runtime)")
     ap.add_argument("--hdd-runtime", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--size-mib", type=int, default=256)
+    ap.add_argument("--numjobs", default="2,4", help="fio numjobs for the multi-connection runs")
+    ap.add_argument("--size-mib", type=int, default=256, help="data set of the all-hit runs")
     ap.add_argument("--hdd-size-mib", type=int, default=256)
-    ap.add_argument("--out")
-    ap.add_argument("--dirty-target", help="format's --dirty-target for the write-back cache "
-                    "(share of lines that may stay dirty; default: format's default)")
+    ap.add_argument("--tica-dram-mib", type=int, default=64,
+                    help="TICA's DRAM level in the all-hit runs (the SSDs hold the rest)")
+    ap.add_argument("--json", "--out", dest="json", help="write every run and ratio to this JSON file")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="after each design's runs, one extra write run with `perf record` (DWARF call graphs) "
+                    "on the server; DIR gets DESIGN.perf.data")
+    ap.add_argument("--dirty-target", help="format's --dirty-target for the SSD cache and the "
+                    "log-structured layout (default: format's default)")
     ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")
-    ap.add_argument("--workloads", default="read,write,hdd",
-                    help="comma-separated subset of read,write,hdd to run (default: all)")
     a = ap.parse_args()
+    designs = [x for x in a.design.split(",") if x]
     wl = set(a.workloads.split(","))
-    if not wl or wl - {"read", "write", "hdd"}:
-        sys.exit(f"--workloads: expected a subset of read,write,hdd, got {a.workloads!r}")
+    if not designs or set(designs) - set(DESIGNS):
+        sys.exit(f"--design: expected a subset of {','.join(DESIGNS)}, got {a.design!r}")
+    if not wl or wl - set(WORKLOADS):
+        sys.exit(f"--workloads: expected a subset of {','.join(WORKLOADS)}, got {a.workloads!r}")
+    try:
+        a.numjobs = [int(x) for x in a.numjobs.split(",") if x]
+    except ValueError:
+        sys.exit(f"--numjobs: expected comma-separated integers, got {a.numjobs!r}")
+    a.mc_runtime = a.mc_runtime or a.runtime
+    if a.perf:
+        os.makedirs(a.perf, exist_ok=True)
+        a.perf = os.path.abspath(a.perf)
+    return a, designs, wl
+
+
+def main():
+    a, designs, wl = parse_args()
     tc = os.path.abspath(a.bin)
+    if not os.access(tc, os.X_OK):
+        sys.exit(f"{tc} is not an executable (cargo build --release -p tiercache-cli)")
     for t in ("fio", "nbdkit", "nbdcopy"):
         if shutil.which(t) is None:
             sys.exit(f"{t} is not installed (scripts/setup.sh installs it)")
     size = a.size_mib * MIB
     d = tempfile.mkdtemp(prefix="tiercache-bench-")
-    log = open(os.path.join(d, "servers.log"), "w")
+    a.log = open(os.path.join(d, "servers.log"), "w")
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()), "argv": sys.argv,
-           "loadavg_before": os.getloadavg(), "nproc": os.cpu_count()}
+           "version": sh(tc, "--version").strip(), "loadavg_before": os.getloadavg(),
+           "nproc": os.cpu_count(), "designs": {}}
     try:
         data = os.path.join(d, "data.img")
-        with open(data, "wb") as f:
-            f.write(os.urandom(size))
-        # nbdkit memory, same data.
-        nk = Proc(["nbdkit", "-f", "-U", os.path.join(d, "nbdkit.sock"), "memory", f"{size}"],
-                  os.path.join(d, "nbdkit.sock"), log)
+        make_file(data, size, random=True)
+        nk = Proc(["nbdkit", "-f", "-U", f"{d}/nbdkit.sock", "memory", f"{size}"], f"{d}/nbdkit.sock", a.log)
+        sink = Proc(["nbdkit", "-f", "-U", f"{d}/sink.sock", "memory", f"{size}"], f"{d}/sink.sock", a.log)
         fill(nk.uri, data)
-        # tiercache with a cache that holds the whole data set (write-back).
-        backing = os.path.join(d, "backing.img")
-        with open(backing, "wb") as f:
-            f.truncate(size)
-        cache = os.path.join(d, "cache.img")
-        sh(tc, "format", "--cache", cache, "--backing", backing, "--size", f"{size + 64 * MIB}",
-           "--write-policy", "write-back",
-           *(["--dirty-target", a.dirty_target] if a.dirty_target else []))
-        threads = ["--threads", a.threads] if a.threads else []
-        tcs = Proc([tc, "serve", "--cache", cache, "--listen", f"unix:{d}/tc.sock", *threads], f"{d}/tc.sock", log)
-        fill(tcs.uri, data)
-        sh("nbdcopy", "--connections=4", tcs.uri, "null:")  # every line read once: all cached
-        st0 = stats(tc, cache)
-        rr = {"tiercache": [], "nbdkit": []}
-        rw = {"tiercache": [], "nbdkit": []}
-        for i in range(a.repeat if "read" in wl else 0):
-            for name, uri in (("tiercache", tcs.uri), ("nbdkit", nk.uri)):
-                rr[name].append(fio(uri, f"randread-{name}", "randread", a.runtime, size))
-                print(f"  randread  {name:9} run {i}: {rr[name][-1][0]:10.0f} IOPS", flush=True)
-        st1 = stats(tc, cache)
-        for i in range(a.repeat if "write" in wl else 0):
-            for name, uri in (("tiercache", tcs.uri), ("nbdkit", nk.uri)):
-                rw[name].append(fio(uri, f"randwrite-{name}", "randwrite", a.runtime, size))
-                print(f"  randwrite {name:9} run {i}: {rw[name][-1][0]:10.0f} IOPS", flush=True)
-        st2 = stats(tc, cache)
-        tcs.stop()
+        raw = None
+        if "hdd" in wl and set(designs) & set(HDD_DESIGNS):
+            raw = os.path.join(d, "raw-hdd.img")
+            make_file(raw, a.hdd_size_mib * MIB, random=True)
+        for name in designs:
+            print(f"== {name}", flush=True)
+            r = res["designs"][name] = {"loadavg_before": os.getloadavg()}
+            dz = Design(name, tc, d, a)
+            if wl & {"read", "write", "multi", "copy"}:
+                bench_hit(a, wl, dz, nk, sink, data, r)
+            if raw and name in HDD_DESIGNS:
+                bench_hdd(a, dz, raw, r)
+            r["loadavg_after"] = os.getloadavg()
+            for f in os.listdir(d):  # free the design's files before the next one
+                if f.startswith(name):
+                    os.unlink(os.path.join(d, f))
         nk.stop()
-        read_hits = st1["read_hits"] - st0["read_hits"]
-        read_miss = st1["read_misses"] - st0["read_misses"]
-        res["all_hit_randread"] = {
-            "tiercache_iops": [x[0] for x in rr["tiercache"]], "nbdkit_iops": [x[0] for x in rr["nbdkit"]],
-            "tiercache_mean_lat_us": [x[1] for x in rr["tiercache"]], "nbdkit_mean_lat_us": [x[1] for x in rr["nbdkit"]],
-            "hit_ratio_during_runs": read_hits / max(1, read_hits + read_miss),
-        }
-        res["writeback_randwrite"] = {
-            "tiercache_iops": [x[0] for x in rw["tiercache"]], "nbdkit_iops": [x[0] for x in rw["nbdkit"]],
-            "tiercache_mean_lat_us": [x[1] for x in rw["tiercache"]], "nbdkit_mean_lat_us": [x[1] for x in rw["nbdkit"]],
-            "dirty_lines_after": st2["dirty_lines"], "write_hits": st2["write_hits"] - st1["write_hits"],
-            "write_misses": st2["write_misses"] - st1["write_misses"],
-            "metadata_commits": st2["live"]["commits"] - st1["live"]["commits"],
-        }
-        if "hdd" in wl:
-            # Emulated HDD, zipf 1.2, cache ~10 % of the data set.
-            hsize = a.hdd_size_mib * MIB
-            hb = os.path.join(d, "hdd.img")
-            with open(hb, "wb") as f:
-                f.write(os.urandom(hsize))
-            hc = os.path.join(d, "hddcache.img")
-            # The metadata regions take ~5 MiB; size the data region at 10 % of the data set.
-            sh(tc, "format", "--cache", hc, "--backing", hb, "--size", f"{hsize // 10 + 5 * MIB + 256 * 1024}")
-            zipf = ["--random_distribution=zipf:1.2"]
-            hz = {"uncached": [], "tiercache": []}
-            hit = []
-            for i in range(a.repeat):
-                p = Proc([tc, "serve", "--cache", hc, "--no-cache", "--emulate-hdd", "--listen", f"unix:{d}/raw.sock"],
-                         f"{d}/raw.sock", log)
-                hz["uncached"].append(fio(p.uri, "zipf-uncached", "randread", a.hdd_runtime, hsize, zipf))
-                p.stop()
-                p = Proc([tc, "serve", "--cache", hc, "--emulate-hdd", "--listen", f"unix:{d}/hdd.sock"],
-                         f"{d}/hdd.sock", log)
-                s0 = stats(tc, hc)
-                hz["tiercache"].append(fio(p.uri, "zipf-cached", "randread", a.hdd_runtime, hsize, zipf))
-                s1 = stats(tc, hc)
-                p.stop()
-                h = s1["read_hits"] - s0["read_hits"]
-                m = s1["read_misses"] - s0["read_misses"]
-                hit.append(h / max(1, h + m))
-                print(f"  zipf run {i}: uncached {hz['uncached'][-1][0]:8.0f} IOPS, tiercache "
-                      f"{hz['tiercache'][-1][0]:8.0f} IOPS (hit ratio {hit[-1]:.3f}; run {i} starts "
-                      f"{'cold' if i == 0 else 'warm from the previous run'})", flush=True)
-            res["hdd_zipf"] = {
-                "cache_fraction": s1["slots"] * s1["policy"]["line_size"] / hsize,
-                "uncached_iops": [x[0] for x in hz["uncached"]], "tiercache_iops": [x[0] for x in hz["tiercache"]],
-                "uncached_mean_lat_us": [x[1] for x in hz["uncached"]],
-                "tiercache_mean_lat_us": [x[1] for x in hz["tiercache"]],
-                "hit_ratio": hit,
-            }
+        sink.stop()
     finally:
-        log.close()
+        a.log.close()
         res["loadavg_after"] = os.getloadavg()
         shutil.rmtree(d, ignore_errors=True)
-
-    med = statistics.median
-    res["ratios"] = {}
-    print()
-    print(f"date {res['date']}, {res['nproc']} CPUs, load average before {res['loadavg_before'][0]:.2f}, "
-          f"after {res['loadavg_after'][0]:.2f}")
-    print(f"{'workload':38} {'tiercache IOPS':>15} {'baseline IOPS':>15} {'ratio':>7}  target")
-    if "read" in wl:
-        r1 = med(res["all_hit_randread"]["tiercache_iops"]) / med(res["all_hit_randread"]["nbdkit_iops"])
-        res["ratios"]["all_hit_randread_vs_nbdkit"] = r1
-        print(f"{'all-hit 4K randread QD32 vs nbdkit':38} {med(res['all_hit_randread']['tiercache_iops']):15.0f} "
-              f"{med(res['all_hit_randread']['nbdkit_iops']):15.0f} {r1:7.2f}  >= 0.9 {'OK' if r1 >= 0.9 else 'MISSED'}")
-    if "write" in wl:
-        r2 = med(res["writeback_randwrite"]["tiercache_iops"]) / med(res["writeback_randwrite"]["nbdkit_iops"])
-        res["ratios"]["writeback_randwrite_vs_nbdkit"] = r2
-        print(f"{'write-back 4K randwrite QD32 vs nbdkit':38} {med(res['writeback_randwrite']['tiercache_iops']):15.0f} "
-              f"{med(res['writeback_randwrite']['nbdkit_iops']):15.0f} {r2:7.2f}  >= 0.8 {'OK' if r2 >= 0.8 else 'MISSED'}")
-    if "hdd" in wl:
-        r3 = med(res["hdd_zipf"]["tiercache_iops"]) / med(res["hdd_zipf"]["uncached_iops"])
-        res["ratios"]["hdd_zipf_speedup"] = r3
-        print(f"{'emulated HDD zipf1.2 4K randread QD32':38} {med(res['hdd_zipf']['tiercache_iops']):15.0f} "
-              f"{med(res['hdd_zipf']['uncached_iops']):15.0f} {r3:7.2f}  speedup over uncached "
-              f"(cache {res['hdd_zipf']['cache_fraction'] * 100:.1f} % of data, hit ratio "
-              f"{med(res['hdd_zipf']['hit_ratio']):.3f})")
-    if a.out:
-        with open(a.out, "w") as f:
+    print(f"\ndate {res['date']}, {res['version']}, {res['nproc']} CPUs, load average before "
+          f"{res['loadavg_before'][0]:.2f}, after {res['loadavg_after'][0]:.2f}")
+    for name, r in res["designs"].items():
+        report(name, r, wl, a.numjobs if "multi" in wl else [])
+    if a.json:
+        with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
 
 
