@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::accept::accept_loop;
 use crate::design::Design;
 
 /// Longest control request accepted (bytes, newline included).
@@ -117,36 +118,15 @@ impl ControlServer {
         let (s, t) = (stop.clone(), tasks.clone());
         let info = Arc::new(runtime_info);
         tasks.spawn(async move {
-            let mut backoff = Duration::from_millis(10);
-            loop {
-                let r = tokio::select! {
-                    _ = s.cancelled() => break,
-                    r = l.accept() => r,
-                };
-                match r {
-                    Ok((stream, _)) => {
-                        backoff = Duration::from_millis(10);
-                        let (d, i, tx) = (Arc::clone(&design), Arc::clone(&info), detach.clone());
-                        t.spawn(async move {
-                            if let Err(e) = handle(stream, d, i, tx).await {
-                                tracing::debug!("control request failed: {e:#}");
-                            }
-                        });
+            accept_loop("control socket", l, s, |stream| {
+                let (d, i, tx) = (Arc::clone(&design), Arc::clone(&info), detach.clone());
+                t.spawn(async move {
+                    if let Err(e) = handle(stream, d, i, tx).await {
+                        tracing::debug!("control request failed: {e:#}");
                     }
-                    Err(e) => {
-                        // EMFILE and friends: the channel must outlive them.
-                        tracing::warn!(
-                            "control socket: accept failed: {e}; retrying in {} ms",
-                            backoff.as_millis()
-                        );
-                        tokio::select! {
-                            _ = s.cancelled() => break,
-                            _ = tokio::time::sleep(backoff) => {}
-                        }
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                }
-            }
+                });
+            })
+            .await
         });
         Ok(ControlServer { stop, tasks, path })
     }

@@ -23,6 +23,7 @@
 //! - [`panic`]: the panic policy: abort, in every build (recovery restores
 //!   the acknowledged state, as after a kill -9).
 
+mod accept;
 pub mod blocking_design;
 pub mod claim;
 pub mod control;

@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::accept::accept_loop;
 use crate::design::Design;
 use crate::metrics::RequestMetrics;
 
@@ -75,38 +76,18 @@ impl MetricsServer {
         let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
         let ctx = Arc::new((design, req, export));
         tasks.spawn(async move {
-            let mut backoff = Duration::from_millis(10);
-            loop {
-                let r = tokio::select! {
-                    _ = s.cancelled() => break,
-                    r = l.accept() => r,
-                };
-                match r {
-                    Ok((stream, _)) => {
-                        backoff = Duration::from_millis(10);
-                        let permit = Arc::clone(&slots).try_acquire_owned().ok();
-                        let ctx = Arc::clone(&ctx);
-                        t.spawn(async move {
-                            let busy = permit.is_none();
-                            if let Err(e) = handle(stream, &ctx.0, &ctx.1, &ctx.2, busy).await {
-                                tracing::debug!("metrics request failed: {e:#}");
-                            }
-                            drop(permit);
-                        });
+            accept_loop("metrics", l, s, |stream| {
+                let permit = Arc::clone(&slots).try_acquire_owned().ok();
+                let ctx = Arc::clone(&ctx);
+                t.spawn(async move {
+                    let busy = permit.is_none();
+                    if let Err(e) = handle(stream, &ctx.0, &ctx.1, &ctx.2, busy).await {
+                        tracing::debug!("metrics request failed: {e:#}");
                     }
-                    Err(e) => {
-                        tracing::warn!(
-                            "metrics: accept failed: {e}; retrying in {} ms",
-                            backoff.as_millis()
-                        );
-                        tokio::select! {
-                            _ = s.cancelled() => break,
-                            _ = tokio::time::sleep(backoff) => {}
-                        }
-                        backoff = (backoff * 2).min(Duration::from_secs(1));
-                    }
-                }
-            }
+                    drop(permit);
+                });
+            })
+            .await
         });
         Ok(MetricsServer { stop, tasks })
     }
