@@ -95,6 +95,16 @@ fn decode_slot(b: &[u8], epoch: u64) -> Option<&[u8]> {
     Some(&b[8..8 + RECORD_BYTES])
 }
 
+/// The epoch of a slot whose checksum is intact.
+fn slot_epoch(b: &[u8]) -> Option<u64> {
+    if b.len() < LOG_SLOT
+        || crc32c::crc32c(&b[..LOG_SLOT - 4]).to_le_bytes() != b[LOG_SLOT - 4..LOG_SLOT]
+    {
+        return None;
+    }
+    Some(u64::from_le_bytes(b[..8].try_into().expect("8")))
+}
+
 impl Journal {
     /// Initialize the metadata of a new volume: checkpoint 1 of `table` in
     /// region 1, region 0 and the log zeroed (so nothing of an earlier volume
@@ -140,11 +150,41 @@ impl Journal {
         })?;
         let mut log = vec![0u8; layout.log_bytes as usize];
         dev.read_at(&mut log, layout.log_offset)?;
+        // A log slot of a later epoch proves a newer checkpoint was written
+        // (records follow their checkpoint's flush): that checkpoint is
+        // damaged, and the older one would map blocks to slots reused since.
+        if let Some(e) = log
+            .chunks(LOG_SLOT)
+            .filter_map(slot_epoch)
+            .filter(|&e| e > seq)
+            .max()
+        {
+            return Err(corrupt(format!(
+                "the newest mapping checkpoint is damaged: the migration log holds records of epoch {e}, after checkpoint {seq} ({})",
+                problems.join("; ")
+            )));
+        }
         let mut records = Vec::new();
-        for slot in log.chunks(LOG_SLOT) {
+        let slots: Vec<&[u8]> = log.chunks(LOG_SLOT).collect();
+        for (i, slot) in slots.iter().enumerate() {
             match decode_slot(slot, seq) {
                 Some(r) => records.extend_from_slice(r),
-                None => break,
+                None => {
+                    // Only the last append can be torn (each is flushed
+                    // before the next): an intact record of this epoch after
+                    // it means media damage, and replaying up to here would
+                    // lose the migrations logged after it.
+                    if let Some(j) = slots[i + 1..]
+                        .iter()
+                        .position(|s| decode_slot(s, seq).is_some())
+                    {
+                        return Err(corrupt(format!(
+                            "migration log damaged at slot {i}: slot {} after it holds a record of the same epoch {seq}",
+                            i + 1 + j
+                        )));
+                    }
+                    break;
+                }
             }
         }
         let (table, rec) = migration::recover(&payload, &records)
@@ -364,14 +404,23 @@ mod tests {
         Journal::format(Arc::clone(&dev), layout, &table).unwrap();
         let (mut j, r) = Journal::open(Arc::clone(&dev), layout).unwrap();
         let mut t = r.table;
-        migrate(&mut j, &mut t, 1, 3, 0, usize::MAX);
-        // Tear the Switch record (slot 1): only the Begin survives.
+        migrate(&mut j, &mut t, 1, 3, 0, 2); // Begin, Switch: the power fails
+                                             // The Switch append was torn (slot 1, the last): only the Begin survives.
         dev.write_at(&[0x55], layout.log_offset + LOG_SLOT as u64 + 30)
             .unwrap();
-        let (_, r) = Journal::open(dev, layout).unwrap();
+        let (_, r) = Journal::open(Arc::clone(&dev), layout).unwrap();
         assert_eq!(r.report.log_records, 1);
         assert_eq!(r.report.rolled_back, 1);
         assert_eq!(r.table.lookup(3).unwrap().tier, 1);
         assert_eq!(r.trim.len(), 1, "the reserved destination is trimmed");
+        // A damaged slot with an intact record of its epoch after it is not
+        // a torn append (each is flushed before the next): refused.
+        dev.write_at(
+            &encode_slot(1, &LogRecord::Done { id: 1 }),
+            layout.log_offset + 2 * LOG_SLOT as u64,
+        )
+        .unwrap();
+        let e = Journal::open(dev, layout).err().unwrap();
+        assert!(e.to_string().contains("damaged at slot 1"), "{e}");
     }
 }

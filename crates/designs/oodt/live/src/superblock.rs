@@ -125,6 +125,41 @@ pub fn checkpoint_bytes(blocks: u64) -> u64 {
 }
 
 impl Layout {
+    /// Whether this layout can be one [`Layout::compute`] or
+    /// [`Layout::compute_sum`] made for `blocks` blocks of `block_bytes`:
+    /// the regions in their order, back to back, sized for the mapping,
+    /// the data aligned after them, slot counts in range (the regions' sizes
+    /// are bounded by the fast tier's, checked when it is opened). A superblock
+    /// with a valid checksum but another layout is damaged (reading or
+    /// writing by it would hit the wrong regions or allocate absurd sizes).
+    pub fn validate(&self, block_bytes: u32, blocks: u64) -> Result<(), String> {
+        let bs = u64::from(block_bytes);
+        if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
+            return Err(format!("block size {block_bytes}"));
+        }
+        let max = tiercache_tiering::mapping::MAX_FAST_SLOTS;
+        if self.fast_slots > max || self.slow_slots > max {
+            return Err(format!(
+                "{} fast and {} slow slots",
+                self.fast_slots, self.slow_slots
+            ));
+        }
+        let c = self.checkpoint_bytes;
+        let a = 2 * SB_BYTES;
+        let ok = c.is_multiple_of(4096)
+            // Older builds sized it a few bytes smaller: at least the table.
+            && c >= crate::journal::CHECKPOINT_HEADER as u64 + 4 * blocks
+            && c <= u64::MAX / 4
+            && self.checkpoint_offsets == [a, a + c]
+            && self.log_offset == a + 2 * c
+            && self.log_bytes == LOG_BYTES
+            && self.data_offset == (self.log_offset + self.log_bytes).div_ceil(bs) * bs;
+        if !ok {
+            return Err(format!("layout {self:?} is not one this build makes"));
+        }
+        Ok(())
+    }
+
     /// The layout of a fast tier of `fast_bytes` for a volume of `blocks`
     /// blocks of `block_bytes`.
     pub fn compute(fast_bytes: u64, blocks: u64, block_bytes: u32) -> Result<Layout, FormatError> {
@@ -384,13 +419,19 @@ impl Superblock {
         }
         if capacity == Capacity::Sum
             && (layout.slow_slots < 2
-                || volume_bytes
-                    != (layout.fast_slots + layout.slow_slots - 2) * u64::from(block_bytes))
+                || layout
+                    .fast_slots
+                    .checked_add(layout.slow_slots - 2)
+                    .and_then(|n| n.checked_mul(u64::from(block_bytes)))
+                    != Some(volume_bytes))
         {
             return Err(FormatError::Damaged(
                 "sum volume size does not match its slots".into(),
             ));
         }
+        layout
+            .validate(block_bytes, volume_bytes.div_ceil(u64::from(block_bytes)))
+            .map_err(FormatError::Damaged)?;
         Ok(Superblock {
             uuid,
             block_bytes,

@@ -80,7 +80,20 @@ pub fn check_volume(fast: &Path) -> anyhow::Result<CheckReport> {
             ..Default::default()
         },
     )?);
-    let (table, recovery) = match Journal::open(dev, sb.layout) {
+    let l = sb.layout;
+    let fast_needed = l
+        .fast_slots
+        .checked_mul(u64::from(sb.block_bytes))
+        .and_then(|n| n.checked_add(l.data_offset));
+    let fast_len = dev.len();
+    let journal = if fast_needed.is_none_or(|n| fast_len < n) {
+        Err(std::io::Error::other(format!(
+            "the fast tier is {fast_len} bytes, smaller than its recorded layout"
+        )))
+    } else {
+        Journal::open(dev, sb.layout)
+    };
+    let (table, recovery) = match journal {
         Ok((_, rec)) => (Some(rec.table), rec.report),
         Err(e) => {
             problems.push(format!("mapping: {e}"));

@@ -82,6 +82,38 @@ impl TieredVolume {
         }
     }
 
+    /// Run one planning round now, in the caller's thread, and its moves or
+    /// exchanges one after the other (for deterministic tests and
+    /// simulations: the worker must not be running). The jobs completed;
+    /// the first migration error ends the round and is returned.
+    pub fn migrate_now(&self) -> io::Result<usize> {
+        if lock(&self.worker).is_some() {
+            return Err(io::Error::other(
+                "the migration worker is running (migrate_now is for volumes without it)",
+            ));
+        }
+        lock(&self.core).plan_due = true;
+        let jobs = self.plan_round(Duration::MAX);
+        let mut done = 0;
+        for job in jobs {
+            if !self.checkpoint_if_full() {
+                return Err(io::Error::other("checkpoint failed"));
+            }
+            let r = match job {
+                Job::Move(mv) => self.migrate(mv),
+                Job::Pair(p) => self.exchange(p),
+            };
+            if let Err(e) = r {
+                self.counters
+                    .migration_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            done += 1;
+        }
+        Ok(done)
+    }
+
     /// Between migrations: checkpoint when the log lacks room for one more
     /// migration's or exchange's records. `false` if that failed (migrations stop).
     pub(super) fn checkpoint_if_full(&self) -> bool {
