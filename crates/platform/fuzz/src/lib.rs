@@ -24,6 +24,8 @@
 //!   suite is deterministic);
 //! - `TIERCACHE_FUZZ_FROM`: first case index (to replay one failure).
 
+pub mod dst;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;

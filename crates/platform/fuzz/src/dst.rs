@@ -1,0 +1,344 @@
+//! Deterministic simulation of a live design's request path: a seeded
+//! sequence of writes (some FUA), reads, flushes, background steps
+//! (migrations, cleaning), injected I/O errors and power losses (unflushed
+//! writes dropped or torn), checked against a model after every step.
+//!
+//! The design implements [`System`] over in-memory devices that emulate a
+//! volatile write cache (`tiercache_io::CrashDev`) and inject errors
+//! (`tiercache_io::FaultyDev`); the driver runs everything in the test's
+//! thread, so a case is a function of its seed. Every 512-byte sector of
+//! the 4 KiB units carries its unit, sector, version and a checksum, so the
+//! model is checked sector by sector:
+//! - a read while running returns, per sector, a version between the last
+//!   one acknowledged and the newest one issued (a failed write may or may
+//!   not have landed);
+//! - after a power loss and recovery every sector holds a version that was
+//!   written, no older than what the last completed FLUSH or FUA write
+//!   covered, and never garbage.
+//!
+//! Environment: `TIERCACHE_DST_CASES` (cases per design; default: the
+//! test's short count), `TIERCACHE_DST_SEED` (default 0xd57),
+//! `TIERCACHE_DST_FROM` (first case, to replay one), `TIERCACHE_DST_STEPS`
+//! (steps per case).
+
+use std::io;
+use std::time::Instant;
+
+use crate::Rng;
+
+/// Bytes of one unit of the model (reads and writes are whole units).
+pub const UNIT: usize = 4096;
+/// Bytes of one sector: the unit of tearing and of the checks.
+pub const SECTOR: usize = 512;
+const PER_UNIT: usize = UNIT / SECTOR;
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Unit `u` as written in `version` (version 0: the initial contents the
+/// system must start with).
+pub fn unit(u: u64, version: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(UNIT);
+    for s in 0..PER_UNIT {
+        let start = v.len();
+        v.extend_from_slice(b"DSTSECTR");
+        v.extend_from_slice(&u.to_le_bytes());
+        v.extend_from_slice(&(s as u64).to_le_bytes());
+        v.extend_from_slice(&version.to_le_bytes());
+        let mut r = Rng(u ^ version.rotate_left(20) ^ (s as u64) << 50);
+        while v.len() - start < SECTOR - 8 {
+            v.extend_from_slice(&r.next_u64().to_le_bytes());
+        }
+        let c = fnv(&v[start..]);
+        v.extend_from_slice(&c.to_le_bytes());
+    }
+    v
+}
+
+/// The version of each sector of unit `u`, or what is wrong with it.
+pub fn parse_unit(u: u64, data: &[u8]) -> Result<[u64; PER_UNIT], String> {
+    let mut out = [0; PER_UNIT];
+    for (s, sec) in data.chunks(SECTOR).enumerate() {
+        let f = |i: usize| u64::from_le_bytes(sec[i..i + 8].try_into().expect("8"));
+        if &sec[..8] != b"DSTSECTR" {
+            return Err(format!(
+                "unit {u} sector {s}: garbage ({:02x?})",
+                &sec[..16]
+            ));
+        }
+        if f(8) != u || f(16) != s as u64 {
+            return Err(format!(
+                "unit {u} sector {s}: holds unit {} sector {} (misdirected)",
+                f(8),
+                f(16)
+            ));
+        }
+        if fnv(&sec[..SECTOR - 8]) != f(SECTOR - 8) {
+            return Err(format!("unit {u} sector {s}: corrupt (version {})", f(24)));
+        }
+        out[s] = f(24);
+    }
+    Ok(out)
+}
+
+/// A live design under simulation (its devices in memory).
+pub trait System {
+    /// Units of 4 KiB the volume exports.
+    fn units(&self) -> u64;
+    /// Write whole units from `first`.
+    fn write(&mut self, first: u64, data: &[u8], fua: bool) -> io::Result<()>;
+    /// Read whole units from `first`.
+    fn read(&mut self, first: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Make every acknowledged write durable.
+    fn flush(&mut self) -> io::Result<()>;
+    /// One background step of the design (a migration round, cleaning,
+    /// destaging), run in the caller's thread; errors are the design's
+    /// business (they must not lose acknowledged data).
+    fn background(&mut self, _rng: &mut Rng) {}
+    /// Inject I/O errors (EIO, with the probability per op given) on the
+    /// design's devices from now on; 0 stops injecting.
+    fn set_faults(&mut self, probability: f64, seed: u64);
+    /// Lose power on every device (unflushed writes dropped, kept in order
+    /// or torn per sector, as `seed` picks), stop injecting errors, and
+    /// reopen the design from what reached the media. `Err` if recovery
+    /// refused: a failure of the case.
+    fn crash(&mut self, seed: u64) -> Result<String, String>;
+}
+
+/// The model's knowledge of one sector.
+#[derive(Clone, Copy, Default)]
+struct Sector {
+    /// Oldest version the sector may hold now (the last acknowledged one).
+    lo: u64,
+    /// Newest version issued.
+    hi: u64,
+    /// Version a completed FLUSH or FUA write made durable.
+    floor: u64,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default)]
+pub struct Totals {
+    /// Cases run.
+    pub cases: u64,
+    /// Steps run.
+    pub steps: u64,
+    /// Writes acknowledged.
+    pub writes: u64,
+    /// Operations that failed (injected errors).
+    pub failed_ops: u64,
+    /// Power losses, each followed by recovery and a full check.
+    pub crashes: u64,
+    /// Sectors checked after recoveries.
+    pub sectors_verified: u64,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim().replace('_', "");
+    match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+fn check_sector(
+    u: u64,
+    s: usize,
+    v: u64,
+    st: &Sector,
+    floor: u64,
+    when: &str,
+) -> Result<(), String> {
+    if v < floor {
+        return Err(format!(
+            "{when}: unit {u} sector {s}: version {v} is older than {floor} (acknowledged {}, durable {})",
+            st.lo, st.floor
+        ));
+    }
+    if v > st.hi {
+        return Err(format!(
+            "{when}: unit {u} sector {s}: version {v} was never written (newest issued {})",
+            st.hi
+        ));
+    }
+    Ok(())
+}
+
+/// Read every unit after a recovery and check it; then flush so what was
+/// read is durable. The sectors checked.
+fn verify_all<S: System>(sys: &mut S, model: &mut [Sector], when: &str) -> Result<u64, String> {
+    let units = sys.units();
+    let mut buf = vec![0u8; 16 * UNIT];
+    let mut n = 0;
+    for first in (0..units).step_by(16) {
+        let k = 16.min(units - first) as usize;
+        let buf = &mut buf[..k * UNIT];
+        sys.read(first, buf)
+            .map_err(|e| format!("{when}: read of units {first}.. failed: {e}"))?;
+        for (i, d) in buf.chunks(UNIT).enumerate() {
+            let u = first + i as u64;
+            let vs = parse_unit(u, d).map_err(|e| format!("{when}: {e}"))?;
+            for (s, &v) in vs.iter().enumerate() {
+                let st = &mut model[u as usize * PER_UNIT + s];
+                check_sector(u, s, v, st, st.floor, when)?;
+                st.lo = v;
+                st.hi = st.hi.max(v);
+                n += 1;
+            }
+        }
+    }
+    sys.flush()
+        .map_err(|e| format!("{when}: flush after recovery failed: {e}"))?;
+    for st in model.iter_mut() {
+        st.floor = st.lo;
+    }
+    Ok(n)
+}
+
+/// One case: `steps` seeded steps on a fresh system, a power loss at
+/// random steps (about one in `crash_every`) and at the end, errors
+/// injected in some stretches.
+pub fn run_case<S: System>(
+    sys: &mut S,
+    rng: &mut Rng,
+    steps: u64,
+    crash_every: u64,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let units = sys.units();
+    let mut model = vec![Sector::default(); units as usize * PER_UNIT];
+    let mut next = vec![0u64; units as usize];
+    let hot = rng.below(units);
+    let mut faults = false;
+    for step in 0..steps {
+        totals.steps += 1;
+        let when = format!("step {step}");
+        if rng.one_in(crash_every) || step + 1 == steps {
+            let what = sys
+                .crash(rng.next_u64())
+                .map_err(|e| format!("{when}: recovery refused: {e}"))?;
+            faults = false;
+            totals.crashes += 1;
+            totals.sectors_verified += verify_all(
+                sys,
+                &mut model,
+                &format!("{when}: after a power loss ({what})"),
+            )?;
+            continue;
+        }
+        if rng.one_in(25) {
+            faults = !faults;
+            sys.set_faults(if faults { 0.05 } else { 0.0 }, rng.next_u64());
+        }
+        let n = 1 + rng.below(4.min(units));
+        let first = if rng.below(10) < 7 {
+            (hot + rng.below(32)) % (units - n + 1)
+        } else {
+            rng.below(units - n + 1)
+        };
+        match rng.below(20) {
+            0..=6 => {
+                let mut buf = vec![0u8; n as usize * UNIT];
+                match sys.read(first, &mut buf) {
+                    Ok(()) => {
+                        for (i, d) in buf.chunks(UNIT).enumerate() {
+                            let u = first + i as u64;
+                            let vs = parse_unit(u, d).map_err(|e| format!("{when}: read: {e}"))?;
+                            for (s, &v) in vs.iter().enumerate() {
+                                let st = &model[u as usize * PER_UNIT + s];
+                                check_sector(u, s, v, st, st.lo, &format!("{when}: read"))?;
+                            }
+                        }
+                    }
+                    Err(_) => totals.failed_ops += 1,
+                }
+            }
+            7 => match sys.flush() {
+                Ok(()) => {
+                    for st in &mut model {
+                        st.floor = st.lo;
+                    }
+                }
+                Err(_) => totals.failed_ops += 1,
+            },
+            8 | 9 => sys.background(rng),
+            _ => {
+                let fua = rng.one_in(6);
+                let mut data = Vec::with_capacity(n as usize * UNIT);
+                let mut versions = Vec::new();
+                for u in first..first + n {
+                    next[u as usize] += 1;
+                    versions.push(next[u as usize]);
+                    data.extend(unit(u, next[u as usize]));
+                }
+                let ok = sys.write(first, &data, fua).is_ok();
+                if ok {
+                    totals.writes += 1;
+                } else {
+                    totals.failed_ops += 1;
+                }
+                for (i, v) in versions.into_iter().enumerate() {
+                    let u = first as usize + i;
+                    for st in &mut model[u * PER_UNIT..(u + 1) * PER_UNIT] {
+                        st.hi = v;
+                        if ok {
+                            st.lo = v;
+                            if fua {
+                                st.floor = v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run the cases of design `name` (`TIERCACHE_DST_CASES`, else
+/// `default_cases`), each on a system made by `make` from the case's seed.
+/// A failure panics with the seed and case to replay.
+pub fn run<S: System>(
+    name: &str,
+    default_cases: u64,
+    default_steps: u64,
+    crash_every: u64,
+    mut make: impl FnMut(u64) -> S,
+) -> Totals {
+    let cases = env_u64("TIERCACHE_DST_CASES").unwrap_or(default_cases);
+    let seed = env_u64("TIERCACHE_DST_SEED").unwrap_or(0xd57);
+    let from = env_u64("TIERCACHE_DST_FROM").unwrap_or(0);
+    let steps = env_u64("TIERCACHE_DST_STEPS").unwrap_or(default_steps);
+    let cfg = crate::Config { cases, seed, from };
+    let start = Instant::now();
+    let mut report = Instant::now();
+    let mut totals = Totals::default();
+    for i in from..from + cases {
+        if report.elapsed().as_secs() >= 60 {
+            report = Instant::now();
+            eprintln!("dst {name}: {} cases done, {totals:?}", i - from);
+        }
+        let mut rng = cfg.rng(name, i);
+        let mut sys = make(rng.next_u64());
+        if let Err(e) = run_case(&mut sys, &mut rng, steps, crash_every, &mut totals) {
+            panic!(
+                "dst {name}: FAILED at case {i} (replay: TIERCACHE_DST_SEED={seed:#x} TIERCACHE_DST_FROM={i} TIERCACHE_DST_CASES=1 TIERCACHE_DST_STEPS={steps}): {e}"
+            );
+        }
+        totals.cases += 1;
+    }
+    eprintln!(
+        "dst {name}: {} cases of {steps} steps (seed {seed:#x}, from {from}) in {:.1} s, 0 failures: {} writes acknowledged, {} ops failed by injected errors, {} power losses, {} sectors verified after recovery",
+        totals.cases,
+        start.elapsed().as_secs_f64(),
+        totals.writes,
+        totals.failed_ops,
+        totals.crashes,
+        totals.sectors_verified
+    );
+    totals
+}
