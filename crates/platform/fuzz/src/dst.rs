@@ -19,7 +19,7 @@
 //! Environment: `TIERCACHE_DST_CASES` (cases per design; default: the
 //! test's short count), `TIERCACHE_DST_SEED` (default 0xd57),
 //! `TIERCACHE_DST_FROM` (first case, to replay one), `TIERCACHE_DST_STEPS`
-//! (steps per case).
+//! (steps per case), `TIERCACHE_DST_TRACE` (print every step).
 
 use std::io;
 use std::time::Instant;
@@ -214,6 +214,7 @@ pub fn run_case<S: System>(
     let mut next = vec![0u64; units as usize];
     let hot = rng.below(units);
     let mut faults = false;
+    let trace = std::env::var_os("TIERCACHE_DST_TRACE").is_some();
     for step in 0..steps {
         totals.steps += 1;
         let when = format!("step {step}");
@@ -233,6 +234,9 @@ pub fn run_case<S: System>(
         if rng.one_in(25) {
             faults = !faults;
             sys.set_faults(if faults { 0.05 } else { 0.0 }, rng.next_u64());
+            if trace {
+                eprintln!("{when}: faults {faults}");
+            }
         }
         let n = 1 + rng.below(4.min(units));
         let first = if rng.below(10) < 7 {
@@ -254,10 +258,19 @@ pub fn run_case<S: System>(
                             }
                         }
                     }
-                    Err(_) => totals.failed_ops += 1,
+                    Err(e) => {
+                        if trace {
+                            eprintln!("{when}: read {first}+{n}: {e}");
+                        }
+                        totals.failed_ops += 1
+                    }
                 }
             }
-            7 => match sys.flush() {
+            7 => match sys.flush().inspect(|()| {
+                if trace {
+                    eprintln!("{when}: flush ok")
+                }
+            }) {
                 Ok(()) => {
                     for st in &mut model {
                         st.floor = st.lo;
@@ -265,7 +278,12 @@ pub fn run_case<S: System>(
                 }
                 Err(_) => totals.failed_ops += 1,
             },
-            8 | 9 => sys.background(rng),
+            8 | 9 => {
+                if trace {
+                    eprintln!("{when}: background");
+                }
+                sys.background(rng)
+            }
             _ => {
                 let fua = rng.one_in(6);
                 let mut data = Vec::with_capacity(n as usize * UNIT);
@@ -275,7 +293,11 @@ pub fn run_case<S: System>(
                     versions.push(next[u as usize]);
                     data.extend(unit(u, next[u as usize]));
                 }
-                let ok = sys.write(first, &data, fua).is_ok();
+                let r = sys.write(first, &data, fua);
+                if trace {
+                    eprintln!("{when}: write {first}+{n} v{versions:?} fua {fua}: {r:?}");
+                }
+                let ok = r.is_ok();
                 if ok {
                     totals.writes += 1;
                 } else {
@@ -307,12 +329,25 @@ pub fn run<S: System>(
     default_cases: u64,
     default_steps: u64,
     crash_every: u64,
-    mut make: impl FnMut(u64) -> S,
+    make: impl FnMut(u64) -> S,
 ) -> Totals {
     let cases = env_u64("TIERCACHE_DST_CASES").unwrap_or(default_cases);
     let seed = env_u64("TIERCACHE_DST_SEED").unwrap_or(0xd57);
     let from = env_u64("TIERCACHE_DST_FROM").unwrap_or(0);
     let steps = env_u64("TIERCACHE_DST_STEPS").unwrap_or(default_steps);
+    run_cases(name, seed, from, cases, steps, crash_every, make)
+}
+
+/// [`run`] with explicit settings (a regression test replaying one case).
+pub fn run_cases<S: System>(
+    name: &str,
+    seed: u64,
+    from: u64,
+    cases: u64,
+    steps: u64,
+    crash_every: u64,
+    mut make: impl FnMut(u64) -> S,
+) -> Totals {
     let cfg = crate::Config { cases, seed, from };
     let start = Instant::now();
     let mut report = Instant::now();

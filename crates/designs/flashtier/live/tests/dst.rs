@@ -1,0 +1,180 @@
+//! Deterministic simulation of the log-structured cache's request path
+//! (issue 17, item 2): the real `LogCache` (write-back and write-through:
+//! segment writes, summaries, journal, checkpoints, cleaning, destaging,
+//! recovery) on an in-memory cache device and backing device, each behind
+//! a volatile write cache (`CrashDev`) and an error injector (`FaultyDev`),
+//! driven by the seeded steps of `tiercache_fuzz::dst`: writes (some FUA),
+//! reads, flushes, cleaning rounds, stretches of injected EIO on both
+//! devices, and power losses at random steps (unflushed writes dropped,
+//! kept in order up to a point, or torn per 512-byte sector), each followed
+//! by recovery and a check of every sector against the model.
+//!
+//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-log-structured --test dst`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tiercache_fuzz::dst::{self, System, UNIT};
+use tiercache_fuzz::Rng;
+use tiercache_io::{CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
+use tiercache_log_structured::{format, open_with_devices, FormatOptions, LogCache, WritePolicy};
+
+const UNITS: u64 = 512; // a 2 MiB backing device
+const SEG: u64 = 64 << 10;
+
+struct Stack {
+    media: Arc<MemDev>,
+    cache: Arc<CrashDev>,
+    faulty: Arc<FaultyDev>,
+}
+
+impl Stack {
+    fn new(media: Arc<MemDev>, seed: u64) -> Stack {
+        let cache = Arc::new(CrashDev::new(media.clone()));
+        let faulty = Arc::new(FaultyDev::new(cache.clone(), seed));
+        Stack {
+            media,
+            cache,
+            faulty,
+        }
+    }
+}
+
+struct Ls {
+    devs: [Stack; 2],
+    lc: Option<Arc<LogCache>>,
+    path: PathBuf,
+}
+
+fn open(devs: &[Stack; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
+    open_with_devices(devs[0].faulty.clone(), devs[1].faulty.clone(), path)
+}
+
+/// A formatted cache image (1 MiB: 16 segments of 64 KiB less metadata)
+/// and its backing holding version 0 of every unit.
+fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let backing: Vec<u8> = (0..UNITS).flat_map(|u| dst::unit(u, 0)).collect();
+    std::fs::write(dir.path().join("backing"), &backing).unwrap();
+    format(&FormatOptions {
+        cache: dir.path().join("cache"),
+        backing: dir.path().join("backing"),
+        create_size: Some(1 << 20),
+        write_policy: policy,
+        dirty_target: 0.5,
+        seg_bytes: SEG,
+        force: false,
+    })
+    .unwrap();
+    (std::fs::read(dir.path().join("cache")).unwrap(), backing)
+}
+
+fn crash_mode(seed: u64) -> CrashMode {
+    match seed % 3 {
+        0 => CrashMode::DropAll,
+        1 => CrashMode::KeepFirst((seed >> 8) as usize % 16),
+        _ => CrashMode::Torn { seed },
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl Ls {
+    fn lc(&self) -> std::io::Result<&Arc<LogCache>> {
+        self.lc.as_ref().ok_or_else(|| io("the cache did not open"))
+    }
+}
+
+impl System for Ls {
+    fn units(&self) -> u64 {
+        UNITS
+    }
+    fn write(&mut self, first: u64, data: &[u8], fua: bool) -> std::io::Result<()> {
+        self.lc()?.write(first * UNIT as u64, data, fua).map_err(io)
+    }
+    fn read(&mut self, first: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let d = self
+            .lc()?
+            .read(first * UNIT as u64, buf.len())
+            .map_err(io)?;
+        buf.copy_from_slice(&d);
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.lc()?.flush().map_err(io)
+    }
+    fn background(&mut self, rng: &mut Rng) {
+        if let Ok(lc) = self.lc() {
+            let _ = lc.clean_segments(1 + rng.below(3) as usize);
+        }
+    }
+    fn set_faults(&mut self, p: f64, _seed: u64) {
+        for t in &self.devs {
+            t.faulty.clear_rules();
+            if p > 0.0 {
+                t.faulty
+                    .add_rule(FaultRule::always(OpKinds::ALL).with_probability(p))
+                    .unwrap();
+            }
+        }
+    }
+    fn crash(&mut self, seed: u64) -> Result<String, String> {
+        let mode = crash_mode(seed);
+        let mut what = format!("{mode:?}:");
+        self.lc = None;
+        for t in &self.devs {
+            t.faulty.clear_rules();
+            let r = t.cache.crash(mode).map_err(|e| e.to_string())?;
+            what += &format!(" {} unflushed ops", r.unflushed_ops);
+        }
+        self.devs = [
+            Stack::new(self.devs[0].media.clone(), seed),
+            Stack::new(self.devs[1].media.clone(), seed ^ 1),
+        ];
+        self.lc = Some(open(&self.devs, &self.path).map_err(|e| format!("{e:#}"))?);
+        Ok(what)
+    }
+}
+
+fn system(cache: &[u8], backing: &[u8], seed: u64) -> Ls {
+    let devs = [
+        Stack::new(Arc::new(MemDev::from_vec("cache", cache.to_vec())), seed),
+        Stack::new(
+            Arc::new(MemDev::from_vec("backing", backing.to_vec())),
+            seed ^ 1,
+        ),
+    ];
+    let path = PathBuf::from("/backing");
+    let lc = Some(open(&devs, &path).unwrap());
+    Ls { devs, lc, path }
+}
+
+fn run(policy: WritePolicy, name: &str) {
+    let (cache, backing) = images(policy);
+    let t = dst::run(name, 12, 400, 40, |seed| system(&cache, &backing, seed));
+    assert!(
+        t.crashes >= t.cases && t.failed_ops > 0 && t.writes > 0,
+        "{t:?}"
+    );
+}
+
+#[test]
+#[ignore = "open bug found by the long DST run: after cache EIO put the cache in degraded mode, a power loss recovers a block mapped to another block's data (replay with TIERCACHE_DST_TRACE=1)"]
+fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
+    let (cache, backing) = images(WritePolicy::WriteBack);
+    dst::run_cases("log-structured-wb", 0xd57, 45, 1, 400, 40, |seed| {
+        system(&cache, &backing, seed)
+    });
+}
+
+#[test]
+fn dst_log_structured_write_back() {
+    run(WritePolicy::WriteBack, "log-structured-wb");
+}
+
+#[test]
+fn dst_log_structured_write_through() {
+    run(WritePolicy::WriteThrough, "log-structured-wt");
+}
