@@ -98,6 +98,11 @@ pub trait System {
     /// destaging), run in the caller's thread; errors are the design's
     /// business (they must not lose acknowledged data).
     fn background(&mut self, _rng: &mut Rng) {}
+    /// Inject `fault` on the `target` devices (see [`fault_matrix`]); false
+    /// if this system cannot. [`System::crash`] ends it.
+    fn inject(&mut self, _target: Target, _fault: Fault) -> bool {
+        false
+    }
     /// Inject I/O errors (EIO, with the probability per op given) on the
     /// design's devices from now on; 0 stops injecting.
     fn set_faults(&mut self, probability: f64, seed: u64);
@@ -238,80 +243,98 @@ pub fn run_case<S: System>(
                 eprintln!("{when}: faults {faults}");
             }
         }
-        let n = 1 + rng.below(4.min(units));
-        let first = if rng.below(10) < 7 {
-            (hot + rng.below(32)) % (units - n + 1)
-        } else {
-            rng.below(units - n + 1)
-        };
-        match rng.below(20) {
-            0..=6 => {
-                let mut buf = vec![0u8; n as usize * UNIT];
-                match sys.read(first, &mut buf) {
-                    Ok(()) => {
-                        for (i, d) in buf.chunks(UNIT).enumerate() {
-                            let u = first + i as u64;
-                            let vs = parse_unit(u, d).map_err(|e| format!("{when}: read: {e}"))?;
-                            for (s, &v) in vs.iter().enumerate() {
-                                let st = &model[u as usize * PER_UNIT + s];
-                                check_sector(u, s, v, st, st.lo, &format!("{when}: read"))?;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        if trace {
-                            eprintln!("{when}: read {first}+{n}: {e}");
-                        }
-                        totals.failed_ops += 1
-                    }
-                }
-            }
-            7 => match sys.flush().inspect(|()| {
-                if trace {
-                    eprintln!("{when}: flush ok")
-                }
-            }) {
+        op(sys, rng, &mut model, &mut next, hot, &when, trace, totals)?;
+    }
+    Ok(())
+}
+
+/// One seeded request (read, write, FLUSH or background step), checked
+/// against the model and recorded in it.
+#[allow(clippy::too_many_arguments)]
+fn op<S: System>(
+    sys: &mut S,
+    rng: &mut Rng,
+    model: &mut [Sector],
+    next: &mut [u64],
+    hot: u64,
+    when: &str,
+    trace: bool,
+    totals: &mut Totals,
+) -> Result<(), String> {
+    let units = sys.units();
+    let n = 1 + rng.below(4.min(units));
+    let first = if rng.below(10) < 7 {
+        (hot + rng.below(32)) % (units - n + 1)
+    } else {
+        rng.below(units - n + 1)
+    };
+    match rng.below(20) {
+        0..=6 => {
+            let mut buf = vec![0u8; n as usize * UNIT];
+            match sys.read(first, &mut buf) {
                 Ok(()) => {
-                    for st in &mut model {
-                        st.floor = st.lo;
+                    for (i, d) in buf.chunks(UNIT).enumerate() {
+                        let u = first + i as u64;
+                        let vs = parse_unit(u, d).map_err(|e| format!("{when}: read: {e}"))?;
+                        for (s, &v) in vs.iter().enumerate() {
+                            let st = &model[u as usize * PER_UNIT + s];
+                            check_sector(u, s, v, st, st.lo, &format!("{when}: read"))?;
+                        }
                     }
                 }
-                Err(_) => totals.failed_ops += 1,
-            },
-            8 | 9 => {
-                if trace {
-                    eprintln!("{when}: background");
+                Err(e) => {
+                    if trace {
+                        eprintln!("{when}: read {first}+{n}: {e}");
+                    }
+                    totals.failed_ops += 1
                 }
-                sys.background(rng)
             }
-            _ => {
-                let fua = rng.one_in(6);
-                let mut data = Vec::with_capacity(n as usize * UNIT);
-                let mut versions = Vec::new();
-                for u in first..first + n {
-                    next[u as usize] += 1;
-                    versions.push(next[u as usize]);
-                    data.extend(unit(u, next[u as usize]));
+        }
+        7 => match sys.flush().inspect(|()| {
+            if trace {
+                eprintln!("{when}: flush ok")
+            }
+        }) {
+            Ok(()) => {
+                for st in model.iter_mut() {
+                    st.floor = st.lo;
                 }
-                let r = sys.write(first, &data, fua);
-                if trace {
-                    eprintln!("{when}: write {first}+{n} v{versions:?} fua {fua}: {r:?}");
-                }
-                let ok = r.is_ok();
-                if ok {
-                    totals.writes += 1;
-                } else {
-                    totals.failed_ops += 1;
-                }
-                for (i, v) in versions.into_iter().enumerate() {
-                    let u = first as usize + i;
-                    for st in &mut model[u * PER_UNIT..(u + 1) * PER_UNIT] {
-                        st.hi = v;
-                        if ok {
-                            st.lo = v;
-                            if fua {
-                                st.floor = v;
-                            }
+            }
+            Err(_) => totals.failed_ops += 1,
+        },
+        8 | 9 => {
+            if trace {
+                eprintln!("{when}: background");
+            }
+            sys.background(rng)
+        }
+        _ => {
+            let fua = rng.one_in(6);
+            let mut data = Vec::with_capacity(n as usize * UNIT);
+            let mut versions = Vec::new();
+            for u in first..first + n {
+                next[u as usize] += 1;
+                versions.push(next[u as usize]);
+                data.extend(unit(u, next[u as usize]));
+            }
+            let r = sys.write(first, &data, fua);
+            if trace {
+                eprintln!("{when}: write {first}+{n} v{versions:?} fua {fua}: {r:?}");
+            }
+            let ok = r.is_ok();
+            if ok {
+                totals.writes += 1;
+            } else {
+                totals.failed_ops += 1;
+            }
+            for (i, v) in versions.into_iter().enumerate() {
+                let u = first as usize + i;
+                for st in &mut model[u * PER_UNIT..(u + 1) * PER_UNIT] {
+                    st.hi = v;
+                    if ok {
+                        st.lo = v;
+                        if fua {
+                            st.floor = v;
                         }
                     }
                 }
@@ -376,4 +399,169 @@ pub fn run_cases<S: System>(
         totals.sectors_verified
     );
     totals
+}
+
+/// Which devices a fault of the matrix hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The cache devices (the fast tier of the tiered volume; both SSDs of
+    /// the three-level cache).
+    Cache,
+    /// The backing device (the slow tier of the tiered volume).
+    Backing,
+}
+
+/// A fault of the matrix, injected while a load runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Reads fail with EIO (one in three).
+    ReadEio,
+    /// Writes fail with EIO (one in three).
+    WriteEio,
+    /// Writes fail with ENOSPC (every one: a full thin-provisioned device
+    /// or a file on a full filesystem).
+    Enospc,
+    /// Every operation fails (the device was pulled).
+    Removal,
+    /// Every operation is delayed (a slow or stalling device).
+    Slow,
+}
+
+/// What a design did under one fault of the matrix.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Steps (requests and background steps) that did not fail while the
+    /// fault was on.
+    pub ok: u64,
+    /// Requests that failed (the client saw an error).
+    pub failed: u64,
+    /// Sectors checked after the fault ended and after a power loss.
+    pub sectors_verified: u64,
+}
+
+/// One cell of the fault matrix: a load without faults ending in a FLUSH,
+/// then `steps` seeded requests with `fault` on the `target` devices (every
+/// read checked: acknowledged data or an error, never stale or garbage),
+/// then the fault cleared (device back, space freed) and every unit read
+/// back (nothing acknowledged missing), then a power loss and recovery:
+/// every write acknowledged by a FLUSH or FUA is there. `Err` names the
+/// first violation; `Ok(None)` if the system cannot inject this fault.
+pub fn fault_case<S: System>(
+    sys: &mut S,
+    seed: u64,
+    target: Target,
+    fault: Fault,
+    steps: u64,
+) -> Result<Option<Outcome>, String> {
+    let mut rng = Rng(seed);
+    let units = sys.units();
+    let mut model = vec![Sector::default(); units as usize * PER_UNIT];
+    let mut next = vec![0u64; units as usize];
+    let hot = rng.below(units);
+    let trace = std::env::var_os("TIERCACHE_DST_TRACE").is_some();
+    let mut t = Totals::default();
+    for step in 0..steps {
+        op(
+            sys,
+            &mut rng,
+            &mut model,
+            &mut next,
+            hot,
+            &format!("before: step {step}"),
+            trace,
+            &mut t,
+        )?;
+    }
+    sys.flush()
+        .map_err(|e| format!("flush before the fault: {e}"))?;
+    for st in model.iter_mut() {
+        st.floor = st.lo;
+    }
+    if !sys.inject(target, fault) {
+        return Ok(None);
+    }
+    let mut during = Totals::default();
+    for step in 0..steps {
+        during.steps += 1;
+        op(
+            sys,
+            &mut rng,
+            &mut model,
+            &mut next,
+            hot,
+            &format!("{fault:?} on {target:?}: step {step}"),
+            trace,
+            &mut during,
+        )?;
+    }
+    let mut out = Outcome {
+        ok: during.steps.saturating_sub(during.failed_ops),
+        failed: during.failed_ops,
+        ..Outcome::default()
+    };
+    // Power loss with the fault still on, then the device comes back.
+    let what = sys
+        .crash(rng.next_u64())
+        .map_err(|e| format!("{fault:?} on {target:?}: recovery refused: {e}"))?;
+    out.sectors_verified += verify_all(
+        sys,
+        &mut model,
+        &format!("{fault:?} on {target:?}: after a power loss ({what})"),
+    )?;
+    // And the design keeps serving: a load without faults, checked.
+    for step in 0..steps / 2 {
+        op(
+            sys,
+            &mut rng,
+            &mut model,
+            &mut next,
+            hot,
+            &format!("after {fault:?} on {target:?}: step {step}"),
+            trace,
+            &mut t,
+        )?;
+    }
+    sys.flush()
+        .map_err(|e| format!("flush after the fault: {e}"))?;
+    for st in model.iter_mut() {
+        st.floor = st.lo;
+    }
+    let what = sys
+        .crash(rng.next_u64())
+        .map_err(|e| format!("recovery refused: {e}"))?;
+    out.sectors_verified += verify_all(
+        sys,
+        &mut model,
+        &format!("after {fault:?} on {target:?}: after a power loss ({what})"),
+    )?;
+    Ok(Some(out))
+}
+
+/// Every (target, fault) cell, in the order of the matrix's table.
+pub const MATRIX: [(Target, Fault); 7] = [
+    (Target::Cache, Fault::ReadEio),
+    (Target::Cache, Fault::WriteEio),
+    (Target::Cache, Fault::Enospc),
+    (Target::Cache, Fault::Removal),
+    (Target::Backing, Fault::ReadEio),
+    (Target::Backing, Fault::WriteEio),
+    (Target::Cache, Fault::Slow),
+];
+
+/// Run the whole matrix on fresh systems from `make` and print one line
+/// per cell (`design | target | fault | acknowledged | failed | verified |
+/// lost 0`). Panics on the first cell that loses acknowledged data.
+pub fn fault_matrix<S: System>(design: &str, steps: u64, mut make: impl FnMut(u64) -> S) {
+    for (i, (target, fault)) in MATRIX.into_iter().enumerate() {
+        let seed = 0xfa17 ^ (i as u64) << 8;
+        let mut sys = make(seed);
+        match fault_case(&mut sys, seed, target, fault, steps) {
+            Ok(Some(o)) => eprintln!(
+                "fault matrix | {design} | {target:?} | {fault:?} | {} steps succeeded | {} requests failed | {} sectors verified | acknowledged lost: 0",
+                o.ok, o.failed, o.sectors_verified
+            ),
+            Ok(None) => eprintln!("fault matrix | {design} | {target:?} | {fault:?} | not injectable here"),
+            Err(e) => panic!("fault matrix: {design}: {e}"),
+        }
+    }
 }

@@ -115,7 +115,9 @@ struct State {
 }
 
 /// A [`BlockDev`] wrapper that fails chosen operations with `EIO`
-/// (`io::Error::from_raw_os_error(EIO)`), for testing error paths.
+/// (`io::Error::from_raw_os_error(EIO)`, or another errno set with
+/// [`FaultyDev::set_errno`]) and can slow every op down
+/// ([`FaultyDev::set_delay`]), for testing error paths.
 ///
 /// A failed op never reaches the inner device (a failed write changes
 /// nothing). Faults come from [`FaultRule`]s and from "pulling" the device
@@ -126,6 +128,10 @@ pub struct FaultyDev {
     inner: std::sync::Arc<dyn BlockDev>,
     name: String,
     state: Mutex<State>,
+    /// The error injected (an `errno`; EIO unless [`FaultyDev::set_errno`]).
+    errno: std::sync::atomic::AtomicI32,
+    /// Microseconds every op waits first ([`FaultyDev::set_delay`]).
+    delay_us: std::sync::atomic::AtomicU64,
 }
 
 impl FaultyDev {
@@ -141,7 +147,24 @@ impl FaultyDev {
                 rng: Xoshiro256PlusPlus::seed_from_u64(seed),
                 injected: FaultCounts::default(),
             }),
+            errno: rustix::io::Errno::IO.raw_os_error().into(),
+            delay_us: 0.into(),
         }
+    }
+
+    /// Fail with this `errno` instead of EIO from now on (e.g. ENOSPC, as a
+    /// full thin-provisioned device or a file on a full filesystem does).
+    pub fn set_errno(&self, errno: i32) {
+        self.errno.store(errno, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Make every op wait `delay` before it runs (a slow or stalling
+    /// device); zero for none.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.delay_us.store(
+            delay.as_micros().min(u64::MAX as u128) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Add a rule. Fails if the probability is not within 0..=1 or the range
@@ -199,6 +222,10 @@ impl FaultyDev {
 
     /// Decide whether this op fails; count it if so.
     fn check(&self, kind: OpKinds, range: Option<Range<u64>>) -> io::Result<()> {
+        let us = self.delay_us.load(std::sync::atomic::Ordering::Relaxed);
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us));
+        }
         let mut st = self.lock();
         let State {
             rules,
@@ -237,7 +264,7 @@ impl FaultyDev {
         };
         *counter += 1;
         Err(io::Error::from_raw_os_error(
-            rustix::io::Errno::IO.raw_os_error(),
+            self.errno.load(std::sync::atomic::Ordering::Relaxed),
         ))
     }
 }

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tiercache_fuzz::dst::{self, System, UNIT};
+use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
 use tiercache_io::{CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, LogCache, WritePolicy};
@@ -69,6 +69,22 @@ fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
     (std::fs::read(dir.path().join("cache")).unwrap(), backing)
 }
 
+/// Put `fault` on one device of the matrix.
+fn inject_on(f: &FaultyDev, fault: Fault) {
+    const ENOSPC: i32 = 28;
+    let rule = |k| FaultRule::always(k).with_probability(0.34);
+    match fault {
+        Fault::ReadEio => f.add_rule(rule(OpKinds::READ)).unwrap(),
+        Fault::WriteEio => f.add_rule(rule(OpKinds::WRITE)).unwrap(),
+        Fault::Enospc => {
+            f.set_errno(ENOSPC);
+            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+        }
+        Fault::Removal => f.fail_all(),
+        Fault::Slow => f.set_delay(std::time::Duration::from_micros(200)),
+    }
+}
+
 fn crash_mode(seed: u64) -> CrashMode {
     match seed % 3 {
         0 => CrashMode::DropAll,
@@ -88,6 +104,16 @@ impl Ls {
 }
 
 impl System for Ls {
+    fn inject(&mut self, target: Target, fault: Fault) -> bool {
+        let which: &[usize] = match target {
+            Target::Cache => &[0],
+            Target::Backing => &[1],
+        };
+        for &i in which {
+            inject_on(&self.devs[i].faulty, fault);
+        }
+        true
+    }
     fn units(&self) -> u64 {
         UNITS
     }
@@ -177,4 +203,18 @@ fn dst_log_structured_write_back() {
 #[test]
 fn dst_log_structured_write_through() {
     run(WritePolicy::WriteThrough, "log-structured-wt");
+}
+
+/// The fault matrix (issue 17, item 3): cache EIO on read, on write,
+/// ENOSPC, removal, slow; backing EIO on read and on write; write-back and
+/// write-through. Acknowledged data lost: 0.
+#[test]
+fn fault_matrix_log_structured() {
+    for (policy, name) in [
+        (WritePolicy::WriteBack, "log-structured (write-back)"),
+        (WritePolicy::WriteThrough, "log-structured (write-through)"),
+    ] {
+        let (cache, backing) = images(policy);
+        dst::fault_matrix(name, 150, |seed| system(&cache, &backing, seed));
+    }
 }

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tiercache_fuzz::dst::{self, System, UNIT};
+use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
 use tiercache_io::{BlockDev, CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
 use tiercache_store::BackingIdentity;
@@ -142,6 +142,22 @@ fn new_volume(capacity: Capacity, seed: u64) -> Vol {
     Vol { sb, tiers, vol, rt }
 }
 
+/// Put `fault` on one device of the matrix.
+fn inject_on(f: &FaultyDev, fault: Fault) {
+    const ENOSPC: i32 = 28;
+    let rule = |k| FaultRule::always(k).with_probability(0.34);
+    match fault {
+        Fault::ReadEio => f.add_rule(rule(OpKinds::READ)).unwrap(),
+        Fault::WriteEio => f.add_rule(rule(OpKinds::WRITE)).unwrap(),
+        Fault::Enospc => {
+            f.set_errno(ENOSPC);
+            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+        }
+        Fault::Removal => f.fail_all(),
+        Fault::Slow => f.set_delay(std::time::Duration::from_micros(200)),
+    }
+}
+
 fn crash_mode(seed: u64) -> CrashMode {
     match seed % 3 {
         0 => CrashMode::DropAll,
@@ -151,6 +167,16 @@ fn crash_mode(seed: u64) -> CrashMode {
 }
 
 impl System for Vol {
+    fn inject(&mut self, target: Target, fault: Fault) -> bool {
+        let which: &[usize] = match target {
+            Target::Cache => &[0],
+            Target::Backing => &[1],
+        };
+        for &i in which {
+            inject_on(&self.tiers[i].faulty, fault);
+        }
+        true
+    }
     fn units(&self) -> u64 {
         UNITS
     }
@@ -224,4 +250,13 @@ fn dst_tiered_volume_slow() {
 #[test]
 fn dst_tiered_volume_sum() {
     run(Capacity::Sum, "tiered-sum");
+}
+
+/// The fault matrix (issue 17, item 3) on both capacity modes: fast tier
+/// ("cache") EIO on read, on write, ENOSPC, removal, slow; slow tier
+/// ("backing") EIO on read and on write. Acknowledged data lost: 0.
+#[test]
+fn fault_matrix_tiered_volume() {
+    dst::fault_matrix("tier (slow)", 150, |seed| new_volume(Capacity::Slow, seed));
+    dst::fault_matrix("tier (sum)", 150, |seed| new_volume(Capacity::Sum, seed));
 }
