@@ -155,7 +155,8 @@ impl FaultyDev {
     /// Fail with this `errno` instead of EIO from now on (e.g. ENOSPC, as a
     /// full thin-provisioned device or a file on a full filesystem does).
     pub fn set_errno(&self, errno: i32) {
-        self.errno.store(errno, std::sync::atomic::Ordering::Relaxed);
+        self.errno
+            .store(errno, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Make every op wait `delay` before it runs (a slow or stalling
