@@ -8,7 +8,8 @@
 # detach (the backing file alone must hold the newest data) or SIGTERM.
 # The harness is crates/apps/cli/tests/common/crash.rs.
 #
-# Usage: scripts/soak.sh [ROUNDS] [SEED] [DESIGNS]
+# Usage: scripts/soak.sh [ROUNDS] [SEED] [DESIGNS]   (kill -9 rounds)
+#        scripts/soak.sh power [CASES] [SEED]        (in-process power losses)
 #   ROUNDS   kill -9 rounds per design (default 1000)
 #   SEED     seed (default: from the clock); a failure names it, replay with
 #            TIERCACHE_CRASH_SEED=SEED TIERCACHE_CRASH_ROUNDS=N cargo test ...
@@ -16,7 +17,50 @@
 # Prints per design: rounds, blocks verified, failures, and the distribution
 # of restart-to-ready times (spawn, recovery, first stats answer). Logs go
 # to target/soak/DESIGN.log.
+#
+# Power-loss mode (in process, no kill -9): scripts/soak.sh power [CASES] [SEED]
+#   runs the deterministic simulations of tiercache_fuzz::dst for the
+#   tiered volume, log-structured and three-level caches with CASES cases
+#   each (default 10000; each case 400 seeded steps with power losses that
+#   drop, keep in order or tear per 512-byte sector the unflushed writes,
+#   injected EIO, and a check of every sector after each recovery), plus
+#   the tiered volume's threaded power-loss rounds (CASES/100 rounds) and the
+#   fault matrix. Logs go to target/soak/power-*.log.
 set -euo pipefail
+if [ "${1:-}" = "power" ]; then
+  cases="${2:-10000}"
+  seed="${3:-$(date +%s)}"
+  case "$cases" in
+    ''|*[!0-9]*|0) echo "CASES must be a positive integer, got '$cases'" >&2; exit 2 ;;
+  esac
+  cd "$(dirname "$0")/.."
+  mkdir -p target/soak
+  echo "power-loss soak: $cases cases per simulation, seed $seed, $(date -u +%FT%TZ)"
+  failed=0
+  for spec in "tiercache-tiered-volume dst" "tiercache-log-structured dst" "tiercache-three-level dst" "tiercache-tiered-volume power_loss"; do
+    read -r pkg bin <<<"$spec"
+    log="target/soak/power-$pkg-$bin.log"
+    start=$(date +%s)
+    set +e
+    TIERCACHE_DST_CASES="$cases" TIERCACHE_DST_SEED="$seed" \
+      TIERVOL_POWER_ROUNDS=$(( cases / 100 > 30 ? cases / 100 : 30 )) TIERVOL_POWER_SEED="$seed" \
+      cargo test -q -p "$pkg" --test "$bin" -- --nocapture >"$log" 2>&1
+    status=$?
+    set -e
+    secs=$(( $(date +%s) - start ))
+    if [ "$status" -eq 0 ]; then
+      echo "$pkg $bin: passed [$secs s]"
+      grep -hE '^dst |power losses:|^fault matrix \|' "$log" | sed 's/^/  /'
+    else
+      failed=1
+      echo "$pkg $bin: FAILED after $secs s (seed $seed); see $log:" >&2
+      grep -E 'FAILED at|panicked' "$log" | head -5 >&2
+    fi
+  done
+  [ "$failed" -eq 0 ] || { echo "power-loss soak FAILED (seed $seed)" >&2; exit 1; }
+  echo "power-loss soak passed: $cases cases per simulation, seed $seed"
+  exit 0
+fi
 rounds="${1:-1000}"
 seed="${2:-$(date +%s)}"
 designs="${3:-cache,log-structured,tier,tica}"
