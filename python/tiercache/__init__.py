@@ -210,6 +210,15 @@ def _simulate_json(trace: str, options: dict[str, Any]) -> str:
     return _native.simulate_json(trace, options)
 
 
+def cache_config(cache_bytes: int, **options: Any) -> dict[str, Any]:
+    """The SSD cache configuration these `simulate` options give for a cache of
+    `cache_bytes` (the builder `tiercache sim` and `tiercache format` share):
+    equal to `config` in `tiercache stats --json` of a cache formatted with
+    the same options. Raises OptionError naming a bad option."""
+    _check_types(options)
+    return json.loads(_native.cache_config_json(int(cache_bytes), _clean(options)))
+
+
 def trace_stats(trace: str | os.PathLike, line_size: str | int = "4KiB", **read_options: Any) -> dict[str, Any]:
     """Summary of a trace (``tiercache trace stats``): request mix, bytes,
     footprint at ``line_size``, size histogram, sequentiality, duration.
