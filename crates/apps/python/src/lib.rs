@@ -135,7 +135,11 @@ fn simulate_json(py: Python<'_>, trace: PathBuf, options: &Bound<'_, PyDict>) ->
 /// format` use: what `tiercache stats --json` reports as `config`.
 #[pyfunction]
 #[pyo3(signature = (cache_bytes, options))]
-fn cache_config_json(py: Python<'_>, cache_bytes: u64, options: &Bound<'_, PyDict>) -> PyResult<String> {
+fn cache_config_json(
+    py: Python<'_>,
+    cache_bytes: u64,
+    options: &Bound<'_, PyDict>,
+) -> PyResult<String> {
     let parsed = Parsed::new(extract_options(options)?).map_err(OptionError::new_err)?;
     options::config_json(&parsed, cache_bytes).map_err(|e| build_err(py, e))
 }

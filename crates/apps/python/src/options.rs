@@ -392,9 +392,8 @@ fn policy_err(e: PolicyError) -> BuildError {
 pub fn spec_of(p: &Parsed) -> Result<PolicySpec, BuildError> {
     let int = |n: &str| p.int(n).map_err(BuildError::Option);
     let u32_of = |n: &'static str| {
-        int(n).and_then(|v| {
-            u32::try_from(v).map_err(|_| BuildError::Option(opt_err(n, "too large")))
-        })
+        int(n)
+            .and_then(|v| u32::try_from(v).map_err(|_| BuildError::Option(opt_err(n, "too large"))))
     };
     Ok(PolicySpec {
         line_size: p.single("line_size").map_err(BuildError::Option)?,

@@ -177,4 +177,3 @@ pub fn replay_choice(a: &SimArgs, timed: impl FnOnce() -> Result<bool>) -> Resul
     }
     Ok(Some(q))
 }
-

@@ -9,5 +9,5 @@ pub mod modes;
 pub mod policy;
 
 pub use args::{replay_choice, SimArgs};
-pub use policy::{parse_2lbs_levels, PolicyError, PolicySpec};
 pub use modes::{BadOption, ModeOutput};
+pub use policy::{parse_2lbs_levels, PolicyError, PolicySpec};

@@ -145,7 +145,9 @@ impl Driven for Cached<'_> {
         self.engine.complete(op, out);
     }
     fn background(&mut self, out: &mut Vec<Op>) {
-        let n = self.sched.after_request(self.engine.stats().dirty_evictions);
+        let n = self
+            .sched
+            .after_request(self.engine.stats().dirty_evictions);
         if n > 0 {
             self.engine.clean(n, false, out);
         }

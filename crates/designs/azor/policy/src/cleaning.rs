@@ -257,7 +257,11 @@ mod tests {
         for _ in 1..PRESSURE_REQUESTS {
             assert_eq!(s.after_request(1), 2);
         }
-        assert_eq!(s.after_request(1), 0, "pressure lasts PRESSURE_REQUESTS requests");
+        assert_eq!(
+            s.after_request(1),
+            0,
+            "pressure lasts PRESSURE_REQUESTS requests"
+        );
         assert_eq!(s.after_request(2), 2, "a new dirty eviction restarts it");
     }
 
@@ -268,9 +272,18 @@ mod tests {
         let busy = s.tick(TICK_NS, 1000, 100);
         assert!(!busy.idle && busy.lines < TICK_MAX_LINES, "{busy:?}");
         let idle = s.tick(2 * TICK_NS, 1000, 100);
-        assert_eq!(idle, TickPlan { lines: TICK_MAX_LINES, idle: true });
+        assert_eq!(
+            idle,
+            TickPlan {
+                lines: TICK_MAX_LINES,
+                idle: true
+            }
+        );
         assert_eq!(s.next_tick_ns(), 3 * TICK_NS);
-        let cfg = CleaningConfig { timed: false, ..CleaningConfig::default() };
+        let cfg = CleaningConfig {
+            timed: false,
+            ..CleaningConfig::default()
+        };
         let mut s = CleaningScheduler::new(cfg, 100_000, 100);
         assert_eq!(s.tick(TICK_NS, 1000, 100).lines, 0);
     }

@@ -9,8 +9,8 @@ use std::path::Path;
 use tiercache_core::CacheConfig;
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
-use tiercache_simulate::PolicySpec;
 use tiercache_sim::{Replay, SimOptions, SimReport};
+use tiercache_simulate::PolicySpec;
 use tiercache_trace::{Format, ReadOptions};
 
 fn parse_list<T>(vals: &[String], f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>> {
@@ -27,6 +27,12 @@ struct Point {
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
+    if a.like.is_some() && a.mode != "cache" {
+        bail!(
+            "--like applies to --mode cache only (the SSD cache); for --mode {} give the options of the formatted device",
+            a.mode
+        );
+    }
     if a.mode != "cache" {
         let out = tiercache_simulate::modes::run(&a)?;
         if a.json {

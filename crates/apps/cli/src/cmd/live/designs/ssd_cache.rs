@@ -5,9 +5,9 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_core::CacheConfig;
-use tiercache_simulate::PolicySpec;
 use tiercache_server::{open_cache, OpenOptions};
 use tiercache_sim::units::{format_bytes, parse_bytes};
+use tiercache_simulate::PolicySpec;
 
 use super::super::args::{FormatArgs, PolicyArgs, ServeArgs};
 
