@@ -1,5 +1,6 @@
-//! The background tasks: the write-back cleaner paced by the cleaning rate,
-//! and the periodic journal commit.
+//! The background tasks: the write-back cleaner, which ticks the core's
+//! `CleaningScheduler` with the wall clock (the simulator ticks the same
+//! scheduler in virtual time), and the periodic journal commit.
 
 use super::LiveCache;
 use super::{CLEAN_TICK, COMMIT_INTERVAL};
@@ -9,7 +10,8 @@ use std::time::Instant;
 
 impl LiveCache {
     /// Start the background tasks: the committer and the write-back cleaner
-    /// (a rate controller on the dirty line count, full speed when idle).
+    /// (the shared scheduler's ticks: a rate controller on the dirty line
+    /// count, full speed when idle).
     pub fn start_background(self: &Arc<Self>) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
