@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,10 @@ CONFIGS = [
         {"cache_size": "1MiB", "assoc": "8-way", "eviction": "s3fifo", "dirty_target": 0.5, "clean_rate": 1, "no_baseline": True},
         ["--cache-size", "1MiB", "--assoc", "8-way", "--eviction", "s3fifo", "--dirty-target", "0.5", "--clean-rate", "1", "--no-baseline"],
     ),
+    (
+        {"cache_size": "2%", "admission": "2lbs", "2lbs_window": 100, "timed_cleaning": "off", "clean_rate": 4, "no_timing": True},
+        ["--cache-size", "2%", "--admission", "2lbs", "--2lbs-window", "100", "--timed-cleaning", "off", "--clean-rate", "4", "--no-timing"],
+    ),
 ]
 
 
@@ -42,6 +47,69 @@ def test_simulate_equals_cli_json(msr_trace, cli, options, flags):
     got = tiercache.simulate(str(path), format="msr", **options)
     assert set(got) == set(expected)
     assert got == expected
+
+
+# Every SSD cache policy option, none at its default: as Python and as `format` flags.
+ALL_POLICY = {
+    "line_size": "8KiB", "sub_block": "4KiB", "assoc": "4-way", "eviction": "arc",
+    "write_policy": "write-back", "no_write_allocate": True, "admission": "nhit",
+    "seq_cutoff": "1MiB", "nhit_threshold": 2, "nhit_trigger": 0.5, "2lbs_levels": "frequency",
+    "2lbs_window": 1000, "dirty_target": 0.3, "clean_rate": 3, "timed_cleaning": "off",
+}
+
+
+def _flags(options):
+    out = []
+    for k, v in options.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            out.append(flag)
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+def test_cache_config_is_the_formatted_config(cli, tmp_path):
+    """One builder: `cache_config` gives what `tiercache format` records with the
+    same options (read back by `sim --like`, which simulates exactly it)."""
+    backing = tmp_path / "backing.img"
+    backing.write_bytes(b"")
+    os.truncate(backing, 64 << 20)
+    cache = tmp_path / "cache.img"
+    run_cli(cli, "format", "--cache", str(cache), "--backing", str(backing), "--size", "12MiB", *_flags(ALL_POLICY))
+    trace = tmp_path / "t.csv"
+    make_msr(trace, n=300)
+    like = json.loads(run_cli(cli, "sim", "--trace", str(trace), "--like", str(cache), "--no-timing", "--json").stdout)
+    cfg = tiercache.cache_config(like["cache_size_bytes"], **ALL_POLICY)
+    assert cfg["cache_bytes"] == like["cache_size_bytes"]
+    assert cfg["assoc"] == {"ways": 4} and cfg["eviction"] == "arc" and cfg["write_allocate"] is False
+    assert cfg["admission"] == {
+        "kind": "nhit", "seq_cutoff_bytes": 1 << 20, "nhit_threshold": 2, "nhit_trigger": 0.5,
+        "twolbs_metadata": False, "twolbs_frequency": True, "twolbs_window": 1000,
+    }
+    assert cfg["cleaning"] == {"pressure_lines": 3, "timed": False} and cfg["dirty_target"] == 0.3
+    got = tiercache.simulate(trace, cache_size=like["cache_lines"], no_timing=True, **ALL_POLICY)
+    assert got == like
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("eviction", "mru", "unknown eviction policy 'mru' (allowed: lru, fifo, arc, s3fifo)"),
+        ("nhit_trigger", 1.5, "1.5 is not a share (allowed: 0.0 to 1.0)"),
+        ("timed_cleaning", "sometimes", "'sometimes' is not understood (allowed: on, off)"),
+    ],
+)
+def test_cache_config_errors_are_the_cli_errors(cli, tmp_path, option, value, message):
+    with pytest.raises(tiercache.OptionError) as e:
+        tiercache.cache_config(64 << 20, **{option: value})
+    assert str(e.value) == f"option {option}: {message}"
+    r = subprocess.run(
+        [cli, "format", "--cache", str(tmp_path / "c.img"), "--backing", str(tmp_path / "c.img"), "--size", "8MiB",
+         "--" + option.replace("_", "-"), str(value)],
+        capture_output=True, text=True,
+    )
+    assert r.returncode != 0 and f"--{option.replace('_', '-')}: {message}" in r.stderr, r.stderr
 
 
 def test_cli_flag_spellings_are_accepted(msr_trace):

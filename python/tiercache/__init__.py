@@ -81,6 +81,7 @@ ALLOWED: dict[str, str] = {
     "admission": "always, seq-cutoff, nhit, 2lbs",
     "2lbs_levels": "metadata, frequency, both (comma-separated)",
     "replay": "open, closed",
+    "timed_cleaning": "on, off",
     "tier_policy": "oodt, frequency, hystor, raf (comma-separated)",
     "tica_policy": "ef, wed, adaptive",
     "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",
@@ -113,6 +114,7 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "nhit_threshold": ((int,), "an integer"),
     "2lbs_window": ((int,), "an integer"),
     "clean_rate": ((int,), "an integer"),
+    "timed_cleaning": ((str,), "a string"),
     "queue_depth": ((int,), "an integer"),
     "nhit_trigger": ((int, float), "a number"),
     "dirty_target": ((int, float), "a number"),
@@ -157,6 +159,7 @@ def simulate(
     twolbs_window: int = 0,
     dirty_target: float = 0.2,
     clean_rate: int = 2,
+    timed_cleaning: str = "on",
     no_timing: bool = False,
     replay: str | None = None,
     queue_depth: int | None = None,
@@ -208,6 +211,15 @@ def simulate(
 def _simulate_json(trace: str, options: dict[str, Any]) -> str:
     _check_types(options)
     return _native.simulate_json(trace, options)
+
+
+def cache_config(cache_bytes: int, **options: Any) -> dict[str, Any]:
+    """The SSD cache configuration these `simulate` options give for a cache of
+    `cache_bytes` (the builder `tiercache sim` and `tiercache format` share):
+    equal to `config` in `tiercache stats --json` of a cache formatted with
+    the same options. Raises OptionError naming a bad option."""
+    _check_types(options)
+    return json.loads(_native.cache_config_json(int(cache_bytes), _clean(options)))
 
 
 def trace_stats(trace: str | os.PathLike, line_size: str | int = "4KiB", **read_options: Any) -> dict[str, Any]:

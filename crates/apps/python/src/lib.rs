@@ -130,6 +130,20 @@ fn simulate_json(py: Python<'_>, trace: PathBuf, options: &Bound<'_, PyDict>) ->
     result.map_err(|e| build_err(py, e))
 }
 
+/// The SSD cache configuration (`CacheConfig` JSON) the options give for a
+/// cache of `cache_bytes`, from the builder `tiercache sim` and `tiercache
+/// format` use: what `tiercache stats --json` reports as `config`.
+#[pyfunction]
+#[pyo3(signature = (cache_bytes, options))]
+fn cache_config_json(
+    py: Python<'_>,
+    cache_bytes: u64,
+    options: &Bound<'_, PyDict>,
+) -> PyResult<String> {
+    let parsed = Parsed::new(extract_options(options)?).map_err(OptionError::new_err)?;
+    options::config_json(&parsed, cache_bytes).map_err(|e| build_err(py, e))
+}
+
 /// Statistics of a trace at a line size; returns JSON of `TraceStats`.
 #[pyfunction]
 #[pyo3(signature = (trace, options, line_size))]
@@ -313,6 +327,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OptionError", m.py().get_type::<OptionError>())?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(simulate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(trace_stats_json, m)?)?;
     m.add_function(wrap_pyfunction!(open_trace, m)?)?;
     m.add_function(wrap_pyfunction!(option_defaults, m)?)?;

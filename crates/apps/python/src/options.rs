@@ -6,12 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig, WritePolicy};
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 use tiercache_sim::{Replay, SimOptions};
+use tiercache_simulate::{PolicyError, PolicySpec};
 use tiercache_trace::{Format, ReadOptions, TraceError};
 
 /// A value as passed from Python.
@@ -74,6 +72,7 @@ pub const OPTIONS: &[(&str, Kind, Option<&str>)] = &[
     ("2lbs_window", Kind::Int, Some("0")),
     ("dirty_target", Kind::Float, Some("0.2")),
     ("clean_rate", Kind::Int, Some("2")),
+    ("timed_cleaning", Kind::Text, Some("on")),
     ("no_timing", Kind::Flag, Some("false")),
     ("replay", Kind::Text, None),
     ("queue_depth", Kind::Int, Some("1")),
@@ -311,58 +310,8 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
     let read = read_options(p)?;
     let size = parse_size(&p.single("cache_size").map_err(BuildError::Option)?)
         .map_err(o("cache_size"))?;
-    let ls = p.single("line_size").map_err(BuildError::Option)?;
-    let line = parse_bytes(&ls).and_then(|b| {
-        u32::try_from(b).map_err(|_| format!("line size {ls} too large (allowed: 512B to 1MiB)"))
-    });
-    let line = line.map_err(o("line_size"))?;
-    let assoc = p
-        .single("assoc")
-        .map_err(BuildError::Option)?
-        .parse::<Assoc>()
-        .map_err(o("assoc"))?;
-    let eviction = p
-        .single("eviction")
-        .map_err(BuildError::Option)?
-        .parse::<EvictionKind>()
-        .map_err(o("eviction"))?;
-    let wp = p
-        .single("write_policy")
-        .map_err(BuildError::Option)?
-        .parse::<WritePolicy>()
-        .map_err(o("write_policy"))?;
-    let adm = p
-        .single("admission")
-        .map_err(BuildError::Option)?
-        .parse::<AdmissionKind>()
-        .map_err(o("admission"))?;
-    let seq_cutoff =
-        parse_bytes(&p.text("seq_cutoff").unwrap_or_default()).map_err(o("seq_cutoff"))?;
-    let (mut lv_meta, mut lv_freq) = (false, false);
-    for l in p.text("2lbs_levels").unwrap_or_default().split(',') {
-        match l.trim() {
-            "metadata" => lv_meta = true,
-            "frequency" => lv_freq = true,
-            "both" => (lv_meta, lv_freq) = (true, true),
-            x => {
-                return Err(BuildError::Option(opt_err(
-                    "2lbs_levels",
-                    format!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
-                )))
-            }
-        }
-    }
-    let sub_block = p
-        .text("sub_block")
-        .map(|s| parse_bytes(&s))
-        .transpose()
-        .map_err(o("sub_block"))?;
-    let nhit_threshold = u32::try_from(p.int("nhit_threshold").map_err(BuildError::Option)?)
-        .map_err(|_| BuildError::Option(opt_err("nhit_threshold", "too large")))?;
-    let nhit_trigger = p.float("nhit_trigger").map_err(BuildError::Option)?;
-    let twolbs_window = p.int("2lbs_window").map_err(BuildError::Option)?;
-    let dirty_target = p.float("dirty_target").map_err(BuildError::Option)?;
-    let clean_rate = p.int("clean_rate").map_err(BuildError::Option)? as usize;
+    let spec = spec_of(p)?;
+    let line = tiercache_simulate::policy::parse_line_size(&spec.line_size).map_err(policy_err)?;
     let queue_depth = u32::try_from(p.int("queue_depth").map_err(BuildError::Option)?)
         .map_err(|_| BuildError::Option(opt_err("queue_depth", "too large")))?;
     let profile = match p.text("profile") {
@@ -383,33 +332,15 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
     } else {
         0
     };
-    let cfg = CacheConfig {
-        cache_bytes: size.bytes(line as u64, footprint),
-        line_bytes: line,
-        sub_block_bytes: match sub_block {
-            Some(s) => u32::try_from(s).unwrap_or(u32::MAX),
-            None => line.min(4096),
-        },
-        assoc,
-        eviction,
-        write_policy: wp,
-        write_allocate: !p.flag("no_write_allocate"),
-        admission: AdmissionConfig {
-            kind: adm,
-            seq_cutoff_bytes: seq_cutoff,
-            nhit_threshold,
-            nhit_trigger,
-            twolbs_metadata: lv_meta,
-            twolbs_frequency: lv_freq,
-            twolbs_window,
-        },
-        dirty_target,
-    };
-    cfg.geometry().map_err(|e| {
-        BuildError::Option(format!(
-            "configuration cache size {size}, line {line} B, {assoc}: {e}"
-        ))
-    })?;
+    let cfg = spec
+        .config(size.bytes(line as u64, footprint))
+        .map_err(|e| match e.option {
+            Some(_) => policy_err(e),
+            None => BuildError::Option(format!(
+                "configuration cache size {size}, line {line} B, {}: {}",
+                spec.assoc, e.message
+            )),
+        })?;
     let replay = match p.text("replay").as_deref() {
         Some("open") => Replay::Open,
         Some("closed") => Replay::Closed { queue_depth },
@@ -439,7 +370,6 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
         timing: !p.flag("no_timing"),
         replay,
         profile,
-        clean_per_request: clean_rate,
         baseline: !p.flag("no_baseline"),
     };
     Ok(Run {
@@ -448,6 +378,48 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
         read,
         sim,
     })
+}
+
+/// A refusal of the shared builder, as Python spells it: `option NAME: ...`.
+fn policy_err(e: PolicyError) -> BuildError {
+    match e.option {
+        Some(o) => BuildError::Option(opt_err(o, e.message)),
+        None => BuildError::Option(e.message),
+    }
+}
+
+/// The SSD cache's policy options, for the builder `sim` and `format` share.
+pub fn spec_of(p: &Parsed) -> Result<PolicySpec, BuildError> {
+    let int = |n: &str| p.int(n).map_err(BuildError::Option);
+    let u32_of = |n: &'static str| {
+        int(n)
+            .and_then(|v| u32::try_from(v).map_err(|_| BuildError::Option(opt_err(n, "too large"))))
+    };
+    Ok(PolicySpec {
+        line_size: p.single("line_size").map_err(BuildError::Option)?,
+        sub_block: p.text("sub_block"),
+        assoc: p.single("assoc").map_err(BuildError::Option)?,
+        eviction: p.single("eviction").map_err(BuildError::Option)?,
+        write_policy: p.single("write_policy").map_err(BuildError::Option)?,
+        no_write_allocate: p.flag("no_write_allocate"),
+        admission: p.single("admission").map_err(BuildError::Option)?,
+        seq_cutoff: p.text("seq_cutoff").unwrap_or_default(),
+        nhit_threshold: u32_of("nhit_threshold")?,
+        nhit_trigger: p.float("nhit_trigger").map_err(BuildError::Option)?,
+        twolbs_levels: vec![p.text("2lbs_levels").unwrap_or_default()],
+        twolbs_window: int("2lbs_window")?,
+        dirty_target: p.float("dirty_target").map_err(BuildError::Option)?,
+        clean_rate: u32_of("clean_rate")?,
+        timed_cleaning: p.text("timed_cleaning").unwrap_or_default(),
+    })
+}
+
+/// The configuration these options give for a cache of `cache_bytes`, as
+/// JSON (the `CacheConfig` `tiercache format` records and `stats --json`
+/// reports as `config`).
+pub fn config_json(p: &Parsed, cache_bytes: u64) -> Result<String, BuildError> {
+    let cfg = spec_of(p)?.config(cache_bytes).map_err(policy_err)?;
+    Ok(serde_json::to_string(&cfg).expect("config serializes"))
 }
 
 /// Parse a line size for `trace_stats` (a power of two in bytes).

@@ -95,9 +95,26 @@ pub struct SimArgs {
     /// Write-back: share of lines that may be dirty before cleaning runs (0.0-1.0).
     #[arg(long, default_value_t = 0.2)]
     pub dirty_target: f64,
-    /// Dirty lines the background cleaner writes back per request.
+    /// Write-back: dirty lines each request writes back after a dirty eviction
+    /// (for the next 1024 requests). The rest of the cleaning is time-driven
+    /// (see --timed-cleaning), in the trace's virtual time.
     #[arg(long, default_value_t = 2)]
-    pub clean_rate: usize,
+    pub clean_rate: u32,
+    /// Write-back: the time-driven cleaner (a PI rate controller above the
+    /// dirty target, full speed during a 10 ms tick with no request), on or
+    /// off; the simulator runs it in the trace's time (100 µs per request
+    /// for a trace without timestamps), the live server on the wall clock.
+    #[arg(long, default_value = "on")]
+    pub timed_cleaning: String,
+    /// Simulate the SSD cache formatted on this device: its policy and its
+    /// capacity (`slots` lines), as `tiercache format` recorded them (the
+    /// policy and size options are then refused).
+    #[arg(long, value_name = "CACHE_DEVICE", conflicts_with_all = [
+        "cache_size", "line_size", "sub_block", "assoc", "eviction", "write_policy",
+        "no_write_allocate", "admission", "seq_cutoff", "nhit_threshold", "nhit_trigger",
+        "twolbs_levels", "twolbs_window", "dirty_target", "clean_rate", "timed_cleaning",
+    ])]
+    pub like: Option<PathBuf>,
     /// Compute cache behaviour only, without the timing model (fastest): no response
     /// times, utilizations, `baseline` or `speedup`. Every count (hits, fills, hdd_ops,
     /// ssd_write_ops ...) is the same as with timing.
@@ -159,19 +176,4 @@ pub fn replay_choice(a: &SimArgs, timed: impl FnOnce() -> Result<bool>) -> Resul
         bail!("--queue-depth 0 (allowed: 1 or more)");
     }
     Ok(Some(q))
-}
-
-/// `--2lbs-levels`: which of Azor's two selection levels are on, as
-/// (metadata first, access frequency).
-pub fn parse_2lbs_levels(levels: &[String]) -> Result<(bool, bool)> {
-    let (mut lv_meta, mut lv_freq) = (false, false);
-    for l in levels {
-        match l.trim() {
-            "metadata" => lv_meta = true,
-            "frequency" => lv_freq = true,
-            "both" => (lv_meta, lv_freq) = (true, true),
-            x => bail!("unknown 2LBS level '{x}' (allowed: metadata, frequency, both)"),
-        }
-    }
-    Ok((lv_meta, lv_freq))
 }

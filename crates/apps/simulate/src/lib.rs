@@ -6,6 +6,8 @@
 
 pub mod args;
 pub mod modes;
+pub mod policy;
 
-pub use args::{parse_2lbs_levels, replay_choice, SimArgs};
+pub use args::{replay_choice, SimArgs};
 pub use modes::{BadOption, ModeOutput};
+pub use policy::{parse_2lbs_levels, PolicyError, PolicySpec};

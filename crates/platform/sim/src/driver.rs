@@ -16,6 +16,7 @@ use crate::report::{Latency, SimReport};
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use tiercache_core::cleaning::CleaningScheduler;
 use tiercache_core::{
     CacheConfig, ConfigError, Dev, Engine, IoKind, Op, OpId, Purpose, ReqId, Request, Source,
 };
@@ -39,8 +40,6 @@ pub struct SimOptions {
     pub timing: bool,
     pub replay: Replay,
     pub profile: Profile,
-    /// Dirty lines the background cleaner may write back per request.
-    pub clean_per_request: usize,
     /// Also replay the trace on the backing device alone, for `baseline` and `speedup`.
     pub baseline: bool,
 }
@@ -53,7 +52,6 @@ impl SimOptions {
             timing: true,
             replay: Replay::Closed { queue_depth: 1 },
             profile: Profile::default(),
-            clean_per_request: 2,
             baseline: true,
         }
     }
@@ -72,17 +70,74 @@ pub enum SimError {
 
 /// Something the timed loop can drive: the cache engine, or the uncached backing device.
 trait Driven {
+    /// Time passes up to `vt` (virtual ns) before the next request arrives.
+    fn advance(&mut self, vt: u64, out: &mut Vec<Op>);
     fn submit(&mut self, req: &Request, out: &mut Vec<Op>);
     fn complete(&mut self, op: &Op, out: &mut Vec<Op>);
+    /// The background work a request grants once it is submitted.
     fn background(&mut self, out: &mut Vec<Op>);
 }
 
+/// The requests' virtual time for the cleaning scheduler: the trace's
+/// timestamps (the first request is at 0), or [`UNTIMED_REQUEST_NS`] per
+/// request for a trace without them. The same in the timed and the untimed
+/// loop, so cleaning (and every counter) does not depend on the timing model.
+#[derive(Default)]
+struct VirtualClock {
+    timed: bool,
+    last: u64,
+    index: u64,
+}
+
+/// Virtual time between two requests of a trace without timestamps: 100 µs.
+pub const UNTIMED_REQUEST_NS: u64 = 100_000;
+
+impl VirtualClock {
+    fn at(&mut self, r: &Record) -> u64 {
+        self.timed |= r.time_ns > 0;
+        let t = if self.timed {
+            r.time_ns
+        } else {
+            self.index * UNTIMED_REQUEST_NS
+        };
+        self.index += 1;
+        self.last = self.last.max(t);
+        self.last
+    }
+}
+
+/// The engine with the cleaning scheduler both drivers share
+/// (`tiercache_core::cleaning::CleaningScheduler`), in virtual time.
 struct Cached<'a> {
     engine: &'a mut Engine,
-    clean: usize,
+    sched: CleaningScheduler,
+}
+
+impl<'a> Cached<'a> {
+    fn new(engine: &'a mut Engine) -> Self {
+        let sched = CleaningScheduler::new(
+            engine.config().cleaning,
+            engine.geometry().slots as u64,
+            engine.dirty_target_lines() as u64,
+        );
+        Cached { engine, sched }
+    }
 }
 
 impl Driven for Cached<'_> {
+    fn advance(&mut self, vt: u64, out: &mut Vec<Op>) {
+        while self.sched.next_tick_ns() <= vt {
+            let t = self.sched.next_tick_ns();
+            let plan = self.sched.tick(
+                t,
+                self.engine.dirty_lines() as u64,
+                self.engine.dirty_target_lines() as u64,
+            );
+            if plan.lines > 0 {
+                self.engine.clean_at_most(plan.lines, out);
+            }
+        }
+    }
     fn submit(&mut self, req: &Request, out: &mut Vec<Op>) {
         self.engine.submit(req, out);
     }
@@ -90,7 +145,12 @@ impl Driven for Cached<'_> {
         self.engine.complete(op, out);
     }
     fn background(&mut self, out: &mut Vec<Op>) {
-        self.engine.clean(self.clean, false, out);
+        let n = self
+            .sched
+            .after_request(self.engine.stats().dirty_evictions);
+        if n > 0 {
+            self.engine.clean(n, false, out);
+        }
     }
 }
 
@@ -128,6 +188,7 @@ impl Driven for Uncached {
     }
     fn complete(&mut self, _op: &Op, _out: &mut Vec<Op>) {}
     fn background(&mut self, _out: &mut Vec<Op>) {}
+    fn advance(&mut self, _vt: u64, _out: &mut Vec<Op>) {}
 }
 
 fn request(id: ReqId, r: &Record) -> Request {
@@ -164,11 +225,14 @@ where
         engine.set_count_only(true);
         let mut out = Vec::with_capacity(64);
         let mut id = 0u64;
+        let mut clock = VirtualClock::default();
+        let mut cached = Cached::new(&mut engine);
         for r in records {
             let r = r?;
             id += 1;
-            engine.submit(&request(id, &r), &mut out);
-            engine.clean(opts.clean_per_request, false, &mut out);
+            cached.advance(clock.at(&r), &mut out);
+            cached.submit(&request(id, &r), &mut out);
+            cached.background(&mut out);
             out.clear();
             if id & 0xffff == 0 {
                 progress(id);
@@ -177,10 +241,7 @@ where
         return Ok(SimReport::from_engine(&engine, None, None));
     }
     let timed = {
-        let mut cached = Cached {
-            engine: &mut engine,
-            clean: opts.clean_per_request,
-        };
+        let mut cached = Cached::new(&mut engine);
         timed_loop(records, &mut cached, opts, progress)?
     };
     let baseline = if opts.baseline {
@@ -377,6 +438,7 @@ where
     let mut now = 0u64;
     let mut id = 0u64;
     let mut first_arrival = None;
+    let mut clock = VirtualClock::default();
     loop {
         // Next arrival time, if a request may be issued.
         let arrival = match opts.replay {
@@ -401,8 +463,10 @@ where
                 first_arrival.get_or_insert(now);
                 id += 1;
                 let req = request(id, &r);
+                drv.advance(clock.at(&r), &mut out);
+                let cleaning = out.len();
                 drv.submit(&req, &mut out);
-                let fg = out.iter().filter(|o| o.foreground).count() as u32;
+                let fg = out[cleaning..].iter().filter(|o| o.foreground).count() as u32;
                 drv.background(&mut out);
                 if fg == 0 {
                     l.record(0);

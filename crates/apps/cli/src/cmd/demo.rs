@@ -74,20 +74,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
         "tiercache demo: a {} emulated HDD (7200 rpm model, one actuator), a cache of about 12 % of it",
         tiercache_sim::units::format_bytes(data)
     );
-    let policy = crate::cmd::live::PolicyArgs {
-        line_size: "4KiB".into(),
-        sub_block: None,
-        assoc: "full".into(),
-        eviction: "lru".into(),
-        write_policy: "write-back".into(),
-        no_write_allocate: false,
-        admission: "always".into(),
-        seq_cutoff: "4MiB".into(),
-        nhit_threshold: 3,
-        twolbs_levels: vec!["metadata".into(), "frequency".into()],
-        dirty_target: 0.2,
-    };
-    let cfg = policy.config()?;
+    // The size is the device's (format derives it); the builder checks the rest.
+    let cfg = tiercache_simulate::PolicySpec::default().config(4096 << 20)?;
     tiercache_server::format_cache(&cache, &backing, &cfg, Some(data / 8 + (8 << 20)), false)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

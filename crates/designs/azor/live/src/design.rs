@@ -156,13 +156,32 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         )
     };
     let live = cache.stats.snapshot();
+    let levels: Vec<&str> = [
+        cfg.admission.twolbs_metadata.then_some("metadata"),
+        cfg.admission.twolbs_frequency.then_some("frequency"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     json!({
         "status": if degraded { "degraded: cache device failing, not caching new data" } else { "ok" },
         "policy": {
-            "line_size": cfg.line_bytes, "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),
-            "write_policy": cfg.write_policy.to_string(), "admission": cfg.admission.kind.to_string(),
+            "line_size": cfg.line_bytes, "sub_block": cfg.sub_block_bytes,
+            "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),
+            "write_policy": cfg.write_policy.to_string(), "write_allocate": cfg.write_allocate,
+            "admission": cfg.admission.kind.to_string(),
+            "seq_cutoff": cfg.admission.seq_cutoff_bytes,
+            "nhit_threshold": cfg.admission.nhit_threshold,
+            "nhit_trigger": cfg.admission.nhit_trigger,
+            "2lbs_levels": levels,
+            "2lbs_window": cfg.admission.twolbs_window,
             "dirty_target": cfg.dirty_target,
+            "clean_rate": cfg.cleaning.pressure_lines,
+            "timed_cleaning": if cfg.cleaning.timed { "on" } else { "off" },
         },
+        // The whole configuration, as `tiercache format` recorded it and
+        // `sim --like` reads it (`cache_bytes` is `slots` whole lines).
+        "config": cfg,
         "dirty_target_lines": target,
         "filesystem": cache.filesystem(),
         "slots": slots,

@@ -102,6 +102,137 @@ impl CleaningRate {
     }
 }
 
+/// When the scheduler cleans, as configured (`--clean-rate`, `--timed-cleaning`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct CleaningConfig {
+    /// Lines each request writes back after a dirty eviction, for the next
+    /// [`PRESSURE_REQUESTS`] requests (pressure cleaning; `--clean-rate`).
+    pub pressure_lines: u32,
+    /// Whether the time-driven cleaner runs: the rate controller above the
+    /// dirty target, and full speed during a tick with no request.
+    pub timed: bool,
+}
+
+impl Default for CleaningConfig {
+    fn default() -> Self {
+        CleaningConfig {
+            pressure_lines: 2,
+            timed: true,
+        }
+    }
+}
+
+/// Requests after a dirty eviction that each clean `pressure_lines` lines.
+pub const PRESSURE_REQUESTS: u32 = 1024;
+/// Interval of the time-driven cleaner, ns (10 ms).
+pub const TICK_NS: u64 = 10_000_000;
+/// Lines the time-driven cleaner writes back per tick when no request came
+/// during the last one (idle: full speed), and at most per tick.
+pub const TICK_MAX_LINES: usize = 256;
+
+/// What a tick of the scheduler asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TickPlan {
+    /// Lines to write back now (with `Engine::clean_at_most`).
+    pub lines: usize,
+    /// No request came since the previous tick: cleaning at full speed.
+    pub idle: bool,
+}
+
+/// The one decision of *when* to clean, shared by the live server and the
+/// simulator, which differ only in the clock they pass: the live server its
+/// wall clock, the simulator the trace's virtual time. Two parts:
+///
+/// - pressure cleaning, by request count: once a victim was dirty (a
+///   writeback before reuse), each of the next [`PRESSURE_REQUESTS`]
+///   requests cleans `pressure_lines` lines (`Engine::clean`), so victims
+///   are clean again; a write burst is otherwise not slowed;
+/// - time-driven cleaning, a tick every [`TICK_NS`]: the [`CleaningRate`]
+///   controller above the dirty target, or [`TICK_MAX_LINES`] when no
+///   request came during the tick (`Engine::clean_at_most`).
+#[derive(Clone, Debug)]
+pub struct CleaningScheduler {
+    cfg: CleaningConfig,
+    tuning: CleaningTuning,
+    target: u64,
+    ctl: CleaningRate,
+    dirty_evictions_seen: u64,
+    pressure_left: u32,
+    last_tick_ns: u64,
+    requests_since_tick: u64,
+}
+
+impl CleaningScheduler {
+    /// A scheduler for a cache of `slots` lines with `target_lines` allowed
+    /// dirty, at time 0 of the caller's clock.
+    pub fn new(cfg: CleaningConfig, slots: u64, target_lines: u64) -> CleaningScheduler {
+        let tuning = CleaningTuning::for_slots(slots);
+        CleaningScheduler {
+            cfg,
+            tuning,
+            target: target_lines,
+            ctl: CleaningRate::new(target_lines, tuning),
+            dirty_evictions_seen: 0,
+            pressure_left: 0,
+            last_tick_ns: 0,
+            requests_since_tick: 0,
+        }
+    }
+
+    /// After a request was submitted, with the engine's `dirty_evictions`
+    /// counter: how many lines to clean now (`Engine::clean(n, false, ..)`).
+    pub fn after_request(&mut self, dirty_evictions: u64) -> usize {
+        self.requests_since_tick += 1;
+        if dirty_evictions != self.dirty_evictions_seen {
+            self.dirty_evictions_seen = dirty_evictions;
+            self.pressure_left = PRESSURE_REQUESTS;
+        }
+        if self.pressure_left > 0 {
+            self.pressure_left -= 1;
+            self.cfg.pressure_lines as usize
+        } else {
+            0
+        }
+    }
+
+    /// When the next tick is due, ns on the caller's clock.
+    pub fn next_tick_ns(&self) -> u64 {
+        self.last_tick_ns + TICK_NS
+    }
+
+    /// A tick at `now_ns` with `dirty` lines dirty and `target_lines` the
+    /// dirty target now (a `set --dirty-target` restarts the controller).
+    pub fn tick(&mut self, now_ns: u64, dirty: u64, target_lines: u64) -> TickPlan {
+        let dt = now_ns.saturating_sub(self.last_tick_ns) as f64 / 1e9;
+        self.last_tick_ns = self.last_tick_ns.max(now_ns);
+        let idle = self.requests_since_tick == 0;
+        self.requests_since_tick = 0;
+        if target_lines != self.target {
+            self.target = target_lines;
+            self.ctl = CleaningRate::new(target_lines, self.tuning);
+        }
+        if !self.cfg.timed {
+            return TickPlan { lines: 0, idle };
+        }
+        let paced = self.ctl.step(dirty, dt);
+        let full = idle && dirty > target_lines;
+        TickPlan {
+            lines: if full {
+                TICK_MAX_LINES
+            } else {
+                paced.min(TICK_MAX_LINES)
+            },
+            idle: full,
+        }
+    }
+
+    /// The rate the controller asks for now, lines/s.
+    pub fn rate(&self) -> f64 {
+        self.ctl.rate()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +247,45 @@ mod tests {
                 max_lines_per_s: 100_000.0,
             },
         )
+    }
+
+    #[test]
+    fn pressure_cleaning_follows_dirty_evictions() {
+        let mut s = CleaningScheduler::new(CleaningConfig::default(), 1000, 100);
+        assert_eq!(s.after_request(0), 0, "no dirty eviction yet");
+        assert_eq!(s.after_request(1), 2);
+        for _ in 1..PRESSURE_REQUESTS {
+            assert_eq!(s.after_request(1), 2);
+        }
+        assert_eq!(
+            s.after_request(1),
+            0,
+            "pressure lasts PRESSURE_REQUESTS requests"
+        );
+        assert_eq!(s.after_request(2), 2, "a new dirty eviction restarts it");
+    }
+
+    #[test]
+    fn ticks_clean_full_speed_when_idle_and_nothing_when_untimed() {
+        let mut s = CleaningScheduler::new(CleaningConfig::default(), 100_000, 100);
+        s.after_request(0);
+        let busy = s.tick(TICK_NS, 1000, 100);
+        assert!(!busy.idle && busy.lines < TICK_MAX_LINES, "{busy:?}");
+        let idle = s.tick(2 * TICK_NS, 1000, 100);
+        assert_eq!(
+            idle,
+            TickPlan {
+                lines: TICK_MAX_LINES,
+                idle: true
+            }
+        );
+        assert_eq!(s.next_tick_ns(), 3 * TICK_NS);
+        let cfg = CleaningConfig {
+            timed: false,
+            ..CleaningConfig::default()
+        };
+        let mut s = CleaningScheduler::new(cfg, 100_000, 100);
+        assert_eq!(s.tick(TICK_NS, 1000, 100).lines, 0);
     }
 
     #[test]

@@ -136,6 +136,9 @@ pub struct CacheConfig {
     pub admission: AdmissionConfig,
     /// Write-back: the share of lines allowed to be dirty before cleaning runs at full rate.
     pub dirty_target: f64,
+    /// Write-back: when to clean (the scheduler both drivers share).
+    #[serde(default)]
+    pub cleaning: crate::cleaning::CleaningConfig,
 }
 
 impl Default for CacheConfig {
@@ -150,6 +153,7 @@ impl Default for CacheConfig {
             write_allocate: true,
             admission: AdmissionConfig::default(),
             dirty_target: 0.2,
+            cleaning: crate::cleaning::CleaningConfig::default(),
         }
     }
 }

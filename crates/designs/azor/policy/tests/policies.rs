@@ -21,6 +21,7 @@ fn cfg(lines: u64, assoc: Assoc, wp: WritePolicy) -> CacheConfig {
         write_allocate: true,
         admission: AdmissionConfig::default(),
         dirty_target: 1.0,
+        cleaning: Default::default(),
     }
 }
 

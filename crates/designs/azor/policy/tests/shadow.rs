@@ -92,6 +92,7 @@ fn config() -> impl Strategy<Value = CacheConfig> {
                     ..Default::default()
                 },
                 dirty_target: 0.5,
+                cleaning: Default::default(),
             }
         })
 }

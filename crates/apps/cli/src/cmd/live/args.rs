@@ -4,7 +4,9 @@
 use clap::Args;
 use std::path::PathBuf;
 
-/// Policy options, spelled as in `tiercache sim` (one value each).
+/// Policy options, spelled as in `tiercache sim` (one value each); the
+/// configuration is built by the builder `sim` and Python share
+/// (`tiercache_simulate::PolicySpec`).
 #[derive(Args, Debug, Clone)]
 pub struct PolicyArgs {
     /// Cache line size: a power of two from 4KiB to 1MiB.
@@ -31,9 +33,12 @@ pub struct PolicyArgs {
     /// Sequential cutoff threshold.
     #[arg(long, default_value = "4MiB")]
     pub seq_cutoff: String,
-    /// n-hit threshold.
+    /// n-hit: admit a line on its n-th access.
     #[arg(long, default_value_t = 3)]
     pub nhit_threshold: u32,
+    /// n-hit: filter only once the cache is this full (0.0-1.0).
+    #[arg(long, default_value_t = 0.8)]
+    pub nhit_trigger: f64,
     /// 2LBS levels: metadata, frequency, or both (comma-separated).
     #[arg(
         long = "2lbs-levels",
@@ -41,9 +46,20 @@ pub struct PolicyArgs {
         default_value = "metadata,frequency"
     )]
     pub twolbs_levels: Vec<String>,
+    /// 2LBS: halve access counts every this many line accesses (0: never).
+    #[arg(long = "2lbs-window", default_value_t = 0)]
+    pub twolbs_window: u64,
     /// Write-back: share of lines that may be dirty before cleaning speeds up (0.0-1.0).
     #[arg(long, default_value_t = 0.2)]
     pub dirty_target: f64,
+    /// Write-back: dirty lines each request writes back after a dirty eviction
+    /// (for the next 1024 requests).
+    #[arg(long, default_value_t = 2)]
+    pub clean_rate: u32,
+    /// Write-back: the time-driven cleaner (a PI rate controller above the
+    /// dirty target, full speed while idle), on or off.
+    #[arg(long, default_value = "on")]
+    pub timed_cleaning: String,
 }
 
 /// `tiercache format`: write a new cache on a file or block device.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_runtime::{Access, Claims, ListenSpec, Prepared, ServeConfig};
 
-pub use args::{CheckArgs, CtlArgs, FormatArgs, PolicyArgs, ServeArgs, SetArgs, StatsArgs};
+pub use args::{CheckArgs, CtlArgs, FormatArgs, ServeArgs, SetArgs, StatsArgs};
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
     runtime_with(None)

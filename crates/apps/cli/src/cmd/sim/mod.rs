@@ -1,17 +1,16 @@
 //! `tiercache sim`: replay a trace through one cache configuration, or a sweep
 //! over comma-separated values of the policy and size options.
 
-pub use tiercache_simulate::{parse_2lbs_levels, replay_choice, SimArgs};
+pub use tiercache_simulate::{replay_choice, SimArgs};
 
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_core::CacheConfig;
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 use tiercache_sim::{Replay, SimOptions, SimReport};
+use tiercache_simulate::PolicySpec;
 use tiercache_trace::{Format, ReadOptions};
 
 fn parse_list<T>(vals: &[String], f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>> {
@@ -28,6 +27,12 @@ struct Point {
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
+    if a.like.is_some() && a.mode != "cache" {
+        bail!(
+            "--like applies to --mode cache only (the SSD cache); for --mode {} give the options of the formatted device",
+            a.mode
+        );
+    }
     if a.mode != "cache" {
         let out = tiercache_simulate::modes::run(&a)?;
         if a.json {
@@ -37,8 +42,12 @@ pub fn run(a: SimArgs) -> Result<()> {
         }
         return Ok(());
     }
-    if a.cache_size.is_empty() {
-        bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%)");
+    let like = match &a.like {
+        Some(dev) => Some(like(dev)?),
+        None => None,
+    };
+    if a.cache_size.is_empty() && like.is_none() {
+        bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%), or --like CACHE_DEVICE");
     }
     let format = match &a.format {
         Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
@@ -53,79 +62,17 @@ pub fn run(a: SimArgs) -> Result<()> {
     if !a.trace.exists() {
         bail!("trace {} does not exist", a.trace.display());
     }
-    let sizes = parse_list(&a.cache_size, parse_size)?;
-    let lines = parse_list(&a.line_size, |s| {
-        parse_bytes(s).and_then(|b| {
-            u32::try_from(b).map_err(|_| format!("line size {s} too large (allowed: 512B to 1MiB)"))
-        })
-    })?;
-    let assocs = parse_list(&a.assoc, |s| s.parse::<Assoc>())?;
-    let evictions = parse_list(&a.eviction, |s| s.parse::<EvictionKind>())?;
-    let wps = parse_list(&a.write_policy, |s| s.parse::<WritePolicy>())?;
-    let adms = parse_list(&a.admission, |s| s.parse::<AdmissionKind>())?;
-    let seq_cutoff = parse_bytes(&a.seq_cutoff).map_err(anyhow::Error::msg)?;
-    let (lv_meta, lv_freq) = parse_2lbs_levels(&a.twolbs_levels)?;
-    let sub_block = a
-        .sub_block
-        .as_deref()
-        .map(parse_bytes)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
     let profile = match &a.profile {
         Some(p) => Profile::load(p).with_context(|| format!("device profile {}", p.display()))?,
         None => Profile::default(),
     };
-    // Resolve percentages against the footprint, measured at each line size.
-    let mut footprints = std::collections::HashMap::new();
-    if sizes.iter().any(|s| matches!(s, SizeSpec::Percent(_))) {
-        for &l in &lines {
-            let r = tiercache_trace::open(&a.trace, format, &ropts)?;
-            let st = tiercache_trace::stats::trace_stats(r, l)?;
-            footprints.insert(l, st.footprint_bytes);
-        }
-    }
-    let mut points = Vec::new();
-    for &size in &sizes {
-        for &line in &lines {
-            for &assoc in &assocs {
-                for &eviction in &evictions {
-                    for &wp in &wps {
-                        for &adm in &adms {
-                            let fp = footprints.get(&line).copied().unwrap_or(0);
-                            let cfg = CacheConfig {
-                                cache_bytes: size.bytes(line as u64, fp),
-                                line_bytes: line,
-                                sub_block_bytes: match sub_block {
-                                    Some(s) => u32::try_from(s).unwrap_or(u32::MAX),
-                                    None => line.min(4096),
-                                },
-                                assoc,
-                                eviction,
-                                write_policy: wp,
-                                write_allocate: !a.no_write_allocate,
-                                admission: AdmissionConfig {
-                                    kind: adm,
-                                    seq_cutoff_bytes: seq_cutoff,
-                                    nhit_threshold: a.nhit_threshold,
-                                    nhit_trigger: a.nhit_trigger,
-                                    twolbs_metadata: lv_meta,
-                                    twolbs_frequency: lv_freq,
-                                    twolbs_window: a.twolbs_window,
-                                },
-                                dirty_target: a.dirty_target,
-                            };
-                            cfg.geometry().map_err(|e| {
-                                anyhow::anyhow!(
-                                    "configuration cache size {size}, line {line} B, {assoc}: {e}"
-                                )
-                            })?;
-                            points.push(Point { size, cfg });
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let points = match like {
+        Some(cfg) => vec![Point {
+            size: SizeSpec::Bytes(cfg.cache_bytes),
+            cfg,
+        }],
+        None => sweep_points(&a, format, &ropts)?,
+    };
     let replay = match replay_choice(&a, || {
         // Open loop when the trace carries timestamps.
         let mut r = tiercache_trace::open(&a.trace, format, &ropts)?;
@@ -142,11 +89,92 @@ pub fn run(a: SimArgs) -> Result<()> {
         timing: !a.no_timing,
         replay,
         profile,
-        clean_per_request: a.clean_rate,
         baseline: !a.no_baseline,
     };
     let reports = run_points(&a.trace, format, &ropts, &base, &points, a.jobs)?;
     print_results(&a, &reports)
+}
+
+/// The configuration and capacity of the SSD cache formatted on `dev`
+/// (`sim --like`): the policy its superblock records, `slots` lines.
+fn like(dev: &Path) -> Result<CacheConfig> {
+    let f = std::fs::File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
+    let sb = match tiercache_store::Superblock::read(&f) {
+        Ok(sb) => sb.newest,
+        Err(e) => bail!(
+            "--like {}: not an SSD cache written by `tiercache format --mode cache --layout in-place` ({e}); \
+             sim --like reads the SSD cache only: for the other designs give their options",
+            dev.display()
+        ),
+    };
+    let mut cfg: CacheConfig = serde_json::from_str(&sb.policy)
+        .with_context(|| format!("--like {}: reading the recorded policy", dev.display()))?;
+    cfg.cache_bytes = sb.layout.slots as u64 * sb.layout.line_size as u64;
+    cfg.geometry()
+        .map_err(|e| anyhow::anyhow!("--like {}: recorded policy: {e}", dev.display()))?;
+    Ok(cfg)
+}
+
+/// The sweep: the cross product of the list options, each point's
+/// configuration built by the shared [`PolicySpec`] builder.
+fn sweep_points(a: &SimArgs, format: Option<Format>, ropts: &ReadOptions) -> Result<Vec<Point>> {
+    let sizes = parse_list(&a.cache_size, parse_size)?;
+    let lines = a
+        .line_size
+        .iter()
+        .map(|s| tiercache_simulate::policy::parse_line_size(s).map_err(anyhow::Error::from))
+        .collect::<Result<Vec<u32>>>()?;
+    // Resolve percentages against the footprint, measured at each line size.
+    let mut footprints = std::collections::HashMap::new();
+    if sizes.iter().any(|s| matches!(s, SizeSpec::Percent(_))) {
+        for &l in &lines {
+            let r = tiercache_trace::open(&a.trace, format, ropts)?;
+            let st = tiercache_trace::stats::trace_stats(r, l)?;
+            footprints.insert(l, st.footprint_bytes);
+        }
+    }
+    let mut points = Vec::new();
+    for &size in &sizes {
+        for (line_s, &line) in a.line_size.iter().zip(&lines) {
+            for assoc in &a.assoc {
+                for eviction in &a.eviction {
+                    for wp in &a.write_policy {
+                        for adm in &a.admission {
+                            let fp = footprints.get(&line).copied().unwrap_or(0);
+                            let spec = PolicySpec {
+                                line_size: line_s.clone(),
+                                sub_block: a.sub_block.clone(),
+                                assoc: assoc.clone(),
+                                eviction: eviction.clone(),
+                                write_policy: wp.clone(),
+                                no_write_allocate: a.no_write_allocate,
+                                admission: adm.clone(),
+                                seq_cutoff: a.seq_cutoff.clone(),
+                                nhit_threshold: a.nhit_threshold,
+                                nhit_trigger: a.nhit_trigger,
+                                twolbs_levels: a.twolbs_levels.clone(),
+                                twolbs_window: a.twolbs_window,
+                                dirty_target: a.dirty_target,
+                                clean_rate: a.clean_rate,
+                                timed_cleaning: a.timed_cleaning.clone(),
+                            };
+                            let cfg = spec.config(size.bytes(line as u64, fp)).map_err(|e| {
+                                if e.option.is_some() {
+                                    anyhow::anyhow!("{e}")
+                                } else {
+                                    anyhow::anyhow!(
+                                        "configuration cache size {size}, line {line} B, {assoc}: {e}"
+                                    )
+                                }
+                            })?;
+                            points.push(Point { size, cfg });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(points)
 }
 
 /// Print the results (JSON, a table or one report) and write the `--out` files.

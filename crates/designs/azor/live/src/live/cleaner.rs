@@ -1,16 +1,17 @@
-//! The background tasks: the write-back cleaner paced by the cleaning rate,
-//! and the periodic journal commit.
+//! The background tasks: the write-back cleaner, which ticks the core's
+//! `CleaningScheduler` with the wall clock (the simulator ticks the same
+//! scheduler in virtual time), and the periodic journal commit.
 
 use super::LiveCache;
-use super::{CLEAN_TICK, CLEAN_TICK_MAX_LINES, COMMIT_INTERVAL};
+use super::{CLEAN_TICK, COMMIT_INTERVAL};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_core::cleaning::{CleaningRate, CleaningTuning};
 
 impl LiveCache {
     /// Start the background tasks: the committer and the write-back cleaner
-    /// (a rate controller on the dirty line count, full speed when idle).
+    /// (the shared scheduler's ticks: a rate controller on the dirty line
+    /// count, full speed when idle).
     pub fn start_background(self: &Arc<Self>) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
@@ -30,48 +31,28 @@ impl LiveCache {
         });
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let (mut target, slots) = {
-                let c = me.core.lock().expect("core");
-                (
-                    c.engine.dirty_target_lines() as u64,
-                    c.engine.geometry().slots as u64,
-                )
-            };
-            let tuning = CleaningTuning::for_slots(slots);
-            let mut ctl = CleaningRate::new(target, tuning);
+            // The shared scheduler decides; this task only gives it the wall clock.
+            let origin = Instant::now();
             let mut tick = tokio::time::interval(CLEAN_TICK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last = Instant::now();
-            let mut last_reqs = me.next_req.load(Ordering::Relaxed);
             loop {
                 tick.tick().await;
-                let now = Instant::now();
-                let dt = now.duration_since(last).as_secs_f64();
-                last = now;
-                let reqs = me.next_req.load(Ordering::Relaxed);
-                let idle = reqs == last_reqs;
-                last_reqs = reqs;
-                let (dirty, now_target) = {
-                    let c = me.core.lock().expect("core");
-                    (
+                let now_ns = origin.elapsed().as_nanos() as u64;
+                let (plan, rate) = {
+                    let mut c = me.core.lock().expect("core");
+                    let (dirty, target) = (
                         c.engine.dirty_lines() as u64,
                         c.engine.dirty_target_lines() as u64,
-                    )
+                    );
+                    let plan = c.sched.tick(now_ns, dirty, target);
+                    (plan, c.sched.rate())
                 };
-                if now_target != target {
-                    // `tiercache set --dirty-target`: a new set point.
-                    target = now_target;
-                    ctl = CleaningRate::new(target, tuning);
-                }
-                let paced = ctl.step(dirty, dt);
-                let full = idle && dirty > target;
-                let n = if full { CLEAN_TICK_MAX_LINES } else { paced };
                 me.stats
                     .cleaning_target_rate
-                    .store(ctl.rate().to_bits(), Ordering::Relaxed);
-                if n > 0 {
-                    let got = me.clean_step(n.min(CLEAN_TICK_MAX_LINES), false).await;
-                    if full {
+                    .store(rate.to_bits(), Ordering::Relaxed);
+                if plan.lines > 0 {
+                    let got = me.clean_step(plan.lines, false).await;
+                    if plan.idle {
                         me.stats
                             .idle_cleaned_lines
                             .fetch_add(got as u64, Ordering::Relaxed);

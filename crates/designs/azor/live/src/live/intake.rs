@@ -2,7 +2,7 @@
 //! under one lock, registered for tracking, and run to completion.
 
 use super::LiveCache;
-use super::{Core, LiveError, ReqBuf, PRESSURE_REQUESTS};
+use super::{Core, LiveError, ReqBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use tiercache_core::eviction::Slot;
@@ -205,14 +205,11 @@ impl LiveCache {
         // victim was dirty (a writeback before reuse), the next requests each
         // clean a little too, so victims are clean again. Otherwise cleaning
         // is the background controller's (a write burst is not slowed).
+        // The decision is the shared scheduler's (`CleaningScheduler`).
         let de = c.engine.stats().dirty_evictions;
-        if de != c.dirty_evictions_seen {
-            c.dirty_evictions_seen = de;
-            c.pressure_left = PRESSURE_REQUESTS;
-        }
-        if c.pressure_left > 0 {
-            c.pressure_left -= 1;
-            let n = c.engine.clean(self.clean_budget, false, &mut out) as u64;
+        let budget = c.sched.after_request(de);
+        if budget > 0 {
+            let n = c.engine.clean(budget, false, &mut out) as u64;
             self.stats.cleaned_lines.fetch_add(n, Ordering::Relaxed);
             self.stats
                 .pressure_cleaned_lines

@@ -76,15 +76,9 @@ use tokio::sync::watch;
 /// Consecutive device errors on the cache after which it stops caching new data.
 const DEGRADE_AFTER: u64 = 8;
 
-/// Requests after a dirty eviction that each clean `clean_budget` lines.
-const PRESSURE_REQUESTS: u32 = 1024;
-
-/// Interval of the background cleaner.
-const CLEAN_TICK: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// Lines the background cleaner writes back per tick when no request came
-/// during the last one (idle: clean at full speed), and at most per tick.
-const CLEAN_TICK_MAX_LINES: usize = 256;
+/// Interval of the background cleaner: the scheduler's tick.
+const CLEAN_TICK: std::time::Duration =
+    std::time::Duration::from_nanos(tiercache_core::cleaning::TICK_NS);
 
 /// Records buffered after which a background commit starts.
 const PENDING_COMMIT: usize = 16384;
@@ -156,10 +150,9 @@ pub(crate) struct Core {
     /// that a crash makes recovery treat every valid sub-block as dirty.
     /// Turned off for good when a clean shutdown starts.
     fast_overwrite: bool,
-    /// The core's dirty-eviction count at the last submission.
-    dirty_evictions_seen: u64,
-    /// Requests left that also clean (set when a victim was dirty).
-    pressure_left: u32,
+    /// When to clean: the scheduler the simulator runs too, here on the
+    /// wall clock (pressure cleaning in `submit`, ticks in the cleaner task).
+    sched: tiercache_core::cleaning::CleaningScheduler,
     /// New requests wait (a write policy change is switching): see `policy`.
     paused: bool,
 }
@@ -193,7 +186,6 @@ pub struct LiveCache {
     pub(crate) degraded: AtomicBool,
     /// The write policy in force (an index into `WritePolicy::ALL`; `tiercache set` changes it).
     write_policy: std::sync::atomic::AtomicU8,
-    clean_budget: usize,
     /// Mirrors `Core::paused`, for requests to wait on.
     pause: watch::Sender<bool>,
     /// One `tiercache set` at a time.
@@ -290,6 +282,11 @@ impl LiveCache {
             line: geo.line_bytes as u64,
             sub: geo.sub_block_bytes as u64,
             core: Mutex::new(Core {
+                sched: tiercache_core::cleaning::CleaningScheduler::new(
+                    engine.config().cleaning,
+                    engine.geometry().slots as u64,
+                    engine.dirty_target_lines() as u64,
+                ),
                 engine,
                 view: table,
                 pending: Vec::new(),
@@ -308,8 +305,6 @@ impl LiveCache {
                 poisoned: FxHashMap::default(),
                 withdrawn: FxHashMap::default(),
                 fast_overwrite,
-                dirty_evictions_seen: 0,
-                pressure_left: 0,
                 paused: false,
             }),
             store: Mutex::new(store),
@@ -323,7 +318,6 @@ impl LiveCache {
             stats,
             degraded: AtomicBool::new(false),
             write_policy: std::sync::atomic::AtomicU8::new(policy_index(write_policy)),
-            clean_budget: 2,
             pause: watch::channel(false).0,
             set_lock: tokio::sync::Mutex::new(()),
             fs: Mutex::new(crate::classify::FsState::default()),

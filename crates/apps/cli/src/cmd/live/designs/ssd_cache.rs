@@ -4,11 +4,10 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_core::CacheConfig;
 use tiercache_server::{open_cache, OpenOptions};
 use tiercache_sim::units::{format_bytes, parse_bytes};
+use tiercache_simulate::PolicySpec;
 
 use super::super::args::{FormatArgs, PolicyArgs, ServeArgs};
 
@@ -16,45 +15,33 @@ use super::super::args::{FormatArgs, PolicyArgs, ServeArgs};
 pub struct SsdCache;
 
 impl PolicyArgs {
-    pub fn config(&self) -> Result<CacheConfig> {
-        let (lv_meta, lv_freq) = crate::cmd::sim::parse_2lbs_levels(&self.twolbs_levels)?;
-        let line = parse_bytes(&self.line_size).map_err(anyhow::Error::msg)?;
-        let line = u32::try_from(line).context("line size too large")?;
-        let sub = match &self.sub_block {
-            Some(s) => u32::try_from(parse_bytes(s).map_err(anyhow::Error::msg)?)
-                .context("sub-block too large")?,
-            None => line.min(4096),
-        };
-        let cfg = CacheConfig {
-            // A placeholder large enough for any associativity: format derives the real size from the device.
-            cache_bytes: (line as u64) << 20,
-            line_bytes: line,
-            sub_block_bytes: sub,
-            assoc: self.assoc.parse::<Assoc>().map_err(anyhow::Error::msg)?,
-            eviction: self
-                .eviction
-                .parse::<EvictionKind>()
-                .map_err(anyhow::Error::msg)?,
-            write_policy: self
-                .write_policy
-                .parse::<WritePolicy>()
-                .map_err(anyhow::Error::msg)?,
-            write_allocate: !self.no_write_allocate,
-            admission: AdmissionConfig {
-                kind: self
-                    .admission
-                    .parse::<AdmissionKind>()
-                    .map_err(anyhow::Error::msg)?,
-                seq_cutoff_bytes: parse_bytes(&self.seq_cutoff).map_err(anyhow::Error::msg)?,
-                nhit_threshold: self.nhit_threshold,
-                twolbs_metadata: lv_meta,
-                twolbs_frequency: lv_freq,
-                ..AdmissionConfig::default()
-            },
+    /// The options as the shared builder takes them.
+    pub fn spec(&self) -> PolicySpec {
+        PolicySpec {
+            line_size: self.line_size.clone(),
+            sub_block: self.sub_block.clone(),
+            assoc: self.assoc.clone(),
+            eviction: self.eviction.clone(),
+            write_policy: self.write_policy.clone(),
+            no_write_allocate: self.no_write_allocate,
+            admission: self.admission.clone(),
+            seq_cutoff: self.seq_cutoff.clone(),
+            nhit_threshold: self.nhit_threshold,
+            nhit_trigger: self.nhit_trigger,
+            twolbs_levels: self.twolbs_levels.clone(),
+            twolbs_window: self.twolbs_window,
             dirty_target: self.dirty_target,
-        };
-        cfg.geometry().map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(cfg)
+            clean_rate: self.clean_rate,
+            timed_cleaning: self.timed_cleaning.clone(),
+        }
+    }
+
+    /// The configuration, by the builder `sim` and Python share.
+    pub fn config(&self) -> Result<CacheConfig> {
+        let spec = self.spec();
+        let line = tiercache_simulate::policy::parse_line_size(&spec.line_size)?;
+        // A placeholder large enough for any associativity: format derives the real size from the device.
+        Ok(spec.config((line as u64) << 20)?)
     }
 }
 
