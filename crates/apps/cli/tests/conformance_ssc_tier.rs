@@ -1,7 +1,7 @@
 //! Conformance of FlashTier's live store with its simulation: the policy
 //! measured in simulation is the policy deployed.
 //!
-//! A real trace (the first 4000 requests of the shared DiskSim PostMark
+//! A real trace (the first 1000 requests of the shared DiskSim PostMark
 //! trace: writes and reads of 4 KiB to 250 KiB) is replayed at queue depth 1
 //! through `tiercache serve` on a log-structured cache (`tiercache replay
 //! --queue-depth 1`), and `tiercache sim --mode ssc --ftl log --no-timing
@@ -27,7 +27,7 @@ use common::{format_cache, tiercache, ServeProc};
 use std::path::{Path, PathBuf};
 
 /// Requests of the trace replayed (a few seconds at queue depth 1).
-const REQUESTS: usize = 4000;
+const REQUESTS: usize = 1000;
 
 /// The first `REQUESTS` lines of a shared DiskSim trace, copied into `dir`.
 fn trace_head(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -198,10 +198,10 @@ fn ssc_case(write_policy: &str, seg: &str, cache_size: &str) {
 
 #[test]
 fn flashtier_log_store_write_back_matches_simulation() {
-    ssc_case("write-back", "256KiB", "8MiB");
+    ssc_case("write-back", "256KiB", "4MiB");
 }
 
 #[test]
 fn flashtier_log_store_write_through_matches_simulation() {
-    ssc_case("write-through", "256KiB", "8MiB");
+    ssc_case("write-through", "256KiB", "4MiB");
 }
