@@ -84,6 +84,8 @@ ALLOWED: dict[str, str] = {
     "timed_cleaning": "on, off",
     "tier_policy": "oodt, frequency, hystor, raf (comma-separated)",
     "tica_policy": "ef, wed, adaptive",
+    "ftl": "hybrid, page, log (log: --mode ssc only)",
+    "victim": "cost-benefit, greedy",
     "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",
 }
 
@@ -108,6 +110,9 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "replay": ((str,), "a string"),
     "tier_policy": ((str,), "a string"),
     "tica_policy": ((str,), "a string"),
+    "ftl": ((str,), "a string"),
+    "victim": ((str,), "a string"),
+    "segment_size": ((str, int), _BYTES),
     "format": ((str,), "a string"),
     "volume": ((str, int), "a string"),
     "profile": ((str,), "a path"),
@@ -174,6 +179,9 @@ def simulate(
     tier_block: str | int = "4KiB",
     tica_policy: str = "adaptive",
     dram_size: str | int | None = None,
+    ftl: str = "hybrid",
+    segment_size: str | int = "1MiB",
+    victim: str = "cost-benefit",
     **options: Any,
 ) -> dict[str, Any]:
     """Replay ``trace`` through one cache configuration.

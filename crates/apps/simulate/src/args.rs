@@ -39,6 +39,18 @@ pub struct SimArgs {
     /// Tiering: data block size (4KiB to 4MiB).
     #[arg(long, default_value = "4KiB")]
     pub tier_block: String,
+    /// Flash modes: translation layer: hybrid (FAST-like, the paper's), page
+    /// (page-mapped), or, with --mode ssc, log: the live log-structured store's
+    /// policy (segments of --segment-size; --cache-size is the data area,
+    /// `stats --json` segments.total x segments.bytes of a formatted store).
+    #[arg(long, default_value = "hybrid")]
+    pub ftl: String,
+    /// --ftl log: segment size, as `format --segment-size`.
+    #[arg(long, default_value = "1MiB")]
+    pub segment_size: String,
+    /// --ftl log: segment cleaning's victim rule: cost-benefit or greedy.
+    #[arg(long, default_value = "cost-benefit")]
+    pub victim: String,
     /// TICA: policy: ef, wed, adaptive.
     #[arg(long, default_value = "adaptive")]
     pub tica_policy: String,
@@ -117,7 +129,8 @@ pub struct SimArgs {
     pub like: Option<PathBuf>,
     /// Compute cache behaviour only, without the timing model (fastest): no response
     /// times, utilizations, `baseline` or `speedup`. Every count (hits, fills, hdd_ops,
-    /// ssd_write_ops ...) is the same as with timing.
+    /// ssd_write_ops ...) is the same as with timing. The flash modes have no timing
+    /// model (accepted, no effect).
     #[arg(long)]
     pub no_timing: bool,
     /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].

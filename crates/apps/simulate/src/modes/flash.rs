@@ -9,14 +9,29 @@ use super::{bad, json_row, trace_input, ModeOutput};
 use crate::args::SimArgs;
 use anyhow::{Context, Result};
 use std::fmt::Write;
+use tiercache_flash::logsim::{self, LogSimConfig, LogSimReport};
 use tiercache_flash::{
-    run as simulate, DeviceConfig, DeviceKind, FlashReport, FlashSimConfig, ManagerKind,
+    run as simulate, DeviceConfig, DeviceKind, FlashReport, FlashSimConfig, FtlKind, GcPolicy,
+    ManagerKind,
 };
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 
 /// Run `tiercache sim` in a flash mode.
 pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     let kind: DeviceKind = a.mode.parse().map_err(|e| bad("mode", e))?;
+    if a.ftl == "log" {
+        if kind != DeviceKind::Ssc {
+            return Err(bad(
+                "ftl",
+                format!("log applies to --mode ssc only (--mode {})", a.mode),
+            ));
+        }
+        return run_log(a);
+    }
+    let ftl: FtlKind = a
+        .ftl
+        .parse()
+        .map_err(|e| bad("ftl", format!("{e}, or log with --mode ssc")))?;
     let (format, ropts) = trace_input(a)?;
     if a.cache_size.is_empty() {
         return Err(bad(
@@ -46,9 +61,11 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
         };
         for wp in &a.write_policy {
             let manager: ManagerKind = wp.trim().parse().map_err(|e| bad("write_policy", e))?;
+            let mut device =
+                DeviceConfig::new(kind, bytes).with_context(|| format!("flash capacity {size}"))?;
+            device.ftl = ftl;
             let cfg = FlashSimConfig {
-                device: DeviceConfig::new(kind, bytes)
-                    .with_context(|| format!("flash capacity {size}"))?,
+                device,
                 manager,
                 dirty_target: a.dirty_target,
                 warmup_requests: 0,
@@ -67,6 +84,81 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
         rows: json,
         text: text_report(a, &rows)?,
     })
+}
+
+/// `--mode ssc --ftl log`: the live log-structured store's policy
+/// (`tiercache_flash::logsim`), one row per cache size and write policy.
+fn run_log(a: &SimArgs) -> Result<ModeOutput> {
+    let (format, ropts) = trace_input(a)?;
+    if a.cache_size.is_empty() {
+        return Err(bad(
+            "cache_size",
+            "required by --ftl log (the data area: segments x segment size, e.g. 64MiB)",
+        ));
+    }
+    let seg_bytes = parse_bytes(a.segment_size.trim()).map_err(|e| bad("segment_size", e))?;
+    tiercache_flash::logstore::data_blocks(seg_bytes).map_err(|e| bad("segment_size", e))?;
+    let victim: GcPolicy = a.victim.trim().parse().map_err(|e| bad("victim", e))?;
+    let mut rows: Vec<(String, LogSimReport)> = Vec::new();
+    for size in &a.cache_size {
+        let spec = parse_size(size.trim()).map_err(|e| bad("cache_size", e))?;
+        let bytes = match spec {
+            SizeSpec::Percent(_) => {
+                let r = tiercache_trace::open(&a.trace, format, &ropts)?;
+                let st = tiercache_trace::stats::trace_stats(r, 4096)?;
+                spec.bytes(4096, st.footprint_bytes)
+            }
+            _ => spec.bytes(4096, 0),
+        };
+        let segments = u32::try_from(bytes / seg_bytes)
+            .map_err(|_| bad("cache_size", format!("{size}: too many segments")))?;
+        for wp in &a.write_policy {
+            let manager: ManagerKind = wp.trim().parse().map_err(|e| bad("write_policy", e))?;
+            let cfg = LogSimConfig {
+                segments,
+                seg_bytes,
+                manager,
+                dirty_target: a.dirty_target,
+                victim,
+            };
+            let mut rec = tiercache_trace::open(&a.trace, format, &ropts)?;
+            let mut report = logsim::run(rec.by_ref(), &cfg)
+                .map_err(|e| bad("cache_size", format!("{size}: {e}")))?;
+            report.skipped_records = rec.skipped();
+            rows.push((size.trim().to_string(), report));
+        }
+    }
+    let json = rows
+        .iter()
+        .map(|(_, r)| json_row(&a.trace, r))
+        .collect::<Result<Vec<_>>>()?;
+    let mut text = String::new();
+    writeln!(text, "trace {}", a.trace.display())?;
+    for (size, r) in &rows {
+        let c = &r.counters;
+        writeln!(
+            text,
+            "ssc log {size} ({} segments of {} slots), {}, victim {}: {} requests, hit ratio {:.2} %",
+            r.segments,
+            r.data_blocks,
+            r.write_policy,
+            r.victim,
+            r.requests,
+            r.hit_ratio * 100.0
+        )?;
+        writeln!(
+            text,
+            "  appended {} blocks ({} fills), silent evictions {}, dirty moved {}, written back {} (+{} by segment cleaning), segments cleaned {}",
+            c.appended_blocks,
+            c.fills,
+            c.silent_evictions,
+            c.moved_dirty,
+            c.written_back,
+            c.cleaning_written_back,
+            c.segments_cleaned
+        )?;
+    }
+    Ok(ModeOutput { rows: json, text })
 }
 
 /// The report printed without `--json`.

@@ -96,11 +96,12 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             a.mode
         );
     }
-    if a.no_timing {
+    // The flash modes have no timing model: --no-timing changes nothing.
+    if a.no_timing && !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v") {
         return Err(bad(
             "no_timing",
             format!(
-                "applies to --mode cache only (--mode {} always runs its model)",
+                "applies to --mode cache, ssd, ssc and ssc-v (--mode {} always runs its model)",
                 a.mode
             ),
         ));

@@ -7,10 +7,12 @@
 //!   sequentially) and their summaries (blocks, dirty flags, sequence
 //!   numbers, crc32c).
 //! - [`map`]: the unified sparse map, block -> slot with a dirty flag, in
-//!   under 8 bytes of host memory per cached block.
+//!   under 8 bytes of host memory per cached block (the FlashTier policy
+//!   crate's `tiercache_flash::sparse`, which the simulator measures).
 //! - [`checkpoint`]: checkpoints of the map and the journal of segments
 //!   opened since.
-//! - [`cleaning`]: victim choice (greedy or cost-benefit).
+//! - [`cleaning`]: victim choice (greedy or cost-benefit): the policy crate's
+//!   one victim rule.
 //! - [`cache`]: requests, appends, segment cleaning with silent eviction of
 //!   clean blocks, write-back cleaning at a dirty target, FLUSH and FUA,
 //!   device failures.
@@ -28,7 +30,8 @@ pub mod checkpoint;
 pub mod cleaning;
 pub mod design;
 pub mod layout;
-pub mod map;
+/// The unified sparse map: the FlashTier policy crate's.
+pub use tiercache_flash::sparse as map;
 mod meta;
 pub mod recovery;
 pub mod segment;

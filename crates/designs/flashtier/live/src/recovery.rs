@@ -26,7 +26,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tiercache_io::BlockDev;
 
-use crate::cache::{LogCache, RecoveryInfo, State};
+use crate::cache::{LogCache, RecoveryInfo};
 use crate::checkpoint::{read_journal, Checkpoint, NONE};
 use crate::cleaning::{SegInfo, SegState};
 use crate::layout::Superblock;
@@ -89,7 +89,7 @@ pub fn open_with_devices(
     let r = rebuild(cache.as_ref(), &sb)?;
     let mut info = r.info;
     sb.clean = false;
-    let mut st = State::new(sb.clone(), r.map, r.segs, r.next_seq, r.epoch);
+    let mut st = crate::cache::new_state(sb.clone(), r.map, r.segs, r.next_seq, r.epoch);
     st.journal_next = r.journal_len;
     // Older copies that replayed entries supersede stay in the log: the
     // first segment opened checkpoints before one of them can be reused.

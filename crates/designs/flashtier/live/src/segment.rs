@@ -15,8 +15,10 @@ pub const BLOCK: u64 = 4096;
 /// A summary entry of a slot that holds nothing (a write that failed).
 pub const EMPTY: u64 = u64::MAX;
 
+use tiercache_flash::logstore;
+
 const MAGIC: &[u8; 4] = b"LSSM";
-const HEADER: usize = 40;
+const HEADER: usize = logstore::SUMMARY_HEADER as usize;
 
 /// Where things are inside a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,19 +32,10 @@ pub struct Geometry {
 impl Geometry {
     /// The geometry of segments of `seg_bytes` (a multiple of 4 KiB, at least 64 KiB).
     pub fn new(seg_bytes: u64) -> Result<Geometry, String> {
-        if !seg_bytes.is_multiple_of(BLOCK) || !(16 * BLOCK..=64 << 20).contains(&seg_bytes) {
-            return Err(format!(
-                "segment size {seg_bytes} must be a multiple of 4 KiB between 64 KiB and 64 MiB"
-            ));
-        }
+        // The policy crate sizes segments (the simulator uses the same rule).
+        logstore::data_blocks(seg_bytes)?;
         let seg_blocks = (seg_bytes / BLOCK) as u32;
-        // Header plus 8 bytes per data block, rounded up to blocks.
-        let mut summary_blocks = 1u32;
-        while HEADER as u64 + 8 * (seg_blocks - 2 * summary_blocks) as u64
-            > summary_blocks as u64 * BLOCK
-        {
-            summary_blocks += 1;
-        }
+        let summary_blocks = logstore::summary_blocks(seg_blocks);
         Ok(Geometry {
             seg_blocks,
             summary_blocks,

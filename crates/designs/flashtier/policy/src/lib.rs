@@ -6,9 +6,15 @@
 //! - [`ftl`]: translation layers: [`ftl::page::PageFtl`] (page-mapped) and
 //!   [`ftl::hybrid::Hybrid`] (FAST-like: block-mapped data blocks, page-mapped
 //!   log blocks, switch/partial/full merges).
-//! - [`gc`]: victim selection: greedy and cost-benefit.
-//! - [`sparse`]: the unified address space's sparse hash map and a dense map,
-//!   with their measured memory.
+//! - [`gc`]: the one victim rule (greedy and cost-benefit) and the one rule of
+//!   silent eviction ([`gc::reclaim`]), for the flash model's collections and
+//!   the log-structured store's segment cleaning.
+//! - [`sparse`]: the unified sparse map (disk block -> cache slot with a dirty
+//!   bit, under 8 bytes per cached block), the map the live log-structured
+//!   store keeps and the simulator measures.
+//! - [`logstore`]: the log-structured store's policy (map, segments, victim
+//!   choice, segment cleaning with silent eviction, write-back), shared by the
+//!   live store and [`logsim`], its trace replay without devices.
 //! - [`device`]: the `ssd`, `ssc` and `ssc-v` devices with the SSC interface of
 //!   Table II and its consistency costs (Section 4.2).
 //! - [`manager`]: write-through and write-back FlashTier cache managers and
@@ -20,6 +26,8 @@ pub mod device;
 pub mod flash;
 pub mod ftl;
 pub mod gc;
+pub mod logsim;
+pub mod logstore;
 pub mod manager;
 pub mod reproduce;
 pub mod sim;

@@ -4,9 +4,9 @@
 pub use crate::device::FtlKind;
 use crate::device::{Device, DeviceConfig, PersistStats};
 use crate::flash::FlashStats;
+use crate::ftl::hybrid::sparsehash::{DenseMap, SparseHash};
 use crate::ftl::MapMemory;
 use crate::manager::{self, CacheManager, ManagerKind, ManagerStats};
-use crate::sparse::{DenseMap, SparseMap};
 use crate::FlashError;
 use serde::Serialize;
 use std::fmt;
@@ -57,7 +57,8 @@ pub struct FtlReport {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MapComparison {
     pub cached_blocks: u64,
-    /// Sparse hash map keyed by disk block: bytes per cached block.
+    /// Sparse hash map keyed by disk block (Google's, as FlashTier 4.1 sizes
+    /// it: [`SparseHash`]): bytes per cached block.
     pub sparse_bytes_per_block: f64,
     /// Dense table over the disk range spanned (min..=max block): bytes per cached block.
     pub dense_disk_range_bytes_per_block: f64,
@@ -254,7 +255,7 @@ pub fn compare_maps(dev: &Device) -> MapComparison {
     if n == 0 {
         return MapComparison::default();
     }
-    let mut sparse = SparseMap::new();
+    let mut sparse = SparseHash::new();
     for (i, &k) in keys.iter().enumerate() {
         sparse.insert(k, i as u32);
     }

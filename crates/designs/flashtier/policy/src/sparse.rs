@@ -1,337 +1,331 @@
-//! Maps from logical keys to physical locations, with their memory measured.
+//! The unified sparse map: backing block number -> cache slot, with the
+//! block's dirty state, in one compact open-addressing table. The live
+//! log-structured store (`tiercache-log-structured`) keeps it, and the
+//! simulator measures it (`map_comparison.sparse_bytes_per_block`).
 //!
-//! [`SparseMap`] follows Google's sparse hash map as FlashTier describes it
-//! (Section 4.1): `t` buckets in groups of `M = 32`; each group stores only
-//! its occupied buckets in a packed array plus a 32-bit occupancy bitmap, and
-//! a bucket's slot is the popcount of the bitmap below it. Open addressing
-//! with quadratic probing; the table doubles past a 0.8 load and removals
-//! leave tombstones (counted, reclaimed on resize). [`DenseMap`] is a linear
-//! table indexed by logical address, as a plain SSD keeps.
+//! FlashTier keys its solid-state cache by disk block in a sparse hash map so
+//! that the host keeps no second mapping. Here every entry is a bit-packed
+//! integer of `width` bytes (the fewest that hold `lba + 1`, the slot and two
+//! flags, fixed at format time from the device sizes), stored back to back in
+//! one byte vector. Robin Hood linear probing keeps lookups short at a load
+//! factor of up to 0.9, so the table costs `width / 0.9` bytes per cached
+//! block when the cache is full (6.7 B for 6-byte entries).
+//!
+//! The dirty flag of each entry is the write-back manager's dirty-block
+//! table: no other host structure is kept; the cleaner scans the table for
+//! dirty blocks in backing order.
 
-const M: usize = 32;
-const EMPTY_VAL: u32 = u32::MAX;
+/// The largest share of table entries in use.
+pub const MAX_LOAD: f64 = 0.9;
 
-#[derive(Clone, Debug, Default)]
-struct Group {
-    bitmap: u32,
-    keys: Vec<u64>,
-    vals: Vec<u32>,
+/// What the map holds for one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Global cache slot (segment * data blocks per segment + index).
+    pub slot: u32,
+    /// The cache copy is newer than the backing device's.
+    pub dirty: bool,
 }
 
-impl Group {
-    fn slot(&self, i: usize) -> usize {
-        (self.bitmap & ((1u32 << i) - 1)).count_ones() as usize
-    }
-    fn has(&self, i: usize) -> bool {
-        self.bitmap & (1 << i) != 0
-    }
-}
-
-/// A sparse hash map from `u64` keys to `u32` values whose memory grows with
-/// the number of entries, not with the key range.
+/// The sparse block -> slot map (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct SparseMap {
-    groups: Vec<Group>,
-    buckets: usize,
+    data: Vec<u8>,
+    width: usize,
+    cap: usize,
     len: usize,
-    /// Occupied buckets, live or tombstone.
-    used: usize,
+    limit: usize,
+    dirty: usize,
+    slot_bits: u32,
+    max_lba: u64,
 }
 
-impl Default for SparseMap {
-    fn default() -> Self {
-        Self::new()
-    }
+fn bits(n: u64) -> u32 {
+    64 - n.leading_zeros()
 }
 
-fn hash(k: u64) -> u64 {
-    // splitmix64 finaliser: full avalanche, so clustered block numbers spread.
-    let mut z = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
+fn mix(x: u64) -> u64 {
+    // splitmix64's finalizer: consecutive block numbers spread evenly.
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
 impl SparseMap {
-    /// An empty map.
-    pub fn new() -> Self {
-        Self::with_buckets(M)
-    }
-
-    fn with_buckets(buckets: usize) -> Self {
-        SparseMap {
-            groups: vec![Group::default(); buckets / M],
-            buckets,
+    /// A map for up to `max_entries` blocks of a backing device of
+    /// `backing_blocks` blocks, pointing into `slots` cache slots.
+    /// Fails when an entry would need more than 8 bytes.
+    pub fn new(max_entries: u64, backing_blocks: u64, slots: u64) -> Result<SparseMap, String> {
+        let lba_bits = bits(backing_blocks.max(1));
+        let slot_bits = bits(slots.saturating_sub(1)).max(1);
+        if slots > u32::MAX as u64 {
+            return Err(format!("{slots} cache slots: at most 2^32 are supported"));
+        }
+        let total = lba_bits + slot_bits + 1;
+        if total > 64 {
+            return Err(format!(
+                "a map entry would need {total} bits ({lba_bits} for the block, {slot_bits} for the slot)"
+            ));
+        }
+        let width = total.div_ceil(8) as usize;
+        let cap = ((max_entries as f64 / MAX_LOAD).ceil() as usize)
+            .max(max_entries as usize + 1)
+            .max(8);
+        Ok(SparseMap {
+            data: vec![0; cap * width],
+            width,
+            cap,
             len: 0,
-            used: 0,
-        }
-    }
-
-    /// Entries.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Find the bucket of `k`: Ok(bucket) when present, Err(first free or
-    /// tombstone bucket on the probe path) when absent.
-    fn find(&self, k: u64) -> Result<usize, usize> {
-        let mask = self.buckets - 1;
-        let mut b = hash(k) as usize & mask;
-        let mut tomb = None;
-        for step in 1..=self.buckets {
-            let g = &self.groups[b / M];
-            let i = b % M;
-            if !g.has(i) {
-                return Err(tomb.unwrap_or(b));
-            }
-            let s = g.slot(i);
-            if g.vals[s] == EMPTY_VAL {
-                tomb.get_or_insert(b);
-            } else if g.keys[s] == k {
-                return Ok(b);
-            }
-            b = (b + step) & mask;
-        }
-        Err(tomb.expect("a full table always has a tombstone or resizes first"))
-    }
-
-    /// Value for `k`.
-    pub fn get(&self, k: u64) -> Option<u32> {
-        self.find(k).ok().map(|b| {
-            let g = &self.groups[b / M];
-            g.vals[g.slot(b % M)]
+            limit: max_entries as usize,
+            dirty: 0,
+            slot_bits,
+            max_lba: backing_blocks,
         })
     }
 
-    /// Insert or overwrite; returns the previous value.
-    pub fn insert(&mut self, k: u64, v: u32) -> Option<u32> {
-        assert!(v != EMPTY_VAL, "value u32::MAX is reserved");
-        match self.find(k) {
-            Ok(b) => {
-                let g = &mut self.groups[b / M];
-                let s = g.slot(b % M);
-                Some(std::mem::replace(&mut g.vals[s], v))
+    /// Blocks mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no block is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Blocks whose cache copy is dirty.
+    pub fn dirty(&self) -> usize {
+        self.dirty
+    }
+    /// Bytes per entry.
+    pub fn entry_bytes(&self) -> usize {
+        self.width
+    }
+    /// Table entries (used and free).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+    /// Host memory of the table in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.data.len() + std::mem::size_of::<Self>()
+    }
+
+    fn raw(&self, i: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b[..self.width].copy_from_slice(&self.data[i * self.width..(i + 1) * self.width]);
+        u64::from_le_bytes(b)
+    }
+    fn set_raw(&mut self, i: usize, v: u64) {
+        let w = self.width;
+        self.data[i * w..(i + 1) * w].copy_from_slice(&v.to_le_bytes()[..w]);
+    }
+    fn encode(&self, lba: u64, e: Entry) -> u64 {
+        ((lba + 1) << (self.slot_bits + 1)) | ((e.slot as u64) << 1) | e.dirty as u64
+    }
+    fn decode(&self, v: u64) -> (u64, Entry) {
+        let lba = (v >> (self.slot_bits + 1)) - 1;
+        let slot = ((v >> 1) & ((1u64 << self.slot_bits) - 1)) as u32;
+        (
+            lba,
+            Entry {
+                slot,
+                dirty: v & 1 != 0,
+            },
+        )
+    }
+    fn home(&self, lba: u64) -> usize {
+        ((mix(lba) as u128 * self.cap as u128) >> 64) as usize
+    }
+    fn dist(&self, i: usize, home: usize) -> usize {
+        (i + self.cap - home) % self.cap
+    }
+    fn find(&self, lba: u64) -> Option<usize> {
+        let mut i = self.home(lba);
+        let mut d = 0;
+        loop {
+            let v = self.raw(i);
+            if v == 0 {
+                return None;
             }
-            Err(b) => {
-                if (self.used + 1) * 5 > self.buckets * 4 {
-                    self.resize();
-                    return self.insert(k, v);
-                }
-                let g = &mut self.groups[b / M];
-                let i = b % M;
-                let s = g.slot(i);
-                if g.has(i) {
-                    // Reuse a tombstone.
-                    g.keys[s] = k;
-                    g.vals[s] = v;
-                } else {
-                    g.bitmap |= 1 << i;
-                    g.keys.insert(s, k);
-                    g.vals.insert(s, v);
-                    g.keys.shrink_to_fit();
-                    g.vals.shrink_to_fit();
-                    self.used += 1;
-                }
-                self.len += 1;
-                None
+            let (l, _) = self.decode(v);
+            if l == lba {
+                return Some(i);
             }
+            if self.dist(i, self.home(l)) < d {
+                return None;
+            }
+            i = (i + 1) % self.cap;
+            d += 1;
         }
     }
 
-    /// Remove `k`; returns its value.
-    pub fn remove(&mut self, k: u64) -> Option<u32> {
-        let b = self.find(k).ok()?;
-        let g = &mut self.groups[b / M];
-        let s = g.slot(b % M);
+    /// The entry of `lba`.
+    pub fn get(&self, lba: u64) -> Option<Entry> {
+        self.find(lba).map(|i| self.decode(self.raw(i)).1)
+    }
+
+    /// Map `lba` to `e`, returning the entry it replaces. Fails (changing
+    /// nothing) on a block past the backing device or a full table.
+    pub fn insert(&mut self, lba: u64, e: Entry) -> Result<Option<Entry>, String> {
+        if lba >= self.max_lba {
+            return Err(format!(
+                "block {lba} is past the backing device ({} blocks)",
+                self.max_lba
+            ));
+        }
+        if e.slot as u64 >= 1u64 << self.slot_bits {
+            return Err(format!("slot {} does not fit the map's entries", e.slot));
+        }
+        if let Some(i) = self.find(lba) {
+            let (_, old) = self.decode(self.raw(i));
+            self.dirty = self.dirty - old.dirty as usize + e.dirty as usize;
+            let v = self.encode(lba, e);
+            self.set_raw(i, v);
+            return Ok(Some(old));
+        }
+        if self.len >= self.limit {
+            return Err(format!("the map is full ({} entries)", self.len));
+        }
+        let mut carry = self.encode(lba, e);
+        let mut i = self.home(lba);
+        let mut d = 0;
+        loop {
+            let v = self.raw(i);
+            if v == 0 {
+                self.set_raw(i, carry);
+                break;
+            }
+            let (l, _) = self.decode(v);
+            let ed = self.dist(i, self.home(l));
+            if ed < d {
+                self.set_raw(i, carry);
+                carry = v;
+                d = ed;
+            }
+            i = (i + 1) % self.cap;
+            d += 1;
+        }
+        self.len += 1;
+        self.dirty += e.dirty as usize;
+        Ok(None)
+    }
+
+    /// Unmap `lba`, returning its entry.
+    pub fn remove(&mut self, lba: u64) -> Option<Entry> {
+        let mut i = self.find(lba)?;
+        let (_, old) = self.decode(self.raw(i));
+        // Backward-shift deletion: no tombstones, probe lengths stay short.
+        loop {
+            let j = (i + 1) % self.cap;
+            let v = self.raw(j);
+            if v == 0 || self.dist(j, self.home(self.decode(v).0)) == 0 {
+                self.set_raw(i, 0);
+                break;
+            }
+            self.set_raw(i, v);
+            i = j;
+        }
         self.len -= 1;
-        Some(std::mem::replace(&mut g.vals[s], EMPTY_VAL))
+        self.dirty -= old.dirty as usize;
+        Some(old)
     }
 
-    fn resize(&mut self) {
-        // Grow when live entries need it; otherwise rebuild at the same size
-        // to drop tombstones.
-        let buckets = if (self.len + 1) * 2 > self.buckets {
-            self.buckets * 2
-        } else {
-            self.buckets
-        };
-        let mut n = Self::with_buckets(buckets);
-        for g in std::mem::take(&mut self.groups) {
-            for (k, v) in g.keys.into_iter().zip(g.vals) {
-                if v != EMPTY_VAL {
-                    n.insert(k, v);
-                }
-            }
-        }
-        *self = n;
-    }
-
-    /// Bytes of memory held: the group headers (bitmap and two array
-    /// pointers with lengths) plus the packed key and value arrays.
-    pub fn memory_bytes(&self) -> u64 {
-        let header = std::mem::size_of::<Group>() as u64;
-        let mut b = std::mem::size_of::<Self>() as u64 + header * self.groups.len() as u64;
-        for g in &self.groups {
-            b += (g.keys.capacity() * 8 + g.vals.capacity() * 4) as u64;
-        }
-        b
-    }
-}
-
-/// A linear table indexed by logical address (a plain SSD's map).
-#[derive(Clone, Debug)]
-pub struct DenseMap {
-    vals: Vec<u32>,
-    len: usize,
-}
-
-impl DenseMap {
-    /// A table for keys `0..range`.
-    pub fn new(range: u64) -> Self {
-        DenseMap {
-            vals: vec![EMPTY_VAL; range as usize],
-            len: 0,
-        }
-    }
-
-    /// Value for `k` (None outside the range).
-    pub fn get(&self, k: u64) -> Option<u32> {
-        self.vals
-            .get(k as usize)
-            .copied()
-            .filter(|&v| v != EMPTY_VAL)
-    }
-
-    /// Insert or overwrite; keys outside the range are a caller bug.
-    pub fn insert(&mut self, k: u64, v: u32) -> Option<u32> {
-        let old = std::mem::replace(&mut self.vals[k as usize], v);
-        if old == EMPTY_VAL {
-            self.len += 1;
-            None
-        } else {
-            Some(old)
-        }
-    }
-
-    /// Remove `k`.
-    pub fn remove(&mut self, k: u64) -> Option<u32> {
-        let old = std::mem::replace(self.vals.get_mut(k as usize)?, EMPTY_VAL);
-        (old != EMPTY_VAL).then(|| {
-            self.len -= 1;
-            old
+    /// Every mapped block and its entry, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        (0..self.cap).filter_map(move |i| {
+            let v = self.raw(i);
+            (v != 0).then(|| self.decode(v))
         })
     }
 
-    /// Entries.
-    pub fn len(&self) -> usize {
-        self.len
+    /// Keep only the entries `keep` accepts.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64, Entry) -> bool) {
+        let drop: Vec<u64> = self
+            .iter()
+            .filter(|&(l, e)| !keep(l, e))
+            .map(|(l, _)| l)
+            .collect();
+        for l in drop {
+            self.remove(l);
+        }
     }
 
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Bytes held: 4 per address of the range.
-    pub fn memory_bytes(&self) -> u64 {
-        (self.vals.len() * 4 + std::mem::size_of::<Self>()) as u64
-    }
-}
-
-/// A block map that is either dense (SSD) or sparse (SSC).
-#[derive(Clone, Debug)]
-pub enum BlockMap {
-    Dense(DenseMap),
-    Sparse(SparseMap),
-}
-
-impl BlockMap {
-    /// Value for `k`.
-    pub fn get(&self, k: u64) -> Option<u32> {
-        match self {
-            BlockMap::Dense(m) => m.get(k),
-            BlockMap::Sparse(m) => m.get(k),
+    /// Up to `n` dirty blocks at or after `from`, in block order (the
+    /// write-back cleaner's scan of the dirty-block table).
+    pub fn dirty_from(&self, from: u64, n: usize) -> Vec<u64> {
+        let mut heap = std::collections::BinaryHeap::new();
+        for (l, e) in self.iter() {
+            if e.dirty && l >= from {
+                heap.push(l);
+                if heap.len() > n {
+                    heap.pop();
+                }
+            }
         }
-    }
-    /// Insert or overwrite.
-    pub fn insert(&mut self, k: u64, v: u32) -> Option<u32> {
-        match self {
-            BlockMap::Dense(m) => m.insert(k, v),
-            BlockMap::Sparse(m) => m.insert(k, v),
-        }
-    }
-    /// Remove `k`.
-    pub fn remove(&mut self, k: u64) -> Option<u32> {
-        match self {
-            BlockMap::Dense(m) => m.remove(k),
-            BlockMap::Sparse(m) => m.remove(k),
-        }
-    }
-    /// Entries.
-    pub fn len(&self) -> usize {
-        match self {
-            BlockMap::Dense(m) => m.len(),
-            BlockMap::Sparse(m) => m.len(),
-        }
-    }
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// Bytes held.
-    pub fn memory_bytes(&self) -> u64 {
-        match self {
-            BlockMap::Dense(m) => m.memory_bytes(),
-            BlockMap::Sparse(m) => m.memory_bytes(),
-        }
+        heap.into_sorted_vec()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    #[test]
-    fn sparse_map_matches_std_hashmap() {
-        let mut s = SparseMap::new();
-        let mut r: HashMap<u64, u32> = HashMap::new();
-        let mut x = 12345u64;
-        for i in 0..200_000u32 {
-            x = hash(x);
-            let k = x % 50_000 * 4099;
-            match x % 3 {
-                0 | 1 => assert_eq!(s.insert(k, i), r.insert(k, i)),
-                _ => assert_eq!(s.remove(k), r.remove(&k)),
-            }
-        }
-        assert_eq!(s.len(), r.len());
-        for (k, v) in &r {
-            assert_eq!(s.get(*k), Some(*v));
-        }
-        assert_eq!(s.get(7), None);
+    fn e(slot: u32, dirty: bool) -> Entry {
+        Entry { slot, dirty }
     }
 
     #[test]
-    fn sparse_map_memory_grows_with_entries_not_range() {
-        let mut s = SparseMap::new();
-        // 100k keys spread over a 2^40 range.
-        for i in 0..100_000u64 {
-            s.insert(i * 10_000_019, i as u32);
+    fn insert_get_remove_against_a_reference() {
+        let mut m = SparseMap::new(1000, 1 << 30, 1000).unwrap();
+        let mut r = std::collections::HashMap::new();
+        let mut x = 7u64;
+        for step in 0..20_000u32 {
+            x = mix(x);
+            let lba = x % 3000;
+            if x.is_multiple_of(3) {
+                assert_eq!(m.remove(lba), r.remove(&lba), "step {step}");
+            } else if r.len() < 1000 || r.contains_key(&lba) {
+                let en = e((x >> 20) as u32 % 1000, x & 16 != 0);
+                assert_eq!(m.insert(lba, en).unwrap(), r.insert(lba, en));
+            }
+            assert_eq!(m.len(), r.len());
         }
-        let per = s.memory_bytes() as f64 / 1e5;
-        // 12 B of key+value plus the group overhead amortised over >= 12.8
-        // entries per group (load in [0.4, 0.8]): well under 20 B.
-        assert!(per > 12.0 && per < 20.0, "{per} B/entry");
-        let d = DenseMap::new(1 << 20);
-        assert_eq!(
-            d.memory_bytes(),
-            (1 << 22) + std::mem::size_of::<DenseMap>() as u64
-        );
+        for l in 0..3000 {
+            assert_eq!(m.get(l), r.get(&l).copied(), "block {l}");
+        }
+        assert_eq!(m.dirty(), r.values().filter(|e| e.dirty).count());
+        let mut d: Vec<u64> = r
+            .iter()
+            .filter(|(_, e)| e.dirty)
+            .map(|(l, _)| *l)
+            .filter(|l| *l >= 100)
+            .collect();
+        d.sort();
+        d.truncate(10);
+        assert_eq!(m.dirty_from(100, 10), d);
+    }
+
+    #[test]
+    fn bytes_per_cached_block_within_goal() {
+        // 4 GiB of cache slots in front of 1 TiB: a full map.
+        let slots = 1u64 << 20;
+        let mut m = SparseMap::new(slots, 1 << 28, slots).unwrap();
+        for i in 0..slots {
+            m.insert(i * 257 % (1 << 28), e(i as u32, i % 4 == 0))
+                .unwrap();
+        }
+        let per = m.memory_bytes() as f64 / m.len() as f64;
+        assert!(per <= 8.0, "{per} bytes per cached block");
+        assert_eq!(m.entry_bytes(), 7);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        let mut m = SparseMap::new(4, 100, 4).unwrap();
+        assert!(m.insert(100, e(0, false)).is_err());
+        for l in 0..4 {
+            m.insert(l, e(l as u32, false)).unwrap();
+        }
+        assert!(m.insert(50, e(0, false)).is_err(), "table full");
+        assert!(SparseMap::new(4, u64::MAX, 1 << 31).is_err());
     }
 }

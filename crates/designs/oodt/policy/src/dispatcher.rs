@@ -2,6 +2,17 @@
 //! boundaries, look each part up in the mapping table and route it to its
 //! tier; a request completes when all its parts have; parts on blocks under
 //! migration wait until the block is unlocked.
+//!
+//! The simulator dispatches with [`Dispatcher::dispatch`] (a part on a
+//! locked block is marked and waits for the unlock in virtual time). The
+//! live volume, with requests running concurrently, uses claims: a request
+//! [`registers`](Dispatcher::register) byte-range claims on its blocks
+//! (refused while a block is under migration), runs once no earlier
+//! overlapping claim where one side writes is left
+//! ([`ready`](Dispatcher::ready)), is [`routed`](Dispatcher::route) and
+//! [`released`](Dispatcher::release) after its I/O; a migration
+//! [`locks`](Dispatcher::lock) its block and waits until it is
+//! [`drained`](Dispatcher::drained). Both paths route with the same lookup.
 
 use crate::mapping::{BlockId, Loc, MappingTable, TierError};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -42,12 +53,73 @@ pub fn split(offset: u64, len: u64, block_bytes: u32) -> impl Iterator<Item = (B
 /// Request id handed out by [`Dispatcher::dispatch`].
 pub type ReqId = u64;
 
+/// One registered request's claim on a byte range of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Claim {
+    /// The request (ids grow in arrival order).
+    id: ReqId,
+    start: u32,
+    end: u32,
+    /// A write or trim: excludes every overlapping claim.
+    write: bool,
+}
+
+impl Claim {
+    fn conflicts(&self, o: &Claim) -> bool {
+        (self.write || o.write) && self.start < o.end && o.start < self.end
+    }
+}
+
 /// Routes requests and tracks their completion.
 #[derive(Debug, Default)]
 pub struct Dispatcher {
     locked: FxHashSet<BlockId>,
     pending: FxHashMap<ReqId, u32>,
     next: ReqId,
+    /// Claims of registered requests, per block.
+    claims: FxHashMap<BlockId, Vec<Claim>>,
+}
+
+/// `[offset, offset + len)` within `table`'s volume and not empty.
+fn check_range(table: &MappingTable, offset: u64, len: u64) -> Result<(), TierError> {
+    if len == 0 {
+        return Err(TierError::Empty(offset));
+    }
+    let volume_bytes = table.volume_bytes();
+    if offset
+        .checked_add(len)
+        .filter(|&e| e <= volume_bytes)
+        .is_none()
+    {
+        return Err(TierError::OutOfRange {
+            offset,
+            len,
+            volume_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The part of `[at, at + plen)` (inside `block`) on its tier.
+fn sub_request(
+    table: &MappingTable,
+    block: BlockId,
+    at: u64,
+    plen: u32,
+    locked: bool,
+) -> SubRequest {
+    let bs = table.block_bytes();
+    let loc = table
+        .lookup(block)
+        .expect("checked against the volume size");
+    SubRequest {
+        block,
+        offset: at,
+        len: plen,
+        loc,
+        tier_offset: loc.byte_offset(bs) + at % u64::from(bs),
+        locked,
+    }
 }
 
 impl Dispatcher {
@@ -66,35 +138,16 @@ impl Dispatcher {
         len: u64,
         out: &mut Vec<SubRequest>,
     ) -> Result<ReqId, TierError> {
-        if len == 0 {
-            return Err(TierError::Empty(offset));
-        }
-        let volume_bytes = table.volume_bytes();
-        if offset
-            .checked_add(len)
-            .filter(|&e| e <= volume_bytes)
-            .is_none()
-        {
-            return Err(TierError::OutOfRange {
-                offset,
-                len,
-                volume_bytes,
-            });
-        }
-        let bs = table.block_bytes();
+        check_range(table, offset, len)?;
         let mut parts = 0u32;
-        for (block, at, plen) in split(offset, len, bs) {
-            let loc = table
-                .lookup(block)
-                .expect("checked against the volume size");
-            out.push(SubRequest {
+        for (block, at, plen) in split(offset, len, table.block_bytes()) {
+            out.push(sub_request(
+                table,
                 block,
-                offset: at,
-                len: plen,
-                loc,
-                tier_offset: loc.byte_offset(bs) + at % u64::from(bs),
-                locked: self.locked.contains(&block),
-            });
+                at,
+                plen,
+                self.locked.contains(&block),
+            ));
             parts += 1;
         }
         let id = self.next;
@@ -127,9 +180,92 @@ impl Dispatcher {
         self.locked.insert(block);
     }
 
-    /// Unlock after the mapping switched; parts waiting on it may go.
+    /// Unlock after the mapping switched (or the migration was abandoned);
+    /// parts and registrations waiting on it may go.
     pub fn unlock(&mut self, block: BlockId) {
         self.locked.remove(&block);
+    }
+
+    /// Register request `[offset, offset + len)` (`write`: a write or trim)
+    /// with a claim on each block it touches; `Ok(None)` while any of its
+    /// blocks is under migration (try again after an unlock). Returns the
+    /// request's id.
+    pub fn register(
+        &mut self,
+        table: &MappingTable,
+        offset: u64,
+        len: u64,
+        write: bool,
+    ) -> Result<Option<ReqId>, TierError> {
+        check_range(table, offset, len)?;
+        let bs = table.block_bytes();
+        if split(offset, len, bs).any(|(b, _, _)| self.locked.contains(&b)) {
+            return Ok(None);
+        }
+        let id = self.next;
+        self.next += 1;
+        for (block, at, plen) in split(offset, len, bs) {
+            let start = (at % u64::from(bs)) as u32;
+            self.claims.entry(block).or_default().push(Claim {
+                id,
+                start,
+                end: start + plen,
+                write,
+            });
+        }
+        Ok(Some(id))
+    }
+
+    /// Whether registered request `id` (`[offset, offset + len)`) may run:
+    /// no earlier claim that overlaps one of its claims where either writes.
+    /// Overlapping requests thus run in arrival order when one writes, so a
+    /// read never sees half a write and writes land in order.
+    pub fn ready(&self, id: ReqId, offset: u64, len: u64, block_bytes: u32) -> bool {
+        split(offset, len, block_bytes).all(|(block, _, _)| {
+            let Some(cs) = self.claims.get(&block) else {
+                return true;
+            };
+            let Some(mine) = cs.iter().find(|c| c.id == id) else {
+                return true;
+            };
+            !cs.iter().any(|c| c.id < id && c.conflicts(mine))
+        })
+    }
+
+    /// Route a registered, ready request: its parts, in address order. (A
+    /// block locked after the request registered still routes to its
+    /// current location: the migration copies only once such claims drain.)
+    pub fn route(&self, table: &MappingTable, offset: u64, len: u64, out: &mut Vec<SubRequest>) {
+        for (block, at, plen) in split(offset, len, table.block_bytes()) {
+            out.push(sub_request(table, block, at, plen, false));
+        }
+    }
+
+    /// Drop request `id`'s claims (its I/O finished or it was abandoned).
+    /// Returns whether a block under migration has no claim left (the
+    /// migration waiting for it may go).
+    pub fn release(&mut self, id: ReqId, offset: u64, len: u64, block_bytes: u32) -> bool {
+        let mut drained = false;
+        for (block, _, _) in split(offset, len, block_bytes) {
+            if let Some(cs) = self.claims.get_mut(&block) {
+                cs.retain(|c| c.id != id);
+                if cs.is_empty() {
+                    self.claims.remove(&block);
+                    drained |= self.locked.contains(&block);
+                }
+            }
+        }
+        drained
+    }
+
+    /// Whether no registered request holds a claim on `block`.
+    pub fn drained(&self, block: BlockId) -> bool {
+        !self.claims.contains_key(&block)
+    }
+
+    /// Blocks under migration.
+    pub fn locked_blocks(&self) -> usize {
+        self.locked.len()
     }
 
     /// Whether `block` is under migration.
@@ -216,6 +352,44 @@ mod tests {
         assert!(d.complete_part(id).is_err());
         d.unlock(2);
         assert!(!d.is_locked(2));
+    }
+
+    #[test]
+    fn claims_order_overlapping_writes_and_drain_for_migrations() {
+        let t = MappingTable::new(4096, 8, &[4]).unwrap();
+        let mut d = Dispatcher::new();
+        // A write of block 0's first half, then a read of all of block 0,
+        // then a read of its second half, then a read of block 1.
+        let w = d.register(&t, 0, 2048, true).unwrap().unwrap();
+        let r = d.register(&t, 0, 4096, false).unwrap().unwrap();
+        let r2 = d.register(&t, 2048, 2048, false).unwrap().unwrap();
+        assert!(d.ready(w, 0, 2048, 4096));
+        assert!(
+            !d.ready(r, 0, 4096, 4096),
+            "the read waits for the earlier write"
+        );
+        assert!(d.ready(r2, 2048, 2048, 4096), "no overlap with the write");
+        let mut out = Vec::new();
+        d.route(&t, 0, 2048, &mut out);
+        assert_eq!(
+            (out[0].block, out[0].loc.tier, out[0].tier_offset),
+            (0, 1, 0)
+        );
+        // A migration locks block 0: new requests wait, it waits for the claims.
+        d.lock(0);
+        assert_eq!(d.register(&t, 100, 10, false).unwrap(), None);
+        assert!(!d.drained(0));
+        assert!(!d.release(w, 0, 2048, 4096));
+        assert!(d.ready(r, 0, 4096, 4096));
+        assert!(!d.release(r2, 2048, 2048, 4096));
+        assert!(
+            d.release(r, 0, 4096, 4096),
+            "the last claim drains the block"
+        );
+        assert!(d.drained(0));
+        d.unlock(0);
+        assert!(d.register(&t, 100, 10, false).unwrap().is_some());
+        assert!(d.register(&t, 0, 0, false).is_err());
     }
 
     #[test]

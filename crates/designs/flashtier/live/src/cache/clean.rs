@@ -3,41 +3,97 @@
 //! and checkpoints of the map.
 
 use super::LogCache;
-use super::{err, set_shadows, shadows, Res, State};
+use super::{err, evicted, set_shadows, shadows, CacheError, Ext, Res, State};
 use crate::checkpoint::{Checkpoint, NONE};
-use crate::cleaning::SegState;
 use crate::map::Entry;
 use crate::segment::{decode_entry, Summary, BLOCK};
+use tiercache_flash::logstore::LogIo;
 
-impl LogCache {
-    /// Reclaim segment `v`: drop its live clean blocks, move its live dirty
-    /// blocks into the open segment (or write them back if they do not fit).
-    pub(crate) fn clean_segment(&self, st: &mut State, v: u32) -> Res<()> {
-        let live = self.live_blocks(st, v);
-        let mut dirty = Vec::new();
-        for (lba, slot) in live {
-            if st.map.get(lba).is_some_and(|e| e.dirty) {
-                dirty.push((lba, slot));
-            } else {
-                self.evict(st, lba);
-                st.stats.silent_evictions += 1;
+/// The live store drives the policy's [`tiercache_flash::logstore::Log`]:
+/// its decisions call back here where the store does I/O.
+impl LogIo for Ext {
+    type Ctx = LogCache;
+    type Error = CacheError;
+
+    fn roll(st: &mut State, c: &LogCache) -> Res<bool> {
+        match c.roll(st) {
+            Ok(()) => Ok(true),
+            // The cache device failed: the caller goes around it.
+            Err(e) if e.0.starts_with("cache device") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn append_open(
+        st: &mut State,
+        c: &LogCache,
+        lbas: &[u64],
+        data: &[u8],
+        dirty: bool,
+    ) -> Res<bool> {
+        c.append_into_open(st, lbas, data, dirty)
+    }
+
+    fn live_blocks(st: &mut State, c: &LogCache, seg: u32) -> Vec<(u64, u32)> {
+        c.live_blocks(st, seg)
+    }
+
+    fn read_slots(st: &mut State, c: &LogCache, blocks: &[(u64, u32)]) -> Res<Vec<u8>> {
+        let mut data = vec![0u8; blocks.len() * BLOCK as usize];
+        for (i, &(lba, slot)) in blocks.iter().enumerate() {
+            let off = c.slot_offset(st, slot);
+            if let Err(e) = c
+                .cache
+                .read_at(&mut data[i * BLOCK as usize..(i + 1) * BLOCK as usize], off)
+            {
+                c.cache_error(st, "reading a dirty block to clean", &e);
+                return Err(err(format!(
+                    "cache device: reading dirty block {lba} to move it: {e}"
+                )));
             }
         }
-        if !dirty.is_empty() {
-            self.move_dirty(st, &dirty)?;
+        Ok(data)
+    }
+
+    fn write_back_block(st: &mut State, c: &LogCache, lba: u64, data: &[u8]) -> Res<()> {
+        if let Err(e) = c.backing.write_at(data, lba * BLOCK) {
+            return Err(c.backing_error(st, "writing back a dirty block", e));
         }
-        debug_assert_eq!(
-            st.segs[v as usize].live, 0,
-            "segment {v} still has live blocks"
-        );
-        st.segs[v as usize].state = SegState::Free;
-        st.free.push_back(v);
-        st.stats.segments_cleaned += 1;
+        st.backing_dirty = true;
         Ok(())
     }
 
-    /// The live blocks of segment `v` as `(block, slot)`: from its summary
-    /// when readable and complete, else by scanning the map.
+    fn write_back(st: &mut State, c: &LogCache, lbas: &[u64]) -> Res<()> {
+        c.write_back_runs(st, lbas)
+    }
+
+    fn degraded(st: &State) -> bool {
+        st.degraded.is_some()
+    }
+
+    fn evicted(st: &mut State, _lba: u64, e: Entry) {
+        evicted(st, e);
+    }
+
+    fn moved(st: &mut State, old: u32, new: u32) {
+        // A moved copy supersedes what its old copy superseded, and the old
+        // copy itself, which holds the same data.
+        let s = shadows(st, old);
+        set_shadows(st, new, s);
+    }
+}
+
+impl LogCache {
+    /// Reclaim segment `v` (the policy's `Log::clean_segment`): drop its
+    /// live clean blocks, move its live dirty blocks into the open segment
+    /// (or write them back if they do not fit).
+    #[cfg(test)]
+    pub(crate) fn clean_segment(&self, st: &mut State, v: u32) -> Res<()> {
+        st.clean_segment(self, v)
+    }
+
+    /// The live blocks of segment `v` as `(block, slot)` in slot order:
+    /// from its summary when readable and complete, else by scanning the map.
     fn live_blocks(&self, st: &mut State, v: u32) -> Vec<(u64, u32)> {
         let base = self.seg_offset(st, v);
         let mut head = vec![0u8; 2 * self.geo.summary_blocks as usize * BLOCK as usize];
@@ -50,100 +106,36 @@ impl LogCache {
                 None
             }
         };
-        // (block, slot) of every live block; without a summary, scan the map.
-        let mut live: Vec<(u64, u32)> = match &summary {
-            Some(s) => s
-                .entries
-                .iter()
-                .enumerate()
-                .filter_map(|(k, &e)| {
-                    let (lba, _) = decode_entry(e)?;
-                    let slot = v * self.data_blocks + k as u32;
-                    (st.map.get(lba)?.slot == slot).then_some((lba, slot))
-                })
-                .collect(),
-            None => st
-                .map
-                .iter()
-                .filter(|(_, e)| e.slot / self.data_blocks == v)
-                .map(|(l, e)| (l, e.slot))
-                .collect(),
+        let Some(summary) = summary else {
+            return st.live_by_scan(v);
         };
-        if summary.is_some() && live.len() < st.segs[v as usize].live as usize {
+        let live: Vec<(u64, u32)> = summary
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(k, &e)| {
+                let (lba, _) = decode_entry(e)?;
+                let slot = v * self.data_blocks + k as u32;
+                (st.map.get(lba)?.slot == slot).then_some((lba, slot))
+            })
+            .collect();
+        if live.len() < st.segs[v as usize].live as usize {
             // The summary misses live blocks (it must not): never free a segment the map points into.
             tracing::warn!(
                 "segment {v}: summary lists {} of {} live blocks; scanning the map",
                 live.len(),
                 st.segs[v as usize].live
             );
-            live = st
-                .map
-                .iter()
-                .filter(|(_, e)| e.slot / self.data_blocks == v)
-                .map(|(l, e)| (l, e.slot))
-                .collect();
+            return st.live_by_scan(v);
         }
         live
     }
 
-    /// Move the live dirty blocks `dirty` (`(block, old slot)`) of a segment
-    /// being cleaned into the open segment, or write them back when they do
-    /// not fit (or the cache is degraded).
-    fn move_dirty(&self, st: &mut State, dirty: &[(u64, u32)]) -> Res<()> {
-        let mut data = vec![0u8; dirty.len() * BLOCK as usize];
-        for (i, &(_, slot)) in dirty.iter().enumerate() {
-            let off = self.slot_offset(st, slot);
-            if let Err(e) = self
-                .cache
-                .read_at(&mut data[i * BLOCK as usize..(i + 1) * BLOCK as usize], off)
-            {
-                self.cache_error(st, "reading a dirty block to clean", &e);
-                return Err(err(format!(
-                    "cache device: reading dirty block {} to move it: {e}",
-                    dirty[i].0
-                )));
-            }
-        }
-        let lbas: Vec<u64> = dirty.iter().map(|d| d.0).collect();
-        let moved = st.degraded.is_none()
-            && self.room(st) >= lbas.len()
-            && self.append_into_open(st, &lbas, &data, true)?;
-        if moved {
-            // A moved copy supersedes what its old copy superseded, and
-            // the old copy itself, which holds the same data.
-            for &(lba, old) in dirty {
-                let slot = st.map.get(lba).expect("moved block is mapped").slot;
-                let s = shadows(st, old);
-                set_shadows(st, slot, s);
-            }
-            st.stats.moved_dirty += lbas.len() as u64;
-        } else {
-            for (i, &lba) in lbas.iter().enumerate() {
-                if let Err(e) = self.backing.write_at(
-                    &data[i * BLOCK as usize..(i + 1) * BLOCK as usize],
-                    lba * BLOCK,
-                ) {
-                    return Err(self.backing_error(st, "writing back a dirty block", e));
-                }
-                st.backing_dirty = true;
-                self.evict(st, lba);
-                st.stats.cleaning_written_back += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Write back up to `max` dirty blocks in backing order from the
-    /// cleaning cursor; they stay cached, clean. Returns how many.
-    pub(super) fn write_back_some(&self, st: &mut State, max: usize) -> Res<usize> {
-        let mut lbas = st.map.dirty_from(st.clean_cursor, max);
-        if lbas.is_empty() && st.clean_cursor > 0 {
-            st.clean_cursor = 0;
-            lbas = st.map.dirty_from(0, max);
-        }
+    /// Write the cached copies of dirty blocks `lbas` (ascending) back, a
+    /// run of consecutive blocks in consecutive slots of one segment at a time.
+    fn write_back_runs(&self, st: &mut State, lbas: &[u64]) -> Res<()> {
         let mut i = 0;
         while i < lbas.len() {
-            // A run of consecutive blocks in consecutive slots of one segment.
             let first = st.map.get(lbas[i]).expect("dirty block is mapped");
             let mut n = 1;
             while i + n < lbas.len()
@@ -168,40 +160,26 @@ impl LogCache {
                 return Err(self.backing_error(st, "writing back", e));
             }
             st.backing_dirty = true;
-            for k in 0..n {
-                let e = st.map.get(lbas[i + k]).expect("mapped");
-                st.map
-                    .insert(
-                        lbas[i + k],
-                        Entry {
-                            slot: e.slot,
-                            dirty: false,
-                        },
-                    )
-                    .map_err(err)?;
-            }
-            st.stats.written_back += n as u64;
             i += n;
         }
-        if let Some(&l) = lbas.last() {
-            st.clean_cursor = l + 1;
-        }
-        Ok(lbas.len())
+        Ok(())
+    }
+
+    /// Write back up to `max` dirty blocks in backing order from the
+    /// cleaning cursor (the policy's `Log::write_back_some`); they stay
+    /// cached, clean. Returns how many.
+    pub(super) fn write_back_some(&self, st: &mut State, max: usize) -> Res<usize> {
+        st.write_back_some(self, max)
     }
 
     /// Keep dirty blocks under the target share of slots (all of them in degraded mode).
     pub(super) fn clean_to_target(&self, st: &mut State) -> Res<()> {
-        let target = if st.degraded.is_some() {
+        let limit = if st.degraded.is_some() {
             0
         } else {
-            (st.sb.dirty_target * st.sb.slots() as f64) as usize
+            State::dirty_limit(st.sb.dirty_target, st.sb.slots())
         };
-        while st.map.dirty() > target {
-            if self.write_back_some(st, 256)? == 0 {
-                break;
-            }
-        }
-        Ok(())
+        st.clean_to(self, limit)
     }
 
     /// Write a checkpoint of the map (a new epoch; the journal starts over).
@@ -215,7 +193,7 @@ impl LogCache {
         // The open segment's summary must cover what the checkpoint says it
         // covers: after a restart the segment is cleaned from its summary.
         self.persist_summary(st)?;
-        let (open_seg, open_seq, open_count) = match &st.open {
+        let (open_seg, open_seq, open_count) = match &st.open_seg {
             Some(o) => (o.seg, o.seq, o.entries.len() as u32),
             None => (NONE, 0, 0),
         };

@@ -8,7 +8,7 @@ impl LogCache {
     /// checkpoint (the `flush` control command). Returns how many.
     pub fn write_back_all(&self) -> Res<u64> {
         let mut st = self.lock()?;
-        let before = st.stats.written_back;
+        let before = st.counters.written_back;
         st.clean_cursor = 0;
         while st.map.dirty() > 0 {
             if self.write_back_some(&mut st, 1024)? == 0 {
@@ -17,7 +17,7 @@ impl LogCache {
         }
         self.flush_locked(&mut st)?;
         self.checkpoint(&mut st)?;
-        Ok(st.stats.written_back - before)
+        Ok(st.counters.written_back - before)
     }
 
     /// Clean shutdown: everything durable, a checkpoint, the superblock

@@ -2,16 +2,15 @@
 //! record, then the segment summary), and keeping free segments ready.
 
 use super::LogCache;
-use super::{err, OpenSeg, Res, State, RESERVE};
+use super::{err, set_shadows, OpenSeg, Res, State};
 use crate::checkpoint::JournalRecord;
-use crate::cleaning::{pick_victim, SegInfo, SegState};
 use crate::segment::{entry, Summary, BLOCK, EMPTY};
 
 impl LogCache {
     /// Flush the data, write the open segment's summary (into the older
     /// copy), flush again: afterwards every entry so far is durable.
     pub(super) fn persist_summary(&self, st: &mut State) -> Res<()> {
-        let Some(o) = st.open.as_ref() else {
+        let Some(o) = st.open_seg.as_ref() else {
             return Ok(());
         };
         if o.durable == o.entries.len() {
@@ -34,7 +33,7 @@ impl LogCache {
             return Err(err(format!("cache device: writing a segment summary: {e}")));
         }
         st.stats.summary_writes += 1;
-        let o = st.open.as_mut().expect("open segment");
+        let o = st.open_seg.as_mut().expect("open segment");
         o.version += 1;
         o.durable = o.entries.len();
         Ok(())
@@ -45,10 +44,10 @@ impl LogCache {
     /// segment, then its two summaries (a crash between them leaves a record
     /// that recovery skips); all of it before any data goes into the segment.
     pub(super) fn roll(&self, st: &mut State) -> Res<()> {
-        if st.open.is_some() {
+        if st.open_seg.is_some() {
             self.persist_summary(st)?;
-            let o = st.open.take().expect("open segment");
-            st.segs[o.seg as usize].state = SegState::Sealed;
+            st.open_seg = None;
+            st.seal_open();
         }
         if st.backing_dirty {
             if let Err(e) = self.backing.flush() {
@@ -60,11 +59,9 @@ impl LogCache {
             self.checkpoint(st)?;
         }
         // Free segments are reused in the order they were freed (`evict`).
-        let Some(seg) = st.free.pop_front() else {
+        let Some((seg, seq)) = st.begin_open() else {
             return Err(err("no free segment (cleaning could not free one)"));
         };
-        let seq = st.next_seq;
-        st.next_seq += 1;
         let base = self.seg_offset(st, seg);
         let rec = JournalRecord {
             epoch: st.epoch,
@@ -97,19 +94,13 @@ impl LogCache {
         }
         let r = r.and_then(|_| self.cache.flush());
         st.journal_next += 1;
-        st.segs[seg as usize] = SegInfo {
-            state: SegState::Open,
-            seq,
-            live: 0,
-        };
+        st.finish_open(seg, r.is_ok());
         if let Err(e) = r {
             // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.
-            st.segs[seg as usize].state = SegState::Sealed;
             self.cache_error(st, "opening a segment", &e);
             return Err(err(format!("cache device: opening a segment: {e}")));
         }
-        st.stats.segments_opened += 1;
-        st.open = Some(OpenSeg {
+        st.open_seg = Some(OpenSeg {
             seg,
             seq,
             entries: Vec::new(),
@@ -119,16 +110,9 @@ impl LogCache {
         Ok(())
     }
 
-    /// Room left in the open segment.
-    pub(super) fn room(&self, st: &State) -> usize {
-        st.open
-            .as_ref()
-            .map_or(0, |o| self.data_blocks as usize - o.entries.len())
-    }
-
     /// Append whole blocks `lbas` (data in `data`, 4 KiB each) to the log
-    /// and map them. Returns how many were appended before a cache error
-    /// (the rest were not).
+    /// and map them (the policy's `Log::append`). Returns how many were
+    /// appended before a cache error (the rest were not).
     pub(super) fn append(
         &self,
         st: &mut State,
@@ -136,34 +120,7 @@ impl LogCache {
         data: &[u8],
         dirty: bool,
     ) -> Res<usize> {
-        let mut done = 0;
-        while done < lbas.len() {
-            if st.free.len() < RESERVE {
-                self.ensure_free(st)?;
-            }
-            if self.room(st) == 0 {
-                if st.free.is_empty() {
-                    self.ensure_free(st)?;
-                }
-                match self.roll(st) {
-                    Ok(()) => {}
-                    // The cache device failed: the caller goes around it.
-                    Err(e) if e.0.starts_with("cache device") => return Ok(done),
-                    Err(e) => return Err(e),
-                }
-            }
-            let n = self.room(st).min(lbas.len() - done);
-            if !self.append_into_open(
-                st,
-                &lbas[done..done + n],
-                &data[done * BLOCK as usize..(done + n) * BLOCK as usize],
-                dirty,
-            )? {
-                return Ok(done);
-            }
-            done += n;
-        }
-        Ok(done)
+        st.append(self, lbas, data, dirty)
     }
 
     /// Write blocks that fit the open segment into it; `false` on a cache
@@ -175,40 +132,39 @@ impl LogCache {
         data: &[u8],
         dirty: bool,
     ) -> Res<bool> {
-        let o = st.open.as_ref().expect("open segment");
+        let o = st.open_seg.as_ref().expect("open segment");
         debug_assert!(lbas.len() <= self.data_blocks as usize - o.entries.len());
+        debug_assert_eq!(
+            o.entries.len(),
+            st.used as usize,
+            "summary and policy disagree"
+        );
         let slot0 = o.seg * self.data_blocks + o.entries.len() as u32;
         let off = self.slot_offset(st, slot0);
         if let Err(e) = self.cache.write_at(data, off) {
-            st.open
+            st.open_seg
                 .as_mut()
                 .expect("open")
                 .entries
                 .extend(std::iter::repeat_n(EMPTY, lbas.len()));
+            st.burn(lbas.len());
             self.cache_error(st, "appending to a segment", &e);
             return Ok(false);
         }
-        for (i, &lba) in lbas.iter().enumerate() {
-            self.map_to(st, lba, slot0 + i as u32, dirty)?;
-            st.open
+        let placed = st.place(lbas, dirty).map_err(err)?;
+        for (i, (&lba, (slot, old))) in lbas.iter().zip(placed).enumerate() {
+            debug_assert_eq!(
+                slot,
+                slot0 + i as u32,
+                "the policy placed the block elsewhere"
+            );
+            set_shadows(st, slot, old.is_some());
+            st.open_seg
                 .as_mut()
                 .expect("open")
                 .entries
                 .push(entry(lba, dirty));
         }
-        st.stats.appended_blocks += lbas.len() as u64;
         Ok(true)
-    }
-
-    /// Clean segments until `RESERVE` are free (or none is left to clean).
-    pub(super) fn ensure_free(&self, st: &mut State) -> Res<()> {
-        let policy = *self.victim_policy.lock().unwrap_or_else(|e| e.into_inner());
-        while st.free.len() < RESERVE {
-            let Some(v) = pick_victim(&st.segs, self.data_blocks, st.next_seq, policy) else {
-                break;
-            };
-            self.clean_segment(st, v)?;
-        }
-        Ok(())
     }
 }

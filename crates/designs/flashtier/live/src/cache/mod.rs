@@ -32,17 +32,17 @@ mod read;
 mod report;
 mod write;
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tiercache_io::BlockDev;
 
-use crate::cleaning::{SegInfo, SegState, VictimPolicy};
+use crate::cleaning::{SegInfo, VictimPolicy};
 use crate::layout::{Superblock, WritePolicy};
 use crate::map::{Entry, SparseMap};
 use crate::segment::Geometry;
+use tiercache_flash::logstore::Log;
 
 /// A failed request (the NBD export answers EIO), with what went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,8 +62,8 @@ fn err(what: impl Into<String>) -> CacheError {
     CacheError(what.into())
 }
 
-/// Free segments kept ready; cleaning starts below this.
-pub const RESERVE: usize = 2;
+/// Free segments kept ready; cleaning starts below this (the policy's).
+pub const RESERVE: usize = tiercache_flash::logstore::RESERVE;
 /// Cache device errors after which no new data is cached.
 pub const ERROR_LIMIT: u64 = 8;
 
@@ -145,14 +145,17 @@ struct OpenSeg {
     durable: usize,
 }
 
-/// Mutable state, under the cache's lock.
-pub(crate) struct State {
+/// Mutable state, under the cache's lock: the FlashTier policy crate's
+/// [`Log`] (map, segments, free list, open segment, victim rule, decision
+/// counters) with the live store's own state ([`Ext`]) inside.
+pub(crate) type State = Log<Ext>;
+
+/// The live store's state around the policy's [`Log`]: metadata, the open
+/// segment's summary, durability bookkeeping, errors.
+pub(crate) struct Ext {
     pub(crate) sb: Superblock,
-    pub(crate) map: SparseMap,
-    pub(crate) segs: Vec<SegInfo>,
-    pub(crate) free: VecDeque<u32>,
-    open: Option<OpenSeg>,
-    pub(crate) next_seq: u64,
+    /// The open segment's summary (the policy's `Log::open` names the segment).
+    open_seg: Option<OpenSeg>,
     pub(crate) epoch: u64,
     pub(crate) journal_next: u32,
     /// Backing writes not yet flushed.
@@ -173,50 +176,52 @@ pub(crate) struct State {
     /// checkpoints first, so that reusing a segment never lets recovery
     /// bring back a dirty copy older than the backing device's.
     pub(crate) ckpt_before_reuse: bool,
-    clean_cursor: u64,
     degraded: Option<String>,
     closed: bool,
+    /// The counters the policy does not keep (metadata, errors).
     pub(crate) stats: Counters,
 }
 
-impl State {
-    pub(crate) fn new(
-        sb: Superblock,
-        map: SparseMap,
-        segs: Vec<SegInfo>,
-        next_seq: u64,
-        epoch: u64,
-    ) -> State {
-        let free = segs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.state == SegState::Free)
-            .map(|(i, _)| i as u32)
-            .collect();
-        let shadows = vec![0; (sb.slots() as usize).div_ceil(64)];
-        State {
+/// The state of a store opened over `map` and `segs`.
+pub(crate) fn new_state(
+    sb: Superblock,
+    map: SparseMap,
+    segs: Vec<SegInfo>,
+    next_seq: u64,
+    epoch: u64,
+) -> State {
+    let shadows = vec![0; (sb.slots() as usize).div_ceil(64)];
+    let data_blocks = sb.geometry().data_blocks();
+    Log::new(
+        map,
+        segs,
+        next_seq,
+        data_blocks,
+        Ext {
             sb,
-            map,
-            segs,
-            free,
-            open: None,
-            next_seq,
+            open_seg: None,
             epoch,
             journal_next: 0,
             backing_dirty: false,
             need_ckpt: false,
             shadows,
             ckpt_before_reuse: false,
-            clean_cursor: 0,
             degraded: None,
             closed: false,
             stats: Counters::default(),
-        }
-    }
+        },
+    )
 }
 
 fn shadows(st: &State, slot: u32) -> bool {
     st.shadows[slot as usize / 64] >> (slot % 64) & 1 != 0
+}
+/// `e` left the map by cleaning or an unmap: if it superseded older entries
+/// recovery could replay, the next segment opened checkpoints first.
+fn evicted(st: &mut State, e: Entry) {
+    if shadows(st, e.slot) {
+        st.ckpt_before_reuse = true;
+    }
 }
 fn set_shadows(st: &mut State, slot: u32, on: bool) {
     let (w, b) = (slot as usize / 64, slot % 64);
@@ -232,7 +237,6 @@ pub struct LogCache {
     backing_path: PathBuf,
     size: u64,
     policy: WritePolicy,
-    victim_policy: Mutex<VictimPolicy>,
     st: Mutex<State>,
     recovery: RecoveryInfo,
 }
@@ -254,7 +258,6 @@ impl LogCache {
             cache,
             backing,
             backing_path: backing_path.to_path_buf(),
-            victim_policy: Mutex::new(VictimPolicy::CostBenefit),
             st: Mutex::new(st),
             recovery,
         }
@@ -294,7 +297,7 @@ impl LogCache {
     }
     /// Choose how cleaning picks victims (cost-benefit by default).
     pub fn set_victim_policy(&self, p: VictimPolicy) {
-        *self.victim_policy.lock().unwrap_or_else(|e| e.into_inner()) = p;
+        self.st.lock().unwrap_or_else(|e| e.into_inner()).victim = p;
     }
 
     fn lock(&self) -> Res<MutexGuard<'_, State>> {
@@ -333,17 +336,6 @@ impl LogCache {
         err(format!("backing device: {what}: {e}"))
     }
 
-    /// Point `lba` at `slot` (a new entry of the log), keeping the
-    /// segments' live counts and whether the entry supersedes another.
-    fn map_to(&self, st: &mut State, lba: u64, slot: u32, dirty: bool) -> Res<()> {
-        let old = st.map.insert(lba, Entry { slot, dirty }).map_err(err)?;
-        if let Some(o) = old {
-            st.segs[(o.slot / self.data_blocks) as usize].live -= 1;
-        }
-        st.segs[(slot / self.data_blocks) as usize].live += 1;
-        set_shadows(st, slot, old.is_some());
-        Ok(())
-    }
     /// Unmap `lba` while its entry stays in the log (trim, bypass, errors,
     /// write-through): a later entry of the block supersedes this one
     /// without knowing it, so in write-back the next segment opened
@@ -360,11 +352,8 @@ impl LogCache {
     /// reused in order). If its entry superseded older ones that recovery
     /// could replay, the next segment opened checkpoints first.
     fn evict(&self, st: &mut State, lba: u64) -> Option<Entry> {
-        let o = st.map.remove(lba)?;
-        st.segs[(o.slot / self.data_blocks) as usize].live -= 1;
-        if shadows(st, o.slot) {
-            st.ckpt_before_reuse = true;
-        }
+        let o = st.evict(lba)?;
+        evicted(st, o);
         Some(o)
     }
 }

@@ -52,7 +52,7 @@ impl LogCache {
                         }
                     }
                     if count {
-                        st.stats.read_hits += k as u64;
+                        st.counters.read_hits += k as u64;
                     }
                 }
                 None => {
@@ -67,7 +67,7 @@ impl LogCache {
                         return Err(self.backing_error(st, "read", e));
                     }
                     if count {
-                        st.stats.read_misses += k as u64;
+                        st.counters.read_misses += k as u64;
                     }
                     misses.push((i, k));
                 }
@@ -77,13 +77,11 @@ impl LogCache {
         if fill && st.degraded.is_none() {
             for (i, k) in misses {
                 let lbas: Vec<u64> = (b0 + i as u64..b0 + (i + k) as u64).collect();
-                let done = self.append(
-                    st,
+                st.fill(
+                    self,
                     &lbas,
                     &buf[i * BLOCK as usize..(i + k) * BLOCK as usize],
-                    false,
                 )?;
-                st.stats.fills += done as u64;
             }
         }
         Ok(buf)

@@ -1,27 +1,21 @@
 //! Reporting: counters, occupancy, map size and the JSON stats.
 
+use super::State;
 use super::{Counters, Res};
 use super::{LogCache, MapBytesPerBlock, Occupancy};
-use crate::cleaning::{pick_victim, SegState};
+use crate::cleaning::SegState;
 use serde_json::{json, Value};
 
 impl LogCache {
     /// Clean segments until `n` are free (tests and benchmarks).
     pub fn clean_segments(&self, n: usize) -> Res<()> {
         let mut st = self.lock()?;
-        let policy = *self.victim_policy.lock().unwrap_or_else(|e| e.into_inner());
-        while st.free.len() < n {
-            let Some(v) = pick_victim(&st.segs, self.data_blocks, st.next_seq, policy) else {
-                break;
-            };
-            self.clean_segment(&mut st, v)?;
-        }
-        Ok(())
+        st.ensure_free(self, n)
     }
 
     /// The counters.
     pub fn counters(&self) -> Counters {
-        self.st.lock().unwrap_or_else(|e| e.into_inner()).stats
+        all_counters(&self.st.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Blocks mapped and dirty blocks.
@@ -46,7 +40,7 @@ impl LogCache {
     /// `tiercache stats --json`.
     pub fn stats_json(&self) -> Value {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        let c = st.stats;
+        let c = all_counters(&st);
         let count = |s: SegState| st.segs.iter().filter(|x| x.state == s).count();
         let (hits, misses) = (c.read_hits + c.write_hits, c.read_misses + c.write_misses);
         let r = &self.recovery;
@@ -115,5 +109,25 @@ impl LogCache {
                 "dirty_blocks": r.dirty_blocks,
             },
         })
+    }
+}
+
+/// The store's counters: the policy's decision counters and the live store's own.
+fn all_counters(st: &State) -> Counters {
+    let p = st.counters;
+    Counters {
+        read_hits: p.read_hits,
+        read_misses: p.read_misses,
+        write_hits: p.write_hits,
+        write_misses: p.write_misses,
+        fills: p.fills,
+        appended_blocks: p.appended_blocks,
+        segments_opened: p.segments_opened,
+        segments_cleaned: p.segments_cleaned,
+        silent_evictions: p.silent_evictions,
+        moved_dirty: p.moved_dirty,
+        cleaning_written_back: p.cleaning_written_back,
+        written_back: p.written_back,
+        ..st.stats
     }
 }

@@ -89,7 +89,7 @@ fn older_dirty_copy_stays_buried(restart: bool, checkpoint: bool) {
             c.roll(st).unwrap();
         }
         c.roll(st).unwrap();
-        assert_eq!(st.open.as_ref().unwrap().seg, b);
+        assert_eq!(st.open, Some(b));
     }
     assert_eq!(version(32, &c.read(32 * BLOCK, BLOCK as usize).unwrap()), 2);
     drop(c); // kill -9

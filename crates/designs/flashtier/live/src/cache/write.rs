@@ -17,11 +17,7 @@ impl LogCache {
         let (b0, b1) = (offset / BLOCK, (offset + data.len() as u64).div_ceil(BLOCK));
         let n = (b1 - b0) as usize;
         for b in b0..b1 {
-            if st.map.get(b).is_some() {
-                st.stats.write_hits += 1;
-            } else {
-                st.stats.write_misses += 1;
-            }
+            st.count(b, false);
         }
         match self.policy {
             WritePolicy::WriteBack => {

@@ -81,7 +81,7 @@ impl PageFtl {
                 continue;
             }
             let lpn = self.flash.owner(ppn);
-            if self.silent_evict && !self.flash.is_dirty(ppn) {
+            if gc::reclaim(self.flash.is_dirty(ppn), self.silent_evict) == gc::Reclaim::Evict {
                 self.flash.evict(ppn);
                 self.map.remove(&lpn);
                 continue;

@@ -1,12 +1,14 @@
 //! The live tiered volume: requests routed by the mapping, and migrations
 //! run by a background worker with real I/O.
 //!
-//! **Requests.** A request is split at block boundaries
-//! ([`tiercache_tiering::dispatcher::split`]); each part goes to the tier and
-//! slot the mapping names. While its I/O runs, a request holds every block it
-//! touches (a user count per block). A block under migration is *locked*
+//! **Requests.** The tiering crate's [`Dispatcher`] routes them (the same
+//! one the simulator uses): a request registers byte-range claims on the
+//! blocks it touches, runs once no earlier overlapping claim where one side
+//! writes is left, and is split at block boundaries, each part going to the
+//! tier and slot the mapping names. A block under migration is *locked*
 //! (Algorithm 1): a request touching it waits until the mapping switched,
-//! then routes to the new location.
+//! then routes to the new location; the migration waits until the claims
+//! on the block are released.
 //!
 //! **Migrations.** A worker thread runs the planner (Algorithm 2) every
 //! `plan_every` requests, or after `idle_ms` without requests, and executes
@@ -53,8 +55,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use tiercache_io::BlockDev;
+use tiercache_tiering::dispatcher::{Dispatcher, ReqId};
 use tiercache_tiering::planner::{PlannerConfig, Trigger};
 use tiercache_tiering::policy::TierPolicy;
 use tiercache_tiering::{BlockId, Loc, MappingTable, TierError, TierId};
@@ -62,39 +65,12 @@ use tiercache_tiering::{BlockId, Loc, MappingTable, TierError, TierId};
 use crate::journal::{Journal, RecoveryReport};
 use crate::superblock::Superblock;
 
-/// One request's claim on a byte range of a block.
-#[derive(Clone, Copy, Debug)]
-struct Claim {
-    /// Arrival order of the request.
-    ticket: u64,
-    start: u32,
-    end: u32,
-    /// A write or trim: excludes every overlapping claim.
-    write: bool,
-}
-
-impl Claim {
-    fn conflicts(&self, o: &Claim) -> bool {
-        (self.write || o.write) && self.start < o.end && o.start < self.end
-    }
-}
-
-/// Per-block state of requests and migrations.
-#[derive(Clone, Debug, Default)]
-struct Busy {
-    /// Requests registered on the block, waiting or with I/O in flight.
-    /// Overlapping claims run in arrival order when one of them writes, so
-    /// a read never sees a write half done and writes land in order.
-    claims: Vec<Claim>,
-    /// A migration holds the block (from reservation to switch): new
-    /// requests wait; the migration waits until `claims` is empty.
-    migrating: bool,
-}
-
 /// State shared by requests and the worker, under one mutex.
 struct Core {
     table: MappingTable,
-    busy: FxHashMap<BlockId, Busy>,
+    /// Request routing, claims and migration locks: the tiering crate's
+    /// dispatcher, the same one the simulator routes with.
+    disp: Dispatcher,
     /// Blocks whose migration lost track of its durable state: they fail.
     poisoned: FxHashSet<BlockId>,
     policy: Box<dyn TierPolicy>,
@@ -102,7 +78,6 @@ struct Core {
     trigger: Trigger,
     plan_due: bool,
     last_request: Instant,
-    next_ticket: u64,
     next_migration: u64,
     /// Why migrations stopped (a metadata write failed).
     failed: Option<String>,
@@ -176,15 +151,17 @@ fn tier_err(e: TierError) -> io::Error {
 /// (after its I/O, or when the request is abandoned while waiting).
 struct Held {
     vol: Arc<TieredVolume>,
-    ticket: u64,
-    blocks: Vec<BlockId>,
+    /// The request's id in the dispatcher.
+    id: ReqId,
+    offset: u64,
+    len: u64,
     /// Filled once the request may run.
     parts: Vec<Part>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.vol.release(self.ticket, &self.blocks);
+        self.vol.release(self.id, self.offset, self.len);
     }
 }
 
@@ -245,7 +222,7 @@ impl TieredVolume {
                 ],
                 c.table.blocks(),
                 c.failed.clone(),
-                c.busy.values().filter(|b| b.migrating).count(),
+                c.disp.locked_blocks(),
                 c.policy.stats_bytes(),
                 c.table.memory_bytes(),
             )

@@ -5,13 +5,14 @@ use super::{Core, Counters, TieredVolume, VolumeConfig};
 use crate::journal::Journal;
 use crate::superblock::{Capacity, Superblock};
 use anyhow::{bail, Context};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 use tiercache_store::BackingIdentity;
+use tiercache_tiering::dispatcher::Dispatcher;
 use tiercache_tiering::planner::Trigger;
 use tiercache_tiering::policy::{build, PolicyConfig};
 /// How to open a volume for serving.
@@ -133,14 +134,13 @@ impl TieredVolume {
         Ok(Arc::new(TieredVolume {
             core: Mutex::new(Core {
                 table: rec.table,
-                busy: FxHashMap::default(),
+                disp: Dispatcher::new(),
                 poisoned: FxHashSet::default(),
                 policy,
                 planner,
                 trigger: Trigger::default(),
                 plan_due: false,
                 last_request: Instant::now(),
-                next_ticket: 1,
                 next_migration: 1,
                 failed: None,
             }),

@@ -2,14 +2,13 @@
 //! migrations, routing each part to its tier and slot, and the I/O.
 
 use super::TieredVolume;
-use super::{blocking, lock, Claim, Held, Kind, Part};
+use super::{blocking, lock, tier_err, Held, Kind, Part};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_tiering::dispatcher::split;
+use tiercache_tiering::dispatcher::{split, ReqId};
 use tiercache_tiering::policy::Access;
-use tiercache_tiering::BlockId;
 
 impl TieredVolume {
     /// Claim the blocks of `[offset, offset + len)` (waiting while any is
@@ -50,7 +49,8 @@ impl TieredVolume {
         }
     }
 
-    /// Register the request's claims unless a block is under migration.
+    /// Register the request's claims with the dispatcher unless a block is
+    /// under migration.
     pub(super) fn register(
         self: &Arc<Self>,
         offset: u64,
@@ -65,65 +65,53 @@ impl TieredVolume {
                     "block {block}: its migration's metadata write failed; the block is unavailable until restart"
                 )));
             }
-            if c.busy.get(&block).is_some_and(|b| b.migrating) {
-                return Ok(None);
-            }
         }
-        let ticket = c.next_ticket;
-        c.next_ticket += 1;
-        let mut blocks = Vec::new();
-        for (block, at, plen) in split(offset, len, bs) {
-            let start = (at % u64::from(bs)) as u32;
-            c.busy.entry(block).or_default().claims.push(Claim {
-                ticket,
-                start,
-                end: start + plen,
-                write: kind != Kind::Read,
-            });
-            blocks.push(block);
-        }
-        Ok(Some(Held {
+        let c = &mut *c;
+        let id = c
+            .disp
+            .register(&c.table, offset, len, kind != Kind::Read)
+            .map_err(tier_err)?;
+        Ok(id.map(|id| Held {
             vol: Arc::clone(self),
-            ticket,
-            blocks,
+            id,
+            offset,
+            len,
             parts: Vec::new(),
         }))
     }
 
     /// If no earlier claim conflicts with the request's, route its parts
-    /// (and let the policy observe them).
+    /// through the dispatcher (and let the policy observe them).
     pub(super) fn try_route(&self, held: &mut Held, offset: u64, len: u64, kind: Kind) -> bool {
         let bs = self.sb.block_bytes;
         let mut c = lock(&self.core);
-        for &block in &held.blocks {
-            let b = &c.busy[&block];
-            let mine = b
-                .claims
-                .iter()
-                .find(|x| x.ticket == held.ticket)
-                .expect("registered");
-            if b.claims
-                .iter()
-                .any(|x| x.ticket < held.ticket && x.conflicts(mine))
-            {
-                return false;
-            }
+        if !c.disp.ready(held.id, offset, len, bs) {
+            return false;
         }
         let c = &mut *c;
-        for (i, (block, at, plen)) in split(offset, len, bs).enumerate() {
-            let loc = c.table.lookup(block).expect("range checked");
-            let (_, base) = self.locate(loc);
+        let mut subs = Vec::new();
+        c.disp.route(&c.table, offset, len, &mut subs);
+        for (i, p) in subs.iter().enumerate() {
+            let (_, base) = self.locate(p.loc);
+            debug_assert_eq!(
+                base + p.offset % u64::from(bs),
+                if p.loc.tier == 0 {
+                    self.sb.layout.data_offset + p.tier_offset
+                } else {
+                    p.tier_offset
+                }
+            );
             held.parts.push(Part {
-                at: (at - offset) as usize,
-                len: plen as usize,
-                tier: loc.tier,
-                dev_offset: base + at % u64::from(bs),
+                at: (p.offset - offset) as usize,
+                len: p.len as usize,
+                tier: p.loc.tier,
+                dev_offset: base + p.offset % u64::from(bs),
             });
             if kind != Kind::Trim {
                 c.policy.observe(&Access {
-                    block,
-                    offset: at,
-                    len: plen,
+                    block: p.block,
+                    offset: p.offset,
+                    len: p.len,
                     read: kind == Kind::Read,
                     meta: false,
                     request_offset: offset,
@@ -142,24 +130,12 @@ impl TieredVolume {
         true
     }
 
-    /// Drop request `ticket`'s claims; wake a migration waiting for the
-    /// block to drain and requests waiting behind the claims.
-    pub(super) fn release(&self, ticket: u64, blocks: &[BlockId]) {
-        let mut c = lock(&self.core);
-        let mut drained = false;
-        for block in blocks {
-            if let Some(b) = c.busy.get_mut(block) {
-                b.claims.retain(|x| x.ticket != ticket);
-                if b.claims.is_empty() {
-                    if b.migrating {
-                        drained = true;
-                    } else {
-                        c.busy.remove(block);
-                    }
-                }
-            }
-        }
-        drop(c);
+    /// Drop the request's claims; wake a migration waiting for a block to
+    /// drain and requests waiting behind the claims.
+    pub(super) fn release(&self, id: ReqId, offset: u64, len: u64) {
+        let drained = lock(&self.core)
+            .disp
+            .release(id, offset, len, self.sb.block_bytes);
         if drained {
             self.drained.notify_all();
         }

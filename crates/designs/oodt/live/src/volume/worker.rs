@@ -173,12 +173,7 @@ impl TieredVolume {
 
     /// Unlock a block after its switch or an abandoned migration.
     pub(super) fn unlock(&self, c: &mut Core, block: BlockId) {
-        if let Some(b) = c.busy.get_mut(&block) {
-            b.migrating = false;
-            if b.claims.is_empty() {
-                c.busy.remove(&block);
-            }
-        }
+        c.disp.unlock(block);
         self.unlocked.notify_waiters();
     }
 
@@ -200,8 +195,8 @@ impl TieredVolume {
                 Err(e) => return Err(tier_err(e)),
             };
             c.next_migration += 1;
-            c.busy.entry(mv.block).or_default().migrating = true;
-            while c.busy.get(&mv.block).is_some_and(|b| !b.claims.is_empty()) {
+            c.disp.lock(mv.block);
+            while !c.disp.drained(mv.block) {
                 c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
             }
             m
@@ -241,10 +236,9 @@ impl TieredVolume {
             };
             c.next_migration += 1;
             for b in [up, down] {
-                c.busy.entry(b).or_default().migrating = true;
+                c.disp.lock(b);
             }
-            let busy = |c: &super::Core, b| c.busy.get(&b).is_some_and(|x| !x.claims.is_empty());
-            while busy(&c, up) || busy(&c, down) {
+            while !c.disp.drained(up) || !c.disp.drained(down) {
                 c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
             }
             x

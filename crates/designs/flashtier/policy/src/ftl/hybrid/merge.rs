@@ -3,6 +3,7 @@
 
 use super::Hybrid;
 use super::{Role, Sw, RESERVE};
+use crate::gc;
 use crate::FlashError;
 
 impl Hybrid {
@@ -116,7 +117,7 @@ impl Hybrid {
                 for off in 0..self.flash.block(victim).written {
                     let p = self.flash.ppn(victim, off);
                     if self.flash.is_valid(p) && self.flash.owner(p) / self.ppb == lbn {
-                        if self.flash.is_dirty(p) {
+                        if gc::reclaim(self.flash.is_dirty(p), true) == gc::Reclaim::Move {
                             dirty_left = true;
                         } else {
                             self.log_map.remove(&self.flash.owner(p));

@@ -24,14 +24,15 @@
 //! log blocks are taken from the data area up to the log limit (variable log).
 
 mod merge;
+pub mod sparsehash;
 
 use super::{MapMemory, Translation};
 use crate::flash::{Cause, Flash};
 use crate::gc;
-use crate::sparse::{BlockMap, DenseMap, SparseMap};
 use crate::FlashError;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
+use sparsehash::{BlockMap, DenseMap, SparseHash};
 use std::collections::VecDeque;
 
 /// Erased blocks kept for merge destinations.
@@ -113,7 +114,7 @@ impl Hybrid {
                 }
                 BlockMap::Dense(DenseMap::new(e))
             }
-            None => BlockMap::Sparse(SparseMap::new()),
+            None => BlockMap::Sparse(SparseHash::new()),
         };
         Ok(Hybrid {
             ppb: u64::from(flash.ppb()),
