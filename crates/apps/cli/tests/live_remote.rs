@@ -510,3 +510,43 @@ fn export_size_change_is_refused() {
     assert!(!out.status.success());
     assert!(err.contains("cannot connect"), "{err}");
 }
+
+/// A miss while the remote is down waits up to `--backing-timeout`, then
+/// fails with EIO (stats say "error" and count it), while cached data stays
+/// readable.
+#[test]
+fn misses_fail_with_eio_when_the_remote_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut remote) = Remote::new(Kind::Nbdkit, dir.path()) else {
+        return;
+    };
+    let uri = remote.uri();
+    let cache = dir.path().join("cache.img");
+    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
+    tiercache(&[
+        "format",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--backing",
+        &uri,
+        "--size",
+        "24MiB",
+    ]);
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    // Block 0 cached (read once), block 900 not.
+    let d = c.read(0, 4096).unwrap().unwrap();
+    assert_eq!(parse_block(0, &d), Ok(0));
+    remote.kill9();
+    assert_eq!(
+        c.read(900 * 4096, 4096).unwrap().map(|_| ()),
+        Err(5),
+        "a miss during the outage"
+    );
+    let st = p.stats();
+    assert_eq!(st["backing"]["state"], "error", "{}", st["backing"]);
+    assert!(st["backing"]["timeouts"].as_u64().unwrap() >= 1);
+    assert_eq!(parse_block(0, &c.read(0, 4096).unwrap().unwrap()), Ok(0));
+    drop(c);
+    p.kill9();
+}
