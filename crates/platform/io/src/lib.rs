@@ -52,6 +52,7 @@ mod engine;
 mod faulty;
 mod file;
 mod mem;
+mod nbd;
 mod pool;
 mod uring;
 
@@ -66,16 +67,30 @@ pub use engine::{Completion, Engine, IoOp, RunFuture};
 pub use faulty::{FaultCounts, FaultRule, FaultyDev, OpKinds};
 pub use file::{FileDev, FileDevOptions};
 pub use mem::MemDev;
+pub use nbd::{
+    is_nbd_uri, nbd_defaults, set_nbd_defaults, NbdDev, NbdOptions, RemoteState, RemoteStatus,
+};
 pub use pool::PoolEngine;
 pub use uring::{UringEngine, UringStats};
 
 /// Open the file or block device at `path` as the design's `what` (the
 /// role goes into the error, e.g. "opening the backing device /dev/sdb: ...").
+/// An NBD URI (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`)
+/// opens an [`NbdDev`] with the options of [`nbd_defaults`].
 pub fn open_device(
     path: &std::path::Path,
     direct: bool,
     what: &str,
 ) -> io::Result<Arc<dyn BlockDev>> {
+    if let Some(uri) = path.to_str().filter(|s| is_nbd_uri(s)) {
+        return match NbdDev::open(uri, nbd_defaults()) {
+            Ok(d) => Ok(Arc::new(d)),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("opening the {what} {uri}: {e}"),
+            )),
+        };
+    }
     let o = FileDevOptions {
         direct,
         ..Default::default()
@@ -87,6 +102,77 @@ pub fn open_device(
             format!("opening the {what} {}: {e}", path.display()),
         )),
     }
+}
+
+/// Whether `path` exists: a local path that exists, or an NBD URI (whose
+/// server is only asked when the device is opened).
+pub fn device_exists(path: &std::path::Path) -> bool {
+    path.to_str().is_some_and(is_nbd_uri) || path.exists()
+}
+
+/// The identity of the backing device at `path` as the cache superblock
+/// records it: [`tiercache_store::BackingIdentity::probe`] for local
+/// devices; for an NBD URI the URI (as path and serial), the export size and
+/// the fingerprint of its first and last 64 KiB, read over the network.
+pub fn probe_identity(
+    path: &std::path::Path,
+) -> Result<tiercache_store::BackingIdentity, tiercache_store::error::StoreError> {
+    let Some(uri) = path.to_str().filter(|s| is_nbd_uri(s)) else {
+        return tiercache_store::BackingIdentity::probe(path);
+    };
+    let ctx = |e: io::Error| {
+        tiercache_store::error::StoreError::io(format!("probing the NBD backing device {uri}"), e)
+    };
+    let o = NbdOptions {
+        connections: 1,
+        ..nbd_defaults()
+    };
+    let dev = NbdDev::open(uri, o).map_err(ctx)?;
+    let size = dev.len();
+    let fingerprint =
+        tiercache_store::superblock::fingerprint(&MetaView(&dev), size).map_err(ctx)?;
+    Ok(tiercache_store::BackingIdentity {
+        path: dev.name().to_string(),
+        size,
+        fingerprint,
+        file_id: None,
+        serial: Some(dev.name().to_string()),
+    })
+}
+
+/// A [`BlockDev`] seen as the store's metadata device (for fingerprints).
+struct MetaView<'a>(&'a dyn BlockDev);
+
+impl tiercache_store::device::MetaDevice for MetaView<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.flush()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.len())
+    }
+}
+
+/// [`BlockDev::write_zeroes`] for devices without a zeroing command: write
+/// zero buffers of at most 1 MiB.
+pub fn write_zeroes_by_writing<D: BlockDev + ?Sized>(
+    dev: &D,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    let z = vec![0u8; len.min(1 << 20) as usize];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(z.len() as u64) as usize;
+        dev.write_at(&z[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
 }
 
 /// The best engine available here: a [`UringEngine`] with `queue_depth`
@@ -147,8 +233,20 @@ pub trait BlockDev: Send + Sync {
     /// correctness, and writing zeros instead would cost a full write).
     fn trim(&self, offset: u64, len: u64) -> io::Result<()>;
 
+    /// Make `len` bytes at `offset` read back as zeros. The default writes
+    /// zero buffers; devices with a zeroing command (NBD WRITE_ZEROES) use it.
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        write_zeroes_by_writing(self, offset, len)
+    }
+
     /// Short human-readable name (a path, or a description of a wrapper).
     fn name(&self) -> &str;
+
+    /// The connection state of a remote device ([`NbdDev`]); `None` (the
+    /// default) for local devices.
+    fn remote_status(&self) -> Option<RemoteStatus> {
+        None
+    }
 
     /// The file descriptor behind this device, for engines that submit I/O
     /// to the kernel themselves ([`UringEngine`]). `None` (the default) makes
@@ -251,8 +349,14 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).trim(offset, len)
     }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).write_zeroes(offset, len)
+    }
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn remote_status(&self) -> Option<RemoteStatus> {
+        (**self).remote_status()
     }
     fn raw_target(&self) -> Option<RawTarget> {
         (**self).raw_target()

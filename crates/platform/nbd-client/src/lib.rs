@@ -29,6 +29,15 @@ const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 const FLAG_FIXED_NEWSTYLE: u16 = 1;
 const FLAG_NO_ZEROES: u16 = 2;
 const OPT_GO: u32 = 7;
+const OPT_STRUCTURED_REPLY: u32 = 8;
+const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+const REPLY_FLAG_DONE: u16 = 1;
+const CHUNK_NONE: u16 = 0;
+const CHUNK_OFFSET_DATA: u16 = 1;
+const CHUNK_OFFSET_HOLE: u16 = 2;
+const CHUNK_ERROR_BIT: u16 = 1 << 15;
+/// Largest structured reply chunk accepted (bigger is a protocol error).
+const MAX_CHUNK: u32 = 64 << 20;
 const REP_ACK: u32 = 1;
 const REP_INFO: u32 = 3;
 const REP_FLAG_ERROR: u32 = 1 << 31;
@@ -42,13 +51,18 @@ pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
+pub const CMD_WRITE_ZEROES: u16 = 6;
 /// Command flag: force unit access.
 pub const CMD_FLAG_FUA: u16 = 1;
+/// Command flag of WRITE_ZEROES: allocate (do not punch a hole).
+pub const CMD_FLAG_NO_HOLE: u16 = 2;
 /// Transmission flags.
 pub const TFLAG_READ_ONLY: u16 = 1 << 1;
 pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
 pub const TFLAG_SEND_FUA: u16 = 1 << 3;
 pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 /// How long the server may take to answer each handshake step.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Default TCP port of `nbd://` URIs.
@@ -289,8 +303,8 @@ pub struct Reply {
     pub data: Vec<u8>,
 }
 
-/// Lengths of the READs in flight: simple replies do not carry it.
-type Pending = Arc<Mutex<HashMap<u64, u32>>>;
+/// Offset and length of the READs in flight: simple replies carry neither.
+type Pending = Arc<Mutex<HashMap<u64, (u64, u32)>>>;
 
 /// The sending half of a connection.
 #[derive(Debug)]
@@ -305,6 +319,28 @@ pub struct Sender {
 pub struct Receiver {
     s: io::BufReader<Stream>,
     pending: Pending,
+    /// Structured READ replies still missing their `DONE` chunk: the buffer
+    /// so far and the first error reported.
+    partial: HashMap<u64, (Vec<u8>, u32)>,
+}
+
+/// How to negotiate a connection.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Ask for structured replies (`NBD_OPT_STRUCTURED_REPLY`); the server
+    /// may refuse, and then simple replies are used.
+    pub structured_replies: bool,
+    /// How long the server may take to answer each handshake step.
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            structured_replies: true,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+        }
+    }
 }
 
 /// A negotiated connection to one export.
@@ -316,11 +352,57 @@ pub struct Client {
     pub size: u64,
     /// Transmission flags the server advertised (`TFLAG_*`).
     pub flags: u16,
+    /// Whether the server agreed to structured replies.
+    pub structured: bool,
+}
+
+fn with_text(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": {text}")
+    }
+}
+
+/// Send one option request.
+fn send_option(s: &mut Stream, opt: u32, data: &[u8]) -> io::Result<()> {
+    let mut o = Vec::with_capacity(16 + data.len());
+    o.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    o.extend_from_slice(&opt.to_be_bytes());
+    o.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    o.extend_from_slice(data);
+    s.write_all(&o)
+}
+
+/// Read one option reply: (reply type, data).
+fn read_option_reply(s: &mut Stream, opt: u32) -> Result<(u32, Vec<u8>), String> {
+    let e = |e: io::Error| format!("reading the option reply: {e}");
+    if rd_u64(s).map_err(e)? != OPT_REPLY_MAGIC {
+        return Err("bad option reply magic".into());
+    }
+    let got = rd_u32(s).map_err(e)?;
+    if got != opt {
+        return Err(format!("reply to option {got} while waiting for {opt}"));
+    }
+    let typ = rd_u32(s).map_err(e)?;
+    let len = rd_u32(s).map_err(e)? as usize;
+    if len > 1 << 20 {
+        return Err(format!("option reply of {len} bytes"));
+    }
+    let mut data = vec![0; len];
+    s.read_exact(&mut data).map_err(e)?;
+    Ok((typ, data))
 }
 
 impl Client {
-    /// Connect to `uri` and negotiate its export with `NBD_OPT_GO`.
+    /// Connect to `uri` and negotiate its export with `NBD_OPT_GO`, asking
+    /// for structured replies.
     pub fn connect(uri: &Uri) -> Result<Client, Error> {
+        Self::connect_with(uri, &ConnectOptions::default())
+    }
+
+    /// Connect to `uri` with explicit options.
+    pub fn connect_with(uri: &Uri, o: &ConnectOptions) -> Result<Client, Error> {
         let addr = uri.address.to_string();
         let mut s = match &uri.address {
             Address::Unix(p) => UnixStream::connect(p).map(Stream::Unix),
@@ -334,7 +416,7 @@ impl Client {
             source,
         })?;
         // A server that accepts but never greets must not hang the caller.
-        s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        s.set_read_timeout(Some(o.handshake_timeout))?;
         let hs = |msg: String| Error::Handshake {
             addr: addr.clone(),
             msg,
@@ -342,7 +424,7 @@ impl Client {
         let magic = rd_u64(&mut s).map_err(|e| match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => hs(format!(
                 "no greeting within {} s (not an NBD server?)",
-                HANDSHAKE_TIMEOUT.as_secs()
+                o.handshake_timeout.as_secs()
             )),
             _ => hs(format!("no greeting ({e})")),
         })?;
@@ -363,29 +445,24 @@ impl Client {
         }
         let cflags = u32::from(hflags & (FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES));
         s.write_all(&cflags.to_be_bytes())?;
+        let mut structured = false;
+        if o.structured_replies {
+            send_option(&mut s, OPT_STRUCTURED_REPLY, &[])?;
+            let (typ, _) = read_option_reply(&mut s, OPT_STRUCTURED_REPLY).map_err(hs)?;
+            // Any error (usually ERR_UNSUP): simple replies it is.
+            structured = typ == REP_ACK;
+        }
         // OPT_GO: name length, name, no information requests.
         let name = uri.export.as_bytes();
-        let mut o = Vec::with_capacity(22 + name.len());
-        o.extend_from_slice(&IHAVEOPT.to_be_bytes());
-        o.extend_from_slice(&OPT_GO.to_be_bytes());
-        o.extend_from_slice(&(4 + name.len() as u32 + 2).to_be_bytes());
+        let mut o = Vec::with_capacity(6 + name.len());
         o.extend_from_slice(&(name.len() as u32).to_be_bytes());
         o.extend_from_slice(name);
         o.extend_from_slice(&0u16.to_be_bytes());
-        s.write_all(&o)?;
+        send_option(&mut s, OPT_GO, &o)?;
         let (mut size, mut flags) = (None, 0);
         loop {
-            if rd_u64(&mut s)? != OPT_REPLY_MAGIC {
-                return Err(hs("bad option reply magic".into()));
-            }
-            let _opt = rd_u32(&mut s)?;
-            let typ = rd_u32(&mut s)?;
-            let len = rd_u32(&mut s)? as usize;
-            if len > 1 << 20 {
-                return Err(hs(format!("option reply of {len} bytes")));
-            }
-            let mut data = vec![0; len];
-            s.read_exact(&mut data)?;
+            let (typ, data) = read_option_reply(&mut s, OPT_GO).map_err(hs)?;
+            let len = data.len();
             let text = String::from_utf8_lossy(&data).into_owned();
             match typ {
                 REP_ACK => break,
@@ -411,11 +488,7 @@ impl Client {
                 t => {
                     return Err(hs(format!(
                         "NBD_OPT_GO refused (reply {t:#x}){}",
-                        if text.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {text}")
-                        }
+                        with_text(&text)
                     )))
                 }
             }
@@ -433,9 +506,11 @@ impl Client {
             receiver: Receiver {
                 s: io::BufReader::with_capacity(256 << 10, r),
                 pending,
+                partial: HashMap::new(),
             },
             size,
             flags,
+            structured,
         })
     }
 
@@ -509,7 +584,7 @@ impl Sender {
             self.pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(cookie, len);
+                .insert(cookie, (offset, len));
         }
         if payload.is_empty() {
             self.s.write_all(&h)?;
@@ -525,6 +600,21 @@ impl Sender {
         Ok(cookie)
     }
 
+    /// The cookie the next [`Sender::send`] will use (register a waiter
+    /// for it before sending, so no reply can arrive unannounced).
+    pub fn next_cookie(&self) -> u64 {
+        self.next
+    }
+
+    /// Close both directions without consuming the sender (a [`Receiver`]
+    /// blocked in `recv` returns an error): for a connection found broken.
+    pub fn shutdown(&self) {
+        self.s.shutdown();
+    }
+
+    pub fn send_write_zeroes(&mut self, offset: u64, len: u32, flags: u16) -> io::Result<u64> {
+        self.send(CMD_WRITE_ZEROES, flags, offset, len, &[])
+    }
     pub fn send_read(&mut self, offset: u64, len: u32) -> io::Result<u64> {
         self.send(CMD_READ, 0, offset, len, &[])
     }
@@ -548,23 +638,36 @@ impl Sender {
 }
 
 impl Receiver {
-    /// The next reply, in whatever order the server answers (blocks).
+    /// The next complete reply, in whatever order the server answers
+    /// (blocks). Structured READ replies are assembled from their chunks
+    /// (holes read as zeros); the first error chunk becomes the reply's error.
     pub fn recv(&mut self) -> io::Result<Reply> {
-        let magic = rd_u32(&mut self.s)?;
-        if magic != SIMPLE_REPLY_MAGIC {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("unexpected reply magic {magic:#x}"),
-            ));
+        loop {
+            let magic = rd_u32(&mut self.s)?;
+            match magic {
+                SIMPLE_REPLY_MAGIC => return self.simple(),
+                STRUCTURED_REPLY_MAGIC => {
+                    if let Some(r) = self.chunk()? {
+                        return Ok(r);
+                    }
+                }
+                m => return Err(bad(format!("unexpected reply magic {m:#x}"))),
+            }
         }
-        let error = rd_u32(&mut self.s)?;
-        let cookie = rd_u64(&mut self.s)?;
-        let len = self
-            .pending
+    }
+
+    fn take_pending(&mut self, cookie: u64) -> Option<(u64, u32)> {
+        self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&cookie)
-            .unwrap_or(0);
+    }
+
+    fn simple(&mut self) -> io::Result<Reply> {
+        let error = rd_u32(&mut self.s)?;
+        let cookie = rd_u64(&mut self.s)?;
+        let len = self.take_pending(cookie).map_or(0, |p| p.1);
+        self.partial.remove(&cookie);
         let mut data = Vec::new();
         if error == 0 && len > 0 {
             data = vec![0; len as usize];
@@ -576,6 +679,84 @@ impl Receiver {
             data,
         })
     }
+
+    /// One structured reply chunk; the reply once its `DONE` chunk arrived.
+    fn chunk(&mut self) -> io::Result<Option<Reply>> {
+        let flags = rd_u16(&mut self.s)?;
+        let typ = rd_u16(&mut self.s)?;
+        let cookie = rd_u64(&mut self.s)?;
+        let len = rd_u32(&mut self.s)?;
+        if len > MAX_CHUNK {
+            return Err(bad(format!("structured reply chunk of {len} bytes")));
+        }
+        let (req_off, req_len) = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&cookie)
+            .copied()
+            .unwrap_or((0, 0));
+        let entry = self
+            .partial
+            .entry(cookie)
+            .or_insert_with(|| (vec![0; req_len as usize], 0));
+        match typ {
+            CHUNK_NONE => {}
+            CHUNK_OFFSET_DATA | CHUNK_OFFSET_HOLE => {
+                let off = rd_u64(&mut self.s)?;
+                let n = if typ == CHUNK_OFFSET_DATA {
+                    len.checked_sub(8)
+                        .ok_or_else(|| bad("short OFFSET_DATA chunk".into()))?
+                } else {
+                    rd_u32(&mut self.s)?
+                };
+                let start = off.checked_sub(req_off).map(|s| s as usize);
+                let fits = start.is_some_and(|s| s + n as usize <= entry.0.len());
+                if !fits {
+                    return Err(bad(format!(
+                        "reply chunk {off}+{n} outside the read {req_off}+{req_len}"
+                    )));
+                }
+                let start = start.expect("checked");
+                let dst = &mut entry.0[start..start + n as usize];
+                if typ == CHUNK_OFFSET_DATA {
+                    self.s.read_exact(dst)?;
+                } else {
+                    dst.fill(0);
+                }
+            }
+            t if t & CHUNK_ERROR_BIT != 0 => {
+                let mut body = vec![0; len as usize];
+                self.s.read_exact(&mut body)?;
+                let err = body
+                    .get(0..4)
+                    .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+                    .unwrap_or(5);
+                if entry.1 == 0 {
+                    entry.1 = if err == 0 { 5 } else { err };
+                }
+            }
+            _ => {
+                // Unknown informational chunk: skip it.
+                let mut skip = vec![0; len as usize];
+                self.s.read_exact(&mut skip)?;
+            }
+        }
+        if flags & REPLY_FLAG_DONE == 0 {
+            return Ok(None);
+        }
+        self.take_pending(cookie);
+        let (data, error) = self.partial.remove(&cookie).unwrap_or_default();
+        Ok(Some(Reply {
+            cookie,
+            error,
+            data: if error == 0 { data } else { Vec::new() },
+        }))
+    }
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
 #[cfg(test)]

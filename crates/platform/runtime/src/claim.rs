@@ -69,6 +69,10 @@ impl Claims {
         let mut seen: Vec<(u64, u64, String, PathBuf)> = Vec::new();
         let mut claims = Claims::default();
         for (role, path) in devices {
+            if is_remote(path) {
+                // A remote export: nothing local to lock (its server arbitrates).
+                continue;
+            }
             let meta = std::fs::metadata(path).map_err(|source| ClaimError::Open {
                 role: role.into(),
                 path: path.into(),
@@ -90,6 +94,9 @@ impl Claims {
 
     /// Add one more device (found after reading the first one's superblock).
     pub fn add(&mut self, role: &str, path: &Path, access: Access) -> Result<(), ClaimError> {
+        if is_remote(path) {
+            return Ok(());
+        }
         let id = device_id(&std::fs::metadata(path).map_err(|source| ClaimError::Open {
             role: role.into(),
             path: path.into(),
@@ -107,6 +114,15 @@ impl Claims {
         self.0.push(claim(role, path, access)?);
         Ok(())
     }
+}
+
+/// Whether `path` is an NBD URI (a remote export, not a local device).
+fn is_remote(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| {
+        ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://"]
+            .iter()
+            .any(|p| s.starts_with(p))
+    })
 }
 
 /// (st_dev, st_ino), or the device number for block devices (two nodes of one disk).

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod notify;
 pub mod panic;
+pub mod remote;
 
 pub use async_trait::async_trait;
 pub use blocking_design::{OnBlockingPool, SyncStore};

@@ -68,7 +68,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
         StoreError::Io {
             context: context.into(),
             source,

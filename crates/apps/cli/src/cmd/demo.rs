@@ -106,6 +106,8 @@ pub fn run(a: DemoArgs) -> Result<()> {
             read_only: false,
             control: Some(dir.path().join("ctl.sock")),
             emulate_hdd: true,
+            backing_timeout: std::time::Duration::from_secs(30),
+            backing_connections: 4,
             direct: false,
             no_cache: false,
             fs_classify: "off".into(),

@@ -196,6 +196,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         "fills": core.fills, "evictions": core.evictions, "dirty_evictions": core.dirty_evictions,
         "writebacks": core.writebacks,
         "admission_rejects": core.admission_rejects,
+        "backing": tiercache_runtime::remote::backing_json(cache.backing.as_ref()),
         "live": live,
     })
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_core::{CacheConfig, Engine};
 use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
-use tiercache_store::{BackingIdentity, FormatParams};
+use tiercache_store::FormatParams;
 
 /// What `tiercache format` records besides the geometry: the policy, as JSON in the superblock.
 pub fn policy_json(cfg: &CacheConfig) -> String {
@@ -38,12 +38,16 @@ pub fn format_cache(
     if cfg.line_bytes < 4096 {
         bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator accepts 512 B)", cfg.line_bytes);
     }
-    if !backing.exists() {
+    if !tiercache_io::device_exists(backing) {
         bail!("backing device {} does not exist", backing.display());
     }
     // Record an absolute path: `serve` defaults to it from any working directory.
-    let backing = &std::fs::canonicalize(backing)
-        .with_context(|| format!("resolving backing device {}", backing.display()))?;
+    let backing = &if backing.to_str().is_some_and(tiercache_io::is_nbd_uri) {
+        backing.to_path_buf()
+    } else {
+        std::fs::canonicalize(backing)
+            .with_context(|| format!("resolving backing device {}", backing.display()))?
+    };
     if !cache.exists() {
         let Some(size) = create_size else {
             bail!(
@@ -61,7 +65,7 @@ pub fn format_cache(
         .write(true)
         .open(cache)
         .with_context(|| format!("opening {}", cache.display()))?;
-    let identity = BackingIdentity::probe(backing)
+    let identity = tiercache_io::probe_identity(backing)
         .with_context(|| format!("probing backing device {}", backing.display()))?;
     let params = FormatParams {
         line_size: cfg.line_bytes,
@@ -156,10 +160,15 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
     let cache_dev: Arc<dyn BlockDev> = Arc::new(
         FileDev::open(&o.cache, fo).with_context(|| format!("opening {}", o.cache.display()))?,
     );
-    let mut backing: Arc<dyn BlockDev> = Arc::new(
-        FileDev::open(&backing_path, fo)
-            .with_context(|| format!("opening {}", backing_path.display()))?,
-    );
+    let mut backing: Arc<dyn BlockDev> =
+        if backing_path.to_str().is_some_and(tiercache_io::is_nbd_uri) {
+            tiercache_io::open_device(&backing_path, o.direct, "backing device")?
+        } else {
+            Arc::new(
+                FileDev::open(&backing_path, fo)
+                    .with_context(|| format!("opening {}", backing_path.display()))?,
+            )
+        };
     if o.emulate_hdd {
         let model = tiercache_model::Profile::default()
             .hdd_model()
@@ -188,7 +197,7 @@ pub fn open_with_devices(
         .write(true)
         .open(cache_path)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
-    let identity = BackingIdentity::probe(backing_path)
+    let identity = tiercache_io::probe_identity(backing_path)
         .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
     let mut opened = tiercache_store::open(file, &identity)?;

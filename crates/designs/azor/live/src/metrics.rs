@@ -15,6 +15,7 @@
 //! | `tiercache_evictions_total{victim="clean"\|"dirty"}` | `evictions - dirty_evictions`, `dirty_evictions` |
 //! | `tiercache_device_errors_total{device}` | `live.cache_errors`, `live.backing_errors` |
 //! | `tiercache_device_latency_seconds{device}` | the live cache's device latency histograms |
+//! | `tiercache_backing_connected`, `tiercache_backing_state{state}`, `tiercache_backing_{reconnects,timeouts}_total` | `backing` (see `tiercache_runtime::remote`) |
 //!
 //! Reads are classified (metadata or data) only with `serve --fs-classify
 //! auto`; otherwise every read is `data`. Writes are not classified.
@@ -33,6 +34,7 @@ fn n(v: &Value, ptr: &str) -> u64 {
 pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
     hits_and_misses(stats, m);
     dirty_and_cleaning(stats, m);
+    tiercache_runtime::remote::backing_metrics(&stats["backing"], m);
     let p = &stats["policy"];
     let s = |k: &str| p[k].as_str().unwrap_or("?").to_string();
     let (wp, ev, ad) = (s("write_policy"), s("eviction"), s("admission"));

@@ -17,7 +17,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use tiercache_io::BlockDev;
 use tiercache_levels::tica::{Tica, TicaConfig};
-use tiercache_store::BackingIdentity;
 
 use crate::cache::{RecoveryInfo, State, ThreeLevel};
 use crate::pair::{read_info, MetaDev, PairInfo, Role, PAGE};
@@ -102,7 +101,7 @@ pub fn open_with_devices(
         .with_context(|| format!("{} holds no three-level cache superblock", wo_dev.name()))?;
     check_pair(&ro_info, &wo_info)?;
     let policy = wo_info.policy()?;
-    let id = BackingIdentity::probe(backing_path)?;
+    let id = tiercache_io::probe_identity(backing_path)?;
     if backing.len() != id.size || id.size % PAGE != 0 {
         bail!(
             "backing device {} has {} bytes: expected a multiple of 4 KiB as at format time",

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 use tiercache_levels::Policy;
-use tiercache_store::{BackingIdentity, FormatParams, MetaDevice, Superblock};
+use tiercache_store::{FormatParams, MetaDevice, Superblock};
 
 /// Page size of the three-level cache: the unit of the TICA policy, of an
 /// SSD slot and of the DRAM level.
@@ -144,6 +144,9 @@ pub struct FormatReport {
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
+    if p.to_str().is_some_and(tiercache_io::is_nbd_uri) {
+        return Ok(p.to_path_buf());
+    }
     std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))
 }
 
@@ -164,7 +167,7 @@ pub fn format(o: &FormatOptions) -> Result<FormatReport> {
     if ro == wo || ro == backing || wo == backing {
         bail!("the RO-SSD, the WO-SSD and the backing device must be three different devices");
     }
-    let backing_id = BackingIdentity::probe(&backing)?;
+    let backing_id = tiercache_io::probe_identity(&backing)?;
     if backing_id.size == 0 || backing_id.size % PAGE != 0 {
         bail!(
             "backing device {} has {} bytes: a three-level cache needs a non-empty multiple of 4 KiB",

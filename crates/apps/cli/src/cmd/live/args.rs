@@ -211,6 +211,16 @@ pub struct ServeArgs {
     /// Delay backing I/O by the HDD model: an emulated slow disk, for demos and benchmarks.
     #[arg(long)]
     pub emulate_hdd: bool,
+    /// With an NBD backing device (nbd://HOST[:PORT]/EXPORT,
+    /// nbd+unix:///EXPORT?socket=PATH): how long a request waits for an
+    /// unreachable server (reconnecting with backoff) before it fails with
+    /// EIO. Cached data stays readable and writable meanwhile.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub backing_timeout: std::time::Duration,
+    /// With an NBD backing device: most connections to open when the server
+    /// advertises multi-conn (one otherwise).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub backing_connections: u16,
     /// Open devices with O_DIRECT where they allow it.
     #[arg(long)]
     pub direct: bool,

@@ -99,6 +99,10 @@ pub async fn serve_async(
             .unwrap_or_else(|| ListenSpec::Tcp(tiercache_nbd::DEFAULT_TCP_ADDR.into())),
     };
     let tls = a.tls.load()?;
+    tiercache_io::set_nbd_defaults(tiercache_io::NbdOptions {
+        connections: a.backing_connections as usize,
+        timeout: a.backing_timeout,
+    });
     listen.check_exposure(a.insecure_listen, a.tls.required())?;
     let cfg = ServeConfig {
         export: a.export.clone(),
@@ -172,10 +176,15 @@ async fn serve_uncached(
         direct: a.direct,
         ..Default::default()
     };
-    let mut dev: Arc<dyn tiercache_io::BlockDev> = Arc::new(
-        tiercache_io::FileDev::open(&backing, fo)
-            .with_context(|| format!("opening {}", backing.display()))?,
-    );
+    let mut dev: Arc<dyn tiercache_io::BlockDev> =
+        if backing.to_str().is_some_and(tiercache_io::is_nbd_uri) {
+            tiercache_io::open_device(&backing, a.direct, "backing device")?
+        } else {
+            Arc::new(
+                tiercache_io::FileDev::open(&backing, fo)
+                    .with_context(|| format!("opening {}", backing.display()))?,
+            )
+        };
     if a.emulate_hdd {
         let model = tiercache_model::Profile::default()
             .hdd_model()

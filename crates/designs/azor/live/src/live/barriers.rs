@@ -141,7 +141,9 @@ impl LiveCache {
                                 // Its writeback completed: flush the backing device before the unmap.
                                 c.needs_backing_flush = true;
                                 Self::append(&mut c, Record::Unmap { slot });
-                                (None, Some(c.appended_gen))
+                                let g = c.appended_gen;
+                                c.flushed_unmaps.insert(g);
+                                (None, Some(g))
                             }
                         } else {
                             Self::append(&mut c, Record::Unmap { slot });

@@ -27,6 +27,19 @@ impl LiveCache {
     /// releases the unmap barriers waiting for it; the client gets the error.
     fn backing_failed(&self, op: &Op, e: std::io::Error) -> Result<(), LiveError> {
         self.stats.backing_errors.fetch_add(1, Ordering::Relaxed);
+        let down = self
+            .backing
+            .remote_status()
+            .is_some_and(|s| s.state != tiercache_io::RemoteState::Connected);
+        if op.kind == IoKind::Flush && down && self.write_policy() == WritePolicy::WriteBack {
+            // A client FLUSH while a remote backing device is unreachable: in
+            // write-back the data it covers is in the cache (the commit that
+            // follows makes it durable there); the remote keeps what it
+            // acknowledged, and is flushed once it is back.
+            self.core.lock().expect("core").needs_backing_flush = true;
+            tracing::debug!("backing flush skipped during a remote outage: {e}");
+            return Ok(());
+        }
         if op.purpose == Purpose::WritebackWrite {
             // Keep the data dirty: it is still only in the cache.
             let mut c = self.core.lock().expect("core");

@@ -81,12 +81,13 @@ impl LiveCache {
                     // Nothing of this batch to wait for: the older barriers bind its
                     // writes too, and their release unmaps the slot.
                 } else {
+                    Self::append(c, Record::Unmap { slot: s });
+                    let g = c.appended_gen;
                     if !v.dirty.is_empty() {
                         // Its writeback completed: the backing device is flushed before the unmap.
                         c.needs_backing_flush = true;
+                        c.flushed_unmaps.insert(g);
                     }
-                    Self::append(c, Record::Unmap { slot: s });
-                    let g = c.appended_gen;
                     c.slot_gen.entry(s).or_default().push((g, from));
                 }
             }
@@ -222,6 +223,8 @@ impl LiveCache {
         for &(s, from) in &unmapped {
             if c.view[s as usize].is_some() {
                 Self::append(c, Record::Unmap { slot: s });
+                let g = c.appended_gen;
+                c.flushed_unmaps.insert(g);
             }
             c.needs_backing_flush = true;
             let g = c.appended_gen;
@@ -268,11 +271,19 @@ impl LiveCache {
         self.commit_wanted.notify_one();
     }
 
+    /// Put records taken for a commit back in front of the pending ones.
+    fn requeue(&self, mut recs: Vec<Record>, need_backing: bool) {
+        let mut c = self.core.lock().expect("core");
+        recs.append(&mut c.pending);
+        c.pending = recs;
+        c.needs_backing_flush |= need_backing;
+    }
+
     /// Make every appended record durable (and, with `force_backing` or when
     /// clean records need it, the backing device first).
     pub async fn commit(self: &Arc<Self>, force_backing: bool) -> Result<(), LiveError> {
         let _g = self.commit_lock.lock().await;
-        let (recs, gen, need_backing) = {
+        let (mut recs, mut gen, need_backing) = {
             let mut c = self.core.lock().expect("core");
             (
                 std::mem::take(&mut c.pending),
@@ -280,12 +291,71 @@ impl LiveCache {
                 std::mem::take(&mut c.needs_backing_flush),
             )
         };
-        if need_backing || force_backing || self.write_policy() != WritePolicy::WriteBack {
-            let dev = Arc::clone(&self.backing);
-            tokio::task::spawn_blocking(move || dev.flush())
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
-                .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
+        let write_back = self.write_policy() == WritePolicy::WriteBack;
+        let mut waiting = 0;
+        if need_backing || force_backing || !write_back {
+            // A remote backing device in an outage: don't wait for it here.
+            let down = self
+                .backing
+                .remote_status()
+                .is_some_and(|s| s.state != tiercache_io::RemoteState::Connected);
+            let r = if down {
+                Err(std::io::Error::other(
+                    "the remote backing device is unreachable",
+                ))
+            } else {
+                let dev = Arc::clone(&self.backing);
+                tokio::task::spawn_blocking(move || dev.flush())
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+            };
+            if r.is_ok() {
+                let mut c = self.core.lock().expect("core");
+                c.flushed_unmaps = c.flushed_unmaps.split_off(&(gen + 1));
+            }
+            if let Err(e) = r {
+                // A client FLUSH in write-back mode during a remote outage
+                // still commits the cache: the remote keeps what it
+                // acknowledged across its restarts, and the records that
+                // need its flush wait for it (see below).
+                let down = self
+                    .backing
+                    .remote_status()
+                    .is_some_and(|s| s.state != tiercache_io::RemoteState::Connected);
+                if !write_back || (force_backing && !down) {
+                    self.requeue(recs, need_backing);
+                    return Err(LiveError(format!("backing device flush failed: {e}")));
+                }
+                // Write-back with the backing device unreachable (a remote in
+                // an outage): commit what does not need it, so writes stay
+                // durable in the cache. `Clean` records are dropped (the log
+                // keeps those sub-blocks dirty: recovery writes them back
+                // again, which is harmless); the first `Unmap` that needs
+                // the backing flushed (of a line just written back) and
+                // every record after it wait for the backing device.
+                let first = gen + 1 - recs.len() as u64;
+                let cut = {
+                    let c = self.core.lock().expect("core");
+                    c.flushed_unmaps
+                        .range(first..=gen)
+                        .next()
+                        .map_or(recs.len(), |&g| (g - first) as usize)
+                };
+                let rest = recs.split_off(cut);
+                gen -= rest.len() as u64;
+                recs.retain(|r| !matches!(r, Record::Clean { .. }));
+                tracing::debug!(
+                    "backing device flush failed ({e}): committing {} records without it, {} wait",
+                    recs.len(),
+                    rest.len()
+                );
+                waiting = rest.len();
+                self.requeue(rest, true);
+                if recs.is_empty() {
+                    self.committed.send_modify(|c| *c = (*c).max(gen));
+                    return self.partial_commit_result(force_backing, waiting);
+                }
+            }
         }
         let started = Instant::now();
         let me = Arc::clone(self);
@@ -311,9 +381,20 @@ impl LiveCache {
                     break c;
                 }
                 drop(c);
-                me.backing
-                    .flush()
-                    .map_err(|e| LiveError(format!("backing device flush failed: {e}")))?;
+                if let Err(e) = me.backing.flush() {
+                    // Still needed by the records that wait for it.
+                    me.core.lock().expect("core").needs_backing_flush = true;
+                    let u = st.log_usage();
+                    if u.used + u.pending <= u.capacity {
+                        // The backing device is unreachable (a remote in an
+                        // outage): commit without the checkpoint while the
+                        // log has room; the checkpoint follows once it is back.
+                        st.commit()
+                            .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
+                        return Ok(gen);
+                    }
+                    return Err(LiveError(format!("backing device flush failed: {e}")));
+                }
             };
             // Snapshot the view and let requests go on while the checkpoint is
             // written: records appended from now on wait in `pending` for the
@@ -334,6 +415,17 @@ impl LiveCache {
         self.stats.record_commit(n, started.elapsed());
         tracing::trace!(target: "tiercache::log", "committed {gen}");
         self.committed.send_modify(|c| *c = (*c).max(gen));
+        self.partial_commit_result(force_backing, waiting)
+    }
+
+    /// A commit that left `waiting` records for the backing device: fine in
+    /// the background, an error for a client FLUSH or FUA (not all it covers is durable).
+    fn partial_commit_result(&self, force_backing: bool, waiting: usize) -> Result<(), LiveError> {
+        if force_backing && waiting > 0 {
+            return Err(LiveError(format!(
+                "the backing device is unreachable and {waiting} metadata records wait for its flush"
+            )));
+        }
         Ok(())
     }
 }

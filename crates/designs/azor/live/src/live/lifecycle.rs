@@ -88,11 +88,7 @@ impl LiveCache {
         let identity = match (&path, drained) {
             (Some(p), true) => {
                 let p = p.clone();
-                match tokio::task::spawn_blocking(move || {
-                    tiercache_store::BackingIdentity::probe(&p)
-                })
-                .await
-                {
+                match tokio::task::spawn_blocking(move || tiercache_io::probe_identity(&p)).await {
                     Ok(Ok(id)) => Some(id),
                     Ok(Err(e)) => {
                         tracing::warn!("clean shutdown: probing the backing device: {e}; the next start recovers as after a crash");

@@ -104,6 +104,9 @@ pub(crate) struct Core {
     /// Generation of the newest appended record (a commit makes everything up to it durable).
     appended_gen: u64,
     needs_backing_flush: bool,
+    /// Log generations of the `Unmap` records appended since the last backing
+    /// flush that need it (of lines whose writeback just completed).
+    flushed_unmaps: std::collections::BTreeSet<u64>,
     /// Completion signal of every op in flight.
     /// Ops in flight; the channel is made when the first waiter comes (most ops have none).
     signals: FxHashMap<OpId, Option<watch::Sender<bool>>>,
@@ -292,6 +295,7 @@ impl LiveCache {
                 pending: Vec::new(),
                 appended_gen: 0,
                 needs_backing_flush: false,
+                flushed_unmaps: Default::default(),
                 signals: FxHashMap::default(),
                 inflight_writes: FxHashMap::default(),
                 slot_gen: FxHashMap::default(),

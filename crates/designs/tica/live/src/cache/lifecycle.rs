@@ -2,7 +2,6 @@
 
 use super::CacheError;
 use super::ThreeLevel;
-use tiercache_store::BackingIdentity;
 
 impl ThreeLevel {
     /// Write every dirty page back to the backing device and flush it
@@ -33,7 +32,7 @@ impl ThreeLevel {
         if s.degraded.is_some() {
             return Ok(());
         }
-        let id = BackingIdentity::probe(&self.backing_path)
+        let id = tiercache_io::probe_identity(&self.backing_path)
             .map_err(|e| CacheError(format!("probing the backing device: {e}")))?;
         // The WO-SSD first: a crash between the two leaves the RO-SSD
         // unclean, and recovery then ignores it.

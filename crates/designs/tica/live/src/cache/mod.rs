@@ -137,7 +137,7 @@ pub(crate) struct State {
     dram: FxHashMap<Page, DramPage>,
     pub(crate) ro: Ssd,
     pub(crate) wo: Ssd,
-    backing: Arc<dyn BlockDev>,
+    pub(crate) backing: Arc<dyn BlockDev>,
     backing_unflushed: bool,
     degraded: Option<Degraded>,
     closed: bool,

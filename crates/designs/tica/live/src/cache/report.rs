@@ -61,6 +61,7 @@ impl ThreeLevel {
         json!({
             "mode": "tica",
             "status": status,
+            "backing": tiercache_runtime::remote::backing_json(s.backing.as_ref()),
             "degraded": s.degraded.is_some(),
             "failed_device": s.degraded.as_ref().map(|d| d.failed),
             "policy": {
