@@ -120,17 +120,17 @@ pub fn probe_identity(
     let Some(uri) = path.to_str().filter(|s| is_nbd_uri(s)) else {
         return tiercache_store::BackingIdentity::probe(path);
     };
-    let ctx = |e: io::Error| {
-        tiercache_store::error::StoreError::io(format!("probing the NBD backing device {uri}"), e)
-    };
+    // The caller names the device; these say only what failed.
+    let ctx =
+        |what: &'static str| move |e: io::Error| tiercache_store::error::StoreError::io(what, e);
     let o = NbdOptions {
         connections: 1,
         ..nbd_defaults()
     };
-    let dev = NbdDev::open(uri, o).map_err(ctx)?;
+    let dev = NbdDev::open(uri, o).map_err(ctx("connecting"))?;
     let size = dev.len();
-    let fingerprint =
-        tiercache_store::superblock::fingerprint(&MetaView(&dev), size).map_err(ctx)?;
+    let fingerprint = tiercache_store::superblock::fingerprint(&MetaView(&dev), size)
+        .map_err(ctx("reading the export's first and last 64 KiB"))?;
     Ok(tiercache_store::BackingIdentity {
         path: dev.name().to_string(),
         size,
