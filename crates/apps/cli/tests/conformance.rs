@@ -420,9 +420,11 @@ fn bad_values_give_the_same_error_in_sim_and_format() {
 }
 
 /// A three-level cache formatted on two files of `ssd` bytes with a DRAM
-/// level of `dram`, the sample replayed through it at queue depth 1;
-/// returns its `stats --json` and `sim --mode tica` with its capacity
-/// (`policy.ssd_pages`, `policy.dram_pages`), closed loop.
+/// level of `dram` and the flusher's timed part off (`--timed-flush off`),
+/// the sample replayed through it at queue depth 1; returns its
+/// `stats --json` and `sim --mode tica --no-timing` with its capacity
+/// (`policy.ssd_pages`, `policy.dram_pages`): both run the policy crate's
+/// `FlushScheduler`, flushing after each request, before the next.
 fn tica_run(trace: &Path, ssd: u64, dram: &str, policy: &str) -> (Value, Value) {
     let tmp = tempfile::tempdir().unwrap();
     let (ro, wo) = (tmp.path().join("ro.img"), tmp.path().join("wo.img"));
@@ -444,6 +446,8 @@ fn tica_run(trace: &Path, ssd: u64, dram: &str, policy: &str) -> (Value, Value) 
         dram,
         "--tica-policy",
         policy,
+        "--timed-flush",
+        "off",
     ]);
     let sock = tmp.path().join("s.sock");
     let srv = ServeProc::start_with(&wo, &sock, &tmp.path().join("serve.log"), &[]);
@@ -465,18 +469,16 @@ fn tica_run(trace: &Path, ssd: u64, dram: &str, policy: &str) -> (Value, Value) 
             &dram_pages,
             "--queue-depth",
             "1",
+            "--no-timing",
         ],
     );
+    assert_eq!(p["timed_flush"], "off", "{live:#}");
     assert_eq!(sim["ssd_bytes"], p["ssd_pages"].as_u64().unwrap() * 4096);
     (live, sim)
 }
 
 /// TICA's hits per level, its WO-SSD page writes, write-backs and
-/// promotions, live and simulated. The DRAM level (1 MiB) is large enough
-/// that no request waits for a DRAM-to-RO-SSD flush: *when* the flusher
-/// runs is the live store's background thread (as fast as it can) and the
-/// simulator's per-request batches, a divergence shown by
-/// `tica_ro_ssd_page_writes_match_sim` below.
+/// promotions, live and simulated, with a large DRAM level (1 MiB).
 #[test]
 fn tica_decisions_match_sim() {
     let Some(trace) = sample_trace() else { return };
@@ -508,19 +510,38 @@ fn tica_decisions_match_sim() {
     }
 }
 
-/// The open divergence (issue 15): the live three-level cache copies dirty
-/// DRAM pages to the RO-SSD from a free-running background thread, the
-/// simulator in batches after each request, so the RO-SSD's page writes
-/// (and, with a small DRAM level, a DRAM hit or two) differ, and the live
-/// count changes from run to run. Run with `--ignored` to see it.
+/// The DRAM-to-RO-SSD flusher: with a small DRAM level (256 KiB) requests
+/// wait for flushes, and *when* the flusher runs decides the RO-SSD's page
+/// writes and DRAM hits. Live and simulated, the policy crate's
+/// `FlushScheduler` flushes after each request, before the next; the
+/// simulator's final drain (`drained_pages`, after the last request) is
+/// the one difference, and is reported apart.
 #[test]
-#[ignore = "known divergence: TICA's DRAM flusher is time-driven live (issue 15)"]
 fn tica_ro_ssd_page_writes_match_sim() {
     let Some(trace) = sample_trace() else { return };
-    let (live, sim) = tica_run(&trace, 3 << 20, "256KiB", "adaptive");
-    assert_eq!(
-        live["ro_ssd_writes"], sim["ro_ssd_writes"],
-        "RO-SSD page writes"
-    );
-    assert_eq!(live["dram_hits"], sim["stats"]["dram_hits"], "DRAM hits");
+    for policy in ["adaptive", "wed", "ef"] {
+        let (live, sim) = tica_run(&trace, 3 << 20, "256KiB", policy);
+        let ro_sim =
+            sim["ro_ssd_writes"].as_u64().unwrap() - sim["drained_pages"].as_u64().unwrap();
+        assert_eq!(
+            live["ro_ssd_writes"].as_u64().unwrap(),
+            ro_sim,
+            "{policy}: RO-SSD page writes (live {live:#}\nsim {sim:#})"
+        );
+        assert_eq!(
+            live["flusher_pages"], sim["flusher_pages"],
+            "{policy}: flusher pages"
+        );
+        assert!(live["flusher_pages"].as_u64().unwrap() > 0, "{live:#}");
+        for k in [
+            "dram_hits",
+            "ro_ssd_hits",
+            "wo_ssd_hits",
+            "misses",
+            "writebacks",
+        ] {
+            assert_eq!(live[k], sim["stats"][k], "{policy}: {k}");
+        }
+        assert_eq!(live["wo_ssd_writes"], sim["wo_ssd_writes"], "{policy}");
+    }
 }

@@ -97,11 +97,12 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
         );
     }
     // The flash modes have no timing model: --no-timing changes nothing.
-    if a.no_timing && !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v") {
+    // TICA: flushes complete with their request, no timed flushing.
+    if a.no_timing && !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v" | "tica") {
         return Err(bad(
             "no_timing",
             format!(
-                "applies to --mode cache, ssd, ssc and ssc-v (--mode {} always runs its model)",
+                "applies to --mode cache, ssd, ssc, ssc-v and tica (--mode {} always runs its model)",
                 a.mode
             ),
         ));

@@ -103,6 +103,12 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     );
     cfg.page_bytes = page;
     cfg.replay = replay;
+    if a.no_timing {
+        // The live cache's rule at queue depth 1: each request's flushes
+        // complete before the next request, no time-driven flushing.
+        cfg.sync_flushes = true;
+        cfg.flush.timed = false;
+    }
     if let Some(p) = &a.profile {
         cfg.profile = load_profile(p)?;
     }

@@ -27,4 +27,6 @@ pub mod ssd;
 pub use cache::{CacheError, Degraded, ThreeLevel};
 pub use design::Tica;
 pub use open::{open, open_with_devices, OpenOptions};
-pub use pair::{detect, format, FormatOptions, FormatReport, PairInfo, Role, PAGE};
+pub use pair::{
+    detect, format, format_with_flusher, FormatOptions, FormatReport, PairInfo, Role, PAGE,
+};

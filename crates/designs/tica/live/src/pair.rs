@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_levels::Policy;
+use tiercache_levels::{FlushConfig, Policy};
 use tiercache_store::{FormatParams, MetaDevice, Superblock};
 
 /// Page size of the three-level cache: the unit of the TICA policy, of an
@@ -64,6 +64,14 @@ pub struct PairInfo {
     /// dirty page back and ran degraded; the pair must be formatted again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_peer: Option<String>,
+    /// The flusher's time-driven part (idle ticks) on; off, every flush
+    /// follows the request count alone (`format --timed-flush off`).
+    #[serde(default = "yes")]
+    pub timed_flush: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl PairInfo {
@@ -73,6 +81,13 @@ impl PairInfo {
             Role::RoSsd => &self.ro_ssd,
             Role::WoSsd => &self.wo_ssd,
         })
+    }
+    /// The flusher's configuration (the scheduler shared with `sim`).
+    pub fn flush_config(&self) -> FlushConfig {
+        FlushConfig {
+            timed: self.timed_flush,
+            ..FlushConfig::default()
+        }
     }
     /// The TICA policy, parsed.
     pub fn policy(&self) -> Result<Policy> {
@@ -153,8 +168,14 @@ fn absolute(p: &Path) -> Result<PathBuf> {
 /// Writes a new three-level cache on two SSDs (files or block devices) for
 /// `backing`. Refuses a backing size that is not a multiple of 4 KiB, too
 /// small a DRAM level, the same device twice, and (unless `force`) devices
-/// holding a cache or a filesystem.
+/// holding a cache or a filesystem. The flusher's timed part is on.
 pub fn format(o: &FormatOptions) -> Result<FormatReport> {
+    format_with_flusher(o, true)
+}
+
+/// [`format`] with the flusher's timed part on or off (`timed_flush`,
+/// recorded in the pair description).
+pub fn format_with_flusher(o: &FormatOptions, timed_flush: bool) -> Result<FormatReport> {
     if o.dram_bytes < 2 * PAGE {
         bail!(
             "--dram-size {} bytes is too small: the DRAM level needs at least two 4 KiB pages",
@@ -207,6 +228,7 @@ pub fn format(o: &FormatOptions) -> Result<FormatReport> {
             dram_bytes: o.dram_bytes,
             tica_policy: o.policy.to_string(),
             failed_peer: None,
+            timed_flush,
         };
         let params = FormatParams {
             line_size: PAGE as u32,

@@ -11,6 +11,8 @@
 //! endurance, reliability).
 //!
 //! - [`tica::Tica`]: TICA-EF, TICA-WED and TICA-A ([`Policy`]).
+//! - [`flusher::FlushScheduler`]: when and what to flush from DRAM to the
+//!   RO-SSD, shared by [`sim`] and the live cache.
 //! - [`dram::Dram`]: DRAM read/write partitions resized by Algorithm 1.
 //! - [`identifier::Identifier`]: DRAM low-capacity identifier (Algorithm 2).
 //! - [`smbi::Smbi`]: state-machine-based insertion (Algorithm 3, Fig. 9).
@@ -19,6 +21,7 @@
 
 pub mod baselines;
 pub mod dram;
+pub mod flusher;
 pub mod identifier;
 pub mod models;
 pub mod profile;
@@ -26,6 +29,7 @@ pub mod sim;
 pub mod smbi;
 pub mod tica;
 
+pub use flusher::{FlushConfig, FlushScheduler};
 pub use profile::{DeviceSpec, LevelsProfile};
 pub use sim::{run, Arch, LevelsReport, SimConfig};
 

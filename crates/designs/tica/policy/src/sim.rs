@@ -5,9 +5,12 @@
 //! (a stage starts when the previous one completed) and the request
 //! completes with its last foreground op; background ops (WED copies,
 //! admissions, TRIMs of victims) are submitted at the request's arrival and
-//! only occupy the devices. After each request the flusher starts up to
-//! `flush_depth` DRAM-to-RO-SSD copies at the request's completion time; a
-//! flush completes (and frees its DRAM slot) when the RO-SSD model says so.
+//! only occupy the devices. After each request the flusher
+//! ([`FlushScheduler`], shared with the live cache) starts DRAM-to-RO-SSD
+//! copies at the request's completion time, and idle ticks of the trace's
+//! virtual time start more; a flush completes (and frees its DRAM slot) when
+//! the RO-SSD model says so, or, with [`SimConfig::sync_flushes`], before
+//! the next request (as the live cache completes them).
 //!
 //! Replay is open (arrivals at trace timestamps) or closed at queue depth 1
 //! (each request arrives when the previous one completed).
@@ -24,6 +27,7 @@ use tiercache_trace::Record;
 
 use crate::baselines::srac::Srac;
 use crate::baselines::ucache::UCache;
+use crate::flusher::{FlushConfig, FlushScheduler};
 use crate::profile::LevelsProfile;
 use crate::tica::{Tica, TicaConfig};
 use crate::{Architecture, Dev, LevelStats, Op, OpKind, Policy};
@@ -71,8 +75,13 @@ pub struct SimConfig {
     pub ssd_pages: u64,
     pub profile: LevelsProfile,
     pub replay: Replay,
-    /// DRAM-to-RO-SSD flushes in flight at most.
-    pub flush_depth: usize,
+    /// The DRAM-to-RO-SSD flusher (flushes in flight after each request;
+    /// idle ticks in virtual time).
+    pub flush: FlushConfig,
+    /// Flushes complete before the next request arrives (the live cache's
+    /// rule: it copies a page under its lock); no idle ticks. Decisions are
+    /// then a function of the request sequence alone (`sim --no-timing`).
+    pub sync_flushes: bool,
     /// Mission time for the reliability model, hours.
     pub mission_hours: f64,
     /// Check after every page access that each dirty page is on two
@@ -90,7 +99,8 @@ impl SimConfig {
             ssd_pages,
             profile: LevelsProfile::default(),
             replay: Replay::Closed,
-            flush_depth: 4,
+            flush: FlushConfig::default(),
+            sync_flushes: false,
             mission_hours: 8766.0,
             check_dirty_copies: false,
         }
@@ -137,6 +147,12 @@ pub struct LevelsReport {
     pub hdd_writes: u64,
     pub writebacks: u64,
     pub promotions: u64,
+    /// DRAM pages the flusher copied to the RO-SSD during the run (the
+    /// live cache's `flusher_pages`).
+    pub flusher_pages: u64,
+    /// Dirty DRAM pages copied to the RO-SSD after the last request (the
+    /// final drain; included in `ro_ssd_writes`, not in `flusher_pages`).
+    pub drained_pages: u64,
     /// Share of page accesses made in WED mode (TICA).
     pub wed_share: f64,
     pub mean_response_us: f64,
@@ -208,6 +224,9 @@ where
         stage_ops: Vec::new(),
         flushes: BinaryHeap::new(),
         flush_at: FxHashMap::default(),
+        flusher: FlushScheduler::new(cfg.flush),
+        flusher_pages: 0,
+        drained_pages: 0,
         resp_us: Vec::new(),
         clock: 0,
         first: None,
@@ -219,9 +238,10 @@ where
     }
     let elapsed_ns = r.last_done.saturating_sub(r.first.unwrap_or(0)).max(1);
     r.drain_flusher();
-    Ok(report(
-        cfg, &*r.arch, &r.dev, r.requests, r.resp_us, elapsed_ns,
-    ))
+    let mut rep = report(cfg, &*r.arch, &r.dev, r.requests, r.resp_us, elapsed_ns);
+    rep.flusher_pages = r.flusher_pages;
+    rep.drained_pages = r.drained_pages;
+    Ok(rep)
 }
 
 /// Reject page, DRAM and SSD sizes and profiles the models cannot run, before
@@ -278,6 +298,9 @@ struct Replayer<'a> {
     flushes: BinaryHeap<Reverse<(u64, u64, u64)>>,
     /// Completion time of the latest flush of each page in flight.
     flush_at: FxHashMap<u64, u64>,
+    flusher: FlushScheduler,
+    flusher_pages: u64,
+    drained_pages: u64,
     resp_us: Vec<f64>,
     /// Closed loop: next arrival.
     clock: u64,
@@ -296,6 +319,7 @@ impl Replayer<'_> {
         };
         self.first.get_or_insert(arrival);
         self.complete_flushes(arrival);
+        self.ticks(arrival);
         self.page_ops(rec)?;
         let done = self.foreground(arrival);
         self.background(arrival);
@@ -415,21 +439,51 @@ impl Replayer<'_> {
         }
     }
 
-    /// Start asynchronous DRAM-to-RO-SSD flushes after the request completed
-    /// at `done`, recording when each completes.
+    /// The flusher's ticks due by `now` (virtual time); none with
+    /// `sync_flushes`.
+    fn ticks(&mut self, now: u64) {
+        if self.cfg.sync_flushes {
+            return;
+        }
+        while self.flusher.next_tick_ns() <= now {
+            let t = self.flusher.next_tick_ns();
+            self.complete_flushes(t);
+            let n = self.flusher.tick(t);
+            if n > 0 {
+                self.flush_ops.clear();
+                let in_flight = self.arch.flushes_in_flight();
+                let started = self.arch.start_flushes(in_flight + n, &mut self.flush_ops);
+                self.submit_flushes(started, t);
+            }
+        }
+    }
+
+    /// Start the DRAM-to-RO-SSD flushes the scheduler allows after the
+    /// request completed at `done`.
     fn start_flushes(&mut self, done: u64) {
         self.flush_ops.clear();
-        for (pg, gen) in self
-            .arch
-            .start_flushes(self.cfg.flush_depth, &mut self.flush_ops)
-        {
-            let mut t = done;
+        let started = self
+            .flusher
+            .after_request(&mut *self.arch, &mut self.flush_ops);
+        self.submit_flushes(started, done);
+    }
+
+    /// Submit the ops of `started` flushes at `at`, recording when each
+    /// completes (or completing each at once with `sync_flushes`).
+    fn submit_flushes(&mut self, started: Vec<(u64, u64)>, at: u64) {
+        self.flusher_pages += started.len() as u64;
+        for (pg, gen) in started {
+            let mut t = at;
             for o in self.flush_ops.iter().filter(|o| o.page == pg) {
                 t = self.dev.submit(o.dev, t, &model_op(o, self.pb));
             }
-            self.flush_at.insert(pg, t);
-            self.flushes.push(Reverse((t, pg, gen)));
             self.last_done = self.last_done.max(t);
+            if self.cfg.sync_flushes {
+                self.arch.flush_done(pg, gen);
+            } else {
+                self.flush_at.insert(pg, t);
+                self.flushes.push(Reverse((t, pg, gen)));
+            }
         }
     }
 
@@ -449,6 +503,7 @@ impl Replayer<'_> {
                 self.dev
                     .submit(o.dev, self.last_done, &model_op(o, self.pb));
             }
+            self.drained_pages += started.len() as u64;
             for (pg, gen) in started {
                 self.arch.flush_done(pg, gen);
             }

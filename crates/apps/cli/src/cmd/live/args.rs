@@ -141,6 +141,12 @@ pub struct TicaFormatArgs {
     /// Three-level cache: TICA policy: adaptive, ef or wed.
     #[arg(long, default_value = "adaptive")]
     pub tica_policy: String,
+    /// Three-level cache: the DRAM flusher's time-driven part (a 10 ms tick
+    /// with no request flushes up to 32 pages), on or off. Each request
+    /// flushes up to 4 pages either way; off, every flush follows the
+    /// request sequence alone, as in `sim --mode tica --no-timing`.
+    #[arg(long, default_value = "on")]
+    pub timed_flush: String,
 }
 
 /// `format` options of the cache layout.

@@ -5,17 +5,44 @@ use super::State;
 use super::{CacheError, Fault};
 use crate::pair::Role;
 use rustc_hash::FxHashSet;
+use tiercache_levels::tica::Tica;
 use tiercache_levels::Architecture;
-use tiercache_levels::Page;
+use tiercache_levels::{FlushScheduler, Op, Page};
 
 impl State {
-    /// Copy up to `max` dirty DRAM pages to the RO-SSD (the flusher).
+    /// Copy up to `max` dirty DRAM pages to the RO-SSD (an idle tick, a
+    /// test's flusher step, the shutdown's drain).
     pub(super) fn flush_some(&mut self, max: usize) -> Result<usize, CacheError> {
+        self.run_flushes(|tica, _, ops| tica.start_flushes(max, ops))
+    }
+
+    /// After a client request, before it is answered: the flushes the
+    /// scheduler allows ([`FlushScheduler::after_request`], as `sim` runs
+    /// them), done at once.
+    pub(super) fn flush_after_request(&mut self) -> Result<usize, CacheError> {
+        self.run_flushes(|tica, sched, ops| sched.after_request(tica, ops))
+    }
+
+    /// A tick of the scheduler's clock (the wall clock, ns since the cache
+    /// opened): the pages an idle tick flushes.
+    pub(super) fn flush_tick(&mut self, now_ns: u64) -> Result<usize, CacheError> {
+        let n = self.flusher.tick(now_ns);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.flush_some(n)
+    }
+
+    /// Start flushes with `start` and copy them, completing each.
+    fn run_flushes(
+        &mut self,
+        start: impl FnOnce(&mut Tica, &mut FlushScheduler, &mut Vec<Op>) -> Vec<(Page, u64)>,
+    ) -> Result<usize, CacheError> {
         if self.degraded.is_some() || self.closed {
             return Ok(0);
         }
         let mut ops = Vec::new();
-        let started = self.tica.start_flushes(max, &mut ops);
+        let started = start(&mut self.tica, &mut self.flusher, &mut ops);
         match self.exec(&ops, None) {
             Ok(_) => {
                 for &(p, gen) in &started {

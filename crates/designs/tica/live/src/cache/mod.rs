@@ -6,8 +6,11 @@
 //! returns device ops ([`tiercache_levels::Op`]) that are executed in
 //! emission order (their stages are already in that order), so the policy's
 //! eager state and the devices never diverge under concurrency. The flusher
-//! (DRAM to RO-SSD) runs in a background thread that takes the same lock
-//! for small batches.
+//! (DRAM to RO-SSD) follows the policy crate's [`FlushScheduler`], shared
+//! with the simulator: after each request, before it is answered, the
+//! flushes it allows are done under the same lock; a background thread
+//! passes the wall clock's ticks (idle flushing, when the pair was formatted
+//! with the timed part on) and commits metadata that waited a second.
 //!
 //! Data safety:
 //! - a write is acknowledged once it is in DRAM and written to the WO-SSD
@@ -48,7 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rustc_hash::FxHashMap;
 use tiercache_io::BlockDev;
 use tiercache_levels::tica::Tica;
-use tiercache_levels::Page;
+use tiercache_levels::{FlushScheduler, Page};
 
 use crate::pair::{PairInfo, Role};
 use crate::ssd::{Ssd, SsdError};
@@ -142,6 +145,8 @@ pub(crate) struct State {
     degraded: Option<Degraded>,
     closed: bool,
     counters: Counters,
+    /// When and what to flush (DRAM to RO-SSD).
+    flusher: FlushScheduler,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -171,6 +176,7 @@ impl State {
             degraded: None,
             closed: false,
             counters: Counters::default(),
+            flusher: FlushScheduler::new(Default::default()),
         }
     }
 
@@ -191,7 +197,10 @@ impl ThreeLevel {
         recovery: RecoveryInfo,
     ) -> ThreeLevel {
         ThreeLevel {
-            state: Mutex::new(state),
+            state: Mutex::new(State {
+                flusher: FlushScheduler::new(info.flush_config()),
+                ..state
+            }),
             size,
             info,
             backing_path,

@@ -70,6 +70,8 @@ impl ThreeLevel {
                 "dram_pages": s.tica.config().dram_pages,
                 "ssd_pages": s.tica.config().ssd_pages,
                 "page_bytes": PAGE,
+                "timed_flush": if self.info.timed_flush { "on" } else { "off" },
+                "flush_per_request": s.flusher.config().per_request,
             },
             "read_pages": st.read_pages,
             "write_pages": st.write_pages,

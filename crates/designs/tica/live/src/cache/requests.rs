@@ -22,6 +22,7 @@ impl ThreeLevel {
             out.extend_from_slice(&data[in_page..in_page + n]);
             pos += n as u64;
         }
+        s.flush_after_request()?;
         Ok(out)
     }
 
@@ -46,6 +47,7 @@ impl ThreeLevel {
             }
             pos += n as u64;
         }
+        s.flush_after_request()?;
         if fua {
             s.flush()?;
         }
@@ -56,6 +58,7 @@ impl ThreeLevel {
     pub fn flush(&self) -> Result<(), CacheError> {
         let mut s = self.lock();
         Self::check_open(&s)?;
+        s.flush_after_request()?;
         s.flush()
     }
 
@@ -81,6 +84,7 @@ impl ThreeLevel {
                 Err(Fault::Other(e)) => return Err(CacheError(e)),
             }
         }
+        s.flush_after_request()?;
         Ok(())
     }
 }

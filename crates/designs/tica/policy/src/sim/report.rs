@@ -65,6 +65,8 @@ pub(super) fn report(
         hdd_writes: pages_w(&hdd),
         writebacks: st.writebacks,
         promotions: st.promotions,
+        flusher_pages: 0,
+        drained_pages: 0,
         wed_share: st.wed_accesses as f64 / (st.read_pages + st.write_pages).max(1) as f64,
         mean_response_us: mean,
         p99_response_us: p99,

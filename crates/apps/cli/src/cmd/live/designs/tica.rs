@@ -18,9 +18,13 @@ pub fn format(
     force: bool,
 ) -> Option<Result<()>> {
     if mode != "tica" {
-        if a.ro_ssd.is_some() || a.wo_ssd.is_some() || a.dram_size.is_some() {
+        if a.ro_ssd.is_some()
+            || a.wo_ssd.is_some()
+            || a.dram_size.is_some()
+            || a.timed_flush != "on"
+        {
             return Some(Err(anyhow::anyhow!(
-                "--ro-ssd, --wo-ssd and --dram-size need --mode tica"
+                "--ro-ssd, --wo-ssd, --dram-size and --timed-flush need --mode tica"
             )));
         }
         return None;
@@ -52,7 +56,12 @@ fn format_tica(
             .map_err(anyhow::Error::msg)?,
         force,
     };
-    let r = three::format(&o)?;
+    let timed = match a.timed_flush.as_str() {
+        "on" => true,
+        "off" => false,
+        x => bail!("--timed-flush: '{x}' is not understood (allowed: on, off)"),
+    };
+    let r = three::format_with_flusher(&o, timed)?;
     println!(
         "formatted three-level cache {}: RO-SSD {} ({} pages), WO-SSD {} ({} pages), DRAM {}, policy {}, for backing {}",
         r.pair,
