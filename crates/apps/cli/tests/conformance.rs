@@ -345,7 +345,9 @@ fn one_config_from_sim_format_and_stats() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("sim --like reads the SSD cache only"),
+        !o.status.success()
+            && err
+                .contains("sim --like reads an SSD cache, a log-structured cache, a tiered volume"),
         "{err}"
     );
 }

@@ -118,13 +118,19 @@ pub struct SimArgs {
     /// for a trace without timestamps), the live server on the wall clock.
     #[arg(long, default_value = "on")]
     pub timed_cleaning: String,
-    /// Simulate the SSD cache formatted on this device: its policy and its
-    /// capacity (`slots` lines), as `tiercache format` recorded them (the
-    /// policy and size options are then refused).
-    #[arg(long, value_name = "CACHE_DEVICE", conflicts_with_all = [
+    /// Simulate the device `tiercache format` wrote, with the policy and
+    /// capacity its superblock records (the policy and size options are
+    /// then refused): an SSD cache (--mode cache, `slots` lines), a
+    /// log-structured cache (--mode ssc --ftl log: segments, write policy,
+    /// dirty target), a tiered volume (--mode tier: policy, fast tier,
+    /// block size, capacity rule) or either SSD of a three-level cache
+    /// (--mode tica: policy, SSD pages, DRAM level).
+    #[arg(long, value_name = "DEVICE", conflicts_with_all = [
         "cache_size", "line_size", "sub_block", "assoc", "eviction", "write_policy",
         "no_write_allocate", "admission", "seq_cutoff", "nhit_threshold", "nhit_trigger",
         "twolbs_levels", "twolbs_window", "dirty_target", "clean_rate", "timed_cleaning",
+        "tier_policy", "fast_tier_size", "capacity", "tier_block", "ftl", "segment_size",
+        "victim", "tica_policy", "dram_size",
     ])]
     pub like: Option<PathBuf>,
     /// Compute cache behaviour only, without the timing model (fastest): no response

@@ -26,7 +26,7 @@ pub mod ssd;
 
 pub use cache::{CacheError, Degraded, ThreeLevel};
 pub use design::Tica;
-pub use open::{open, open_with_devices, OpenOptions};
+pub use open::{open, open_with_devices, policy_ssd_pages, OpenOptions};
 pub use pair::{
     detect, format, format_with_flusher, FormatOptions, FormatReport, PairInfo, Role, PAGE,
 };

@@ -136,9 +136,8 @@ pub fn open_with_devices(
     if slots < 2 {
         bail!("the SSDs hold {slots} pages: too small for a cache");
     }
-    let reserve = (slots / 8).clamp(1, 256);
     let dram_pages = (wo_info.dram_bytes / PAGE) as usize;
-    let tica = Tica::new(TicaConfig::new(dram_pages, slots - reserve, policy));
+    let tica = Tica::new(TicaConfig::new(dram_pages, policy_ssd_pages(slots), policy));
     let mut s = State::new(tica, ro, wo, backing);
     let info = recover(&mut s, clean)?;
     let recovery = RecoveryInfo {
@@ -213,4 +212,11 @@ fn recover(s: &mut State, clean: bool) -> Result<RecoveryInfo> {
         ro_pages,
         written_back: write_back.len() as u64,
     })
+}
+
+/// The SSD pages the policy manages on a pair whose smaller SSD has `slots`
+/// data slots: an eighth (1 to 256) is kept free for commits in flight
+/// (`stats --json` `policy.ssd_pages`; `sim --like`).
+pub fn policy_ssd_pages(slots: usize) -> usize {
+    slots - (slots / 8).clamp(1, 256)
 }

@@ -26,12 +26,26 @@ struct Point {
     cfg: CacheConfig,
 }
 
-pub fn run(a: SimArgs) -> Result<()> {
-    if a.like.is_some() && a.mode != "cache" {
-        bail!(
-            "--like applies to --mode cache only (the SSD cache); for --mode {} give the options of the formatted device",
-            a.mode
-        );
+pub fn run(mut a: SimArgs) -> Result<()> {
+    if let Some(dev) = a.like.clone() {
+        if let Some(mode) = like_other(&mut a, &dev)? {
+            if !matches!(a.mode.as_str(), "cache") && a.mode != mode {
+                bail!(
+                    "--like {}: the device holds a {} (sim --mode {mode}), not --mode {}",
+                    dev.display(),
+                    mode_name(mode),
+                    a.mode
+                );
+            }
+            a.mode = mode.to_string();
+            a.like = None;
+        } else if a.mode != "cache" {
+            bail!(
+                "--like {}: the device holds an SSD cache (sim --mode cache), not --mode {}",
+                dev.display(),
+                a.mode
+            );
+        }
     }
     if a.mode != "cache" {
         let out = tiercache_simulate::modes::run(&a)?;
@@ -95,6 +109,74 @@ pub fn run(a: SimArgs) -> Result<()> {
     print_results(&a, &reports)
 }
 
+fn mode_name(mode: &str) -> &'static str {
+    match mode {
+        "tica" => "three-level cache",
+        "tier" => "tiered volume",
+        "ssc" => "log-structured cache",
+        _ => "SSD cache",
+    }
+}
+
+/// `sim --like DEV` of a device that holds a design other than the SSD
+/// cache: sets the options of `a` that the explicit `sim` command of that
+/// configuration gives (policy and capacity, read from the device's
+/// superblock) and returns the mode; `None` for anything else (the SSD
+/// cache, or no cache: [`like`] tells).
+fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
+    if let Some(info) = tiercache_three_level::detect(dev) {
+        // The policy manages the smaller SSD's slots less a reserve.
+        let mut slots = usize::MAX;
+        for p in [&info.ro_ssd, &info.wo_ssd] {
+            let f = std::fs::File::open(p)
+                .with_context(|| format!("--like {}: opening its SSD {p}", dev.display()))?;
+            let sb = tiercache_store::Superblock::read(&f)
+                .with_context(|| format!("--like {}: reading its SSD {p}", dev.display()))?;
+            slots = slots.min(sb.newest.layout.slots as usize);
+        }
+        let pages = tiercache_three_level::policy_ssd_pages(slots);
+        a.tica_policy = info.tica_policy.clone();
+        a.cache_size = vec![pages.to_string()];
+        a.dram_size = Some((info.dram_bytes / tiercache_three_level::PAGE).to_string());
+        a.line_size = vec![format!("{}B", tiercache_three_level::PAGE)];
+        return Ok(Some("tica"));
+    }
+    if tiercache_tiered_volume::is_tiered_volume(dev) {
+        let sb = tiercache_tiered_volume::Superblock::read(dev)
+            .with_context(|| format!("--like {}: reading the tiered volume", dev.display()))?;
+        let cfg: tiercache_tiered_volume::VolumeConfig = serde_json::from_str(&sb.config)
+            .with_context(|| format!("--like {}: reading the recorded policy", dev.display()))?;
+        let bs = u64::from(sb.block_bytes);
+        a.tier_policy = cfg.policy;
+        a.fast_tier_size = Some(format!("{}B", sb.layout.fast_slots * bs));
+        a.tier_block = format!("{bs}B");
+        a.capacity = match sb.capacity {
+            tiercache_tiered_volume::Capacity::Sum => "sum",
+            tiercache_tiered_volume::Capacity::Slow => "slow",
+        }
+        .to_string();
+        return Ok(Some("tier"));
+    }
+    if tiercache_log_structured::detect(dev) {
+        let f = tiercache_io::FileDev::open(dev, tiercache_io::FileDevOptions::default())
+            .with_context(|| format!("--like {}: opening", dev.display()))?;
+        let Some(sb) = tiercache_log_structured::Superblock::read(&f) else {
+            bail!(
+                "--like {}: the log-structured superblock is unreadable",
+                dev.display()
+            );
+        };
+        a.ftl = "log".into();
+        a.segment_size = format!("{}B", sb.seg_bytes);
+        a.cache_size = vec![format!("{}B", u64::from(sb.nsegs) * sb.seg_bytes)];
+        a.write_policy = vec![sb.write_policy.to_string()];
+        a.dirty_target = sb.dirty_target;
+        a.victim = "cost-benefit".into();
+        return Ok(Some("ssc"));
+    }
+    Ok(None)
+}
+
 /// The configuration and capacity of the SSD cache formatted on `dev`
 /// (`sim --like`): the policy its superblock records, `slots` lines.
 fn like(dev: &Path) -> Result<CacheConfig> {
@@ -103,7 +185,7 @@ fn like(dev: &Path) -> Result<CacheConfig> {
         Ok(sb) => sb.newest,
         Err(e) => bail!(
             "--like {}: not an SSD cache written by `tiercache format --mode cache --layout in-place` ({e}); \
-             sim --like reads the SSD cache only: for the other designs give their options",
+             sim --like reads an SSD cache, a log-structured cache, a tiered volume or a three-level cache SSD",
             dev.display()
         ),
     };
