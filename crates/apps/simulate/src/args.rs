@@ -136,7 +136,9 @@ pub struct SimArgs {
     /// Compute cache behaviour only, without the timing model (fastest): no response
     /// times, utilizations, `baseline` or `speedup`. Every count (hits, fills, hdd_ops,
     /// ssd_write_ops ...) is the same as with timing. The flash modes have no timing
-    /// model (accepted, no effect).
+    /// model (accepted, no effect). --mode tica: each request's DRAM flushes complete
+    /// before the next request and no idle tick flushes (the live cache's rule with
+    /// `format --timed-flush off`); timing figures are still computed.
     #[arg(long)]
     pub no_timing: bool,
     /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].
