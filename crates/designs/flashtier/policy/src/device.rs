@@ -211,10 +211,14 @@ impl Device {
                     DeviceKind::Ssc => (f64::from(blocks) * cfg.overprovision).ceil() as usize,
                     _ => 2,
                 };
+                // The SSD keeps at least the collection's reserve, the host
+                // and collection write blocks and one block of slack
+                // unexported, however small the device (an 8-MiB SSD's 7 %
+                // is under 3 blocks).
                 let exported = match cfg.kind {
-                    DeviceKind::Ssd => {
-                        (cfg.geometry.pages() as f64 * (1.0 - cfg.overprovision)) as u64
-                    }
+                    DeviceKind::Ssd => ((cfg.geometry.pages() as f64 * (1.0 - cfg.overprovision))
+                        as u64)
+                        .min(u64::from(blocks).saturating_sub(reserve as u64 + 3) * ppb),
                     _ => 0,
                 };
                 let p = PageFtl::new(flash, cfg.gc, reserve, cfg.kind != DeviceKind::Ssd);
