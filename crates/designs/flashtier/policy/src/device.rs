@@ -458,3 +458,26 @@ impl Device {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_page_mapped_ssd_overwrites_its_whole_exported_space() {
+        // 8 MiB over 10 planes rounds up to 40 blocks of 64 pages: 7 % is 2.8
+        // blocks, less than the collection needs (2 reserve, the host and
+        // collection write blocks, 1 slack), so the SSD exports 35 blocks.
+        let mut d = DeviceConfig::new(DeviceKind::Ssd, 8 << 20).unwrap();
+        d.ftl = FtlKind::Page;
+        assert_eq!(d.geometry.blocks(), 40);
+        let mut dev = Device::new(d).unwrap();
+        assert_eq!(dev.exported_pages(), 35 * 64);
+        for round in 0..4u64 {
+            for lba in 0..dev.exported_pages() {
+                dev.write((lba * 7 + round) % dev.exported_pages()).unwrap();
+            }
+        }
+        assert!(dev.flash().stats.erases > 0);
+    }
+}
