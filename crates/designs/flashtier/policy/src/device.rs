@@ -211,10 +211,14 @@ impl Device {
                     DeviceKind::Ssc => (f64::from(blocks) * cfg.overprovision).ceil() as usize,
                     _ => 2,
                 };
+                // The SSD keeps at least the collection's reserve, the host
+                // and collection write blocks and one block of slack
+                // unexported, however small the device (an 8-MiB SSD's 7 %
+                // is under 3 blocks).
                 let exported = match cfg.kind {
-                    DeviceKind::Ssd => {
-                        (cfg.geometry.pages() as f64 * (1.0 - cfg.overprovision)) as u64
-                    }
+                    DeviceKind::Ssd => ((cfg.geometry.pages() as f64 * (1.0 - cfg.overprovision))
+                        as u64)
+                        .min(u64::from(blocks).saturating_sub(reserve as u64 + 3) * ppb),
                     _ => 0,
                 };
                 let p = PageFtl::new(flash, cfg.gc, reserve, cfg.kind != DeviceKind::Ssd);
@@ -452,5 +456,28 @@ impl Device {
         if total > 0 {
             self.ftl.flash_mut().metadata_writes(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_page_mapped_ssd_overwrites_its_whole_exported_space() {
+        // 8 MiB over 10 planes rounds up to 40 blocks of 64 pages: 7 % is 2.8
+        // blocks, less than the collection needs (2 reserve, the host and
+        // collection write blocks, 1 slack), so the SSD exports 35 blocks.
+        let mut d = DeviceConfig::new(DeviceKind::Ssd, 8 << 20).unwrap();
+        d.ftl = FtlKind::Page;
+        assert_eq!(d.geometry.blocks(), 40);
+        let mut dev = Device::new(d).unwrap();
+        assert_eq!(dev.exported_pages(), 35 * 64);
+        for round in 0..4u64 {
+            for lba in 0..dev.exported_pages() {
+                dev.write((lba * 7 + round) % dev.exported_pages()).unwrap();
+            }
+        }
+        assert!(dev.flash().stats.erases > 0);
     }
 }

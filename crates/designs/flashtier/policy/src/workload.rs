@@ -26,6 +26,27 @@ pub struct ZipfParams {
     pub spread: u64,
     /// Seed of the generator.
     pub seed: u64,
+    /// Extents of similar popularity placed next to each other on disk (4 by
+    /// default); 1 scatters every extent on its own, which with
+    /// `extent_blocks: 1` gives single-block writes spread over the disk range
+    /// ([`ZipfParams::scattered`]).
+    pub group: u64,
+}
+
+impl ZipfParams {
+    /// A scattered, write-heavy workload: single 4-KiB blocks drawn from a
+    /// Zipf(0.99) over `blocks` distinct blocks, each placed on its own in a
+    /// disk range `spread` times the footprint, 90 % writes.
+    pub fn scattered(requests: u64, blocks: u64, spread: u64) -> Self {
+        ZipfParams {
+            requests,
+            extents: blocks,
+            extent_blocks: 1,
+            spread,
+            group: 1,
+            ..ZipfParams::default()
+        }
+    }
 }
 
 impl Default for ZipfParams {
@@ -39,6 +60,7 @@ impl Default for ZipfParams {
             write_share: 0.9,
             spread: 16,
             seed: 42,
+            group: 4,
         }
     }
 }
@@ -62,7 +84,8 @@ pub fn zipf_overwrites(p: &ZipfParams) -> impl Iterator<Item = Record> {
         cdf.push(acc);
     }
     let total = acc;
-    let groups = n.div_ceil(4);
+    let per = p.group.max(1);
+    let groups = n.div_ceil(per);
     let slots = groups * p.spread.max(1);
     let mut state = p.seed;
     let ext_bytes = u64::from(p.extent_blocks) * u64::from(p.block_bytes);
@@ -70,7 +93,7 @@ pub fn zipf_overwrites(p: &ZipfParams) -> impl Iterator<Item = Record> {
     (0..p.requests).map(move |i| {
         let u = (splitmix(&mut state) >> 11) as f64 / (1u64 << 53) as f64 * total;
         let rank = cdf.partition_point(|&c| c < u) as u64;
-        let group = rank / 4;
+        let group = rank / per;
         // Scatter groups: a multiplicative permutation of the slot space
         // (odd multiplier modulo a power of two would need one; use a hash
         // and accept rare collisions of groups, which only merge extents).
@@ -79,7 +102,7 @@ pub fn zipf_overwrites(p: &ZipfParams) -> impl Iterator<Item = Record> {
             splitmix(&mut s)
         };
         let slot = h % slots;
-        let extent = slot * 4 + rank % 4;
+        let extent = slot * per + rank % per;
         let w = ((splitmix(&mut state) >> 11) as f64 / (1u64 << 53) as f64) < p.write_share;
         Record {
             time_ns: i * 1000,

@@ -316,6 +316,14 @@ impl Translation for Hybrid {
         }
         self.invalidate_lpn(lpn);
         if self.data.get(lbn).is_none() {
+            // A solid-state cache's space is sparse (keyed by disk block):
+            // new data goes to the log and data blocks are made only by
+            // merges (FlashTier 4.3: "New data is written to the log and then
+            // merged into data blocks"; SSC-V: "new data blocks are created
+            // via switch merges"), not one erase block per scattered write.
+            if self.cfg.evict_data {
+                return self.log_write(lpn, dirty);
+            }
             self.ensure_free(Some(lbn))?;
         }
         match self.data.get(lbn) {

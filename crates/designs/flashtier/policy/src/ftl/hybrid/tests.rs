@@ -114,9 +114,11 @@ fn ssc_silently_evicts_oldest_clean_data_block() {
         },
     )
     .unwrap();
-    // One page in each of 15 sparse logical blocks; lpn 0 is dirty.
-    // 14 data blocks leave 2 erased (the reserve): the 15th evicts the
-    // clean block with the least clean-pages/age: lbn 1 (lbn 0 is dirty).
+    // One page in each of 15 sparse logical blocks; lpn 0 is dirty. Each
+    // write (offset 0) starts a sequential log block and the previous one
+    // becomes its logical block's data block (a partial merge with nothing
+    // to copy). Erased blocks run out at the 15th: the clean data block with
+    // the least clean-pages/age is evicted: lbn 1 (lbn 0 is dirty).
     for i in 0..15u64 {
         h.write(i * 4 * 1000, i == 0).unwrap();
     }
@@ -141,20 +143,30 @@ fn ssc_v_drops_clean_log_pages_instead_of_merging() {
         },
     )
     .unwrap();
-    for l in 0..12 {
+    // New data goes to the log: each run of 4 sequential pages fills the
+    // sequential log block of its logical block, and offset 0 of the next
+    // one switches it into a data block (no copy, no erase).
+    for l in 0..13 {
         h.write(l, false).unwrap();
     }
-    // Same sequence as the full-merge test, but lpn 5 is dirty.
-    for l in [1, 5, 9, 2, 3, 6, 7, 10, 11, 3, 6, 7] {
+    let s = &h.flash().stats;
+    assert_eq!((s.switch_merges, s.full_merges, s.erases), (3, 0, 0));
+    assert_eq!(h.data_blocks(), 3);
+    // RW1 = [1, 5, 9, 2], RW2 = [3, 6, 7, 10] (lpn 5 dirty); with the
+    // sequential block of lbn 3 that is the log limit of 3, so writing 11
+    // reclaims RW1: clean 1, 2 (lbn 0) and 9 (lbn 2) are dropped; lbn 1
+    // keeps a dirty page, so it alone is merged (4 copies: 4 from its data
+    // block, 5 from RW1, 6 and 7 from RW2), erasing its old data block and
+    // then RW1.
+    for l in [1, 5, 9, 2, 3, 6, 7, 10, 11] {
         h.write(l, l == 5).unwrap();
     }
-    h.write(9, false).unwrap();
     let s = &h.flash().stats;
-    // RW1 holds 1, 5, 2: 1 and 2 are clean and dropped; lbn 1 keeps a
-    // dirty page, so it alone is merged (4 copies).
-    assert_eq!(s.silent_evictions, 2);
+    assert_eq!(s.silent_evictions, 3);
     assert_eq!(s.full_merges, 1);
     assert_eq!(s.gc_page_copies, 4);
-    assert!(!h.contains(1) && !h.contains(2) && h.contains(5) && h.contains(0));
+    assert_eq!(s.erases, 2);
+    assert!(!h.contains(1) && !h.contains(2) && !h.contains(9));
+    assert!(h.contains(5) && h.contains(0) && h.contains(12));
     assert_eq!(h.is_dirty(5), Some(true));
 }
