@@ -49,6 +49,9 @@ struct Remote {
     img: PathBuf,
     port: u16,
     pid: Option<u32>,
+    /// nbdkit only: filter options before the plugin and parameters after it.
+    filters: Vec<String>,
+    params: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -61,6 +64,11 @@ fn free_port() -> u16 {
 
 impl Remote {
     fn new(kind: Kind, dir: &Path) -> Option<Remote> {
+        Self::with_filters(kind, dir, &[], &[])
+    }
+
+    /// nbdkit with `filters` (`--filter=NAME`) and their `params` (`KEY=VALUE`).
+    fn with_filters(kind: Kind, dir: &Path, filters: &[&str], params: &[&str]) -> Option<Remote> {
         let bin = match kind {
             Kind::Nbdkit => "nbdkit",
             Kind::QemuNbd => "qemu-nbd",
@@ -80,6 +88,8 @@ impl Remote {
             img,
             port: free_port(),
             pid: None,
+            filters: filters.iter().map(|s| s.to_string()).collect(),
+            params: params.iter().map(|s| s.to_string()).collect(),
         };
         r.start();
         Some(r)
@@ -107,8 +117,10 @@ impl Remote {
                 .arg(self.sock())
                 .arg("-P")
                 .arg(&pidf)
+                .args(&self.filters)
                 .arg("file")
                 .arg(&self.img)
+                .args(&self.params)
                 .status(),
             Kind::QemuNbd => Command::new("qemu-nbd")
                 .arg("-k")
@@ -549,4 +561,258 @@ fn misses_fail_with_eio_when_the_remote_is_down() {
     assert_eq!(parse_block(0, &c.read(0, 4096).unwrap().unwrap()), Ok(0));
     drop(c);
     p.kill9();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ErrMode {
+    WriteBack,
+    WriteThrough,
+    Tica,
+}
+
+/// Which versions a block's two halves hold, each one of `may`; panics on
+/// data that is no version of the block at all (zeros, another block).
+fn halves(b: u64, data: &[u8], may: &[u64], what: &str) -> (u64, u64) {
+    let half = |h: usize| {
+        let r = h * 2048..(h + 1) * 2048;
+        *may.iter()
+            .find(|&&v| make_block(b, v)[r.clone()] == data[r.clone()])
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: block {b} half {h} holds none of versions {may:?} ({:?})",
+                    parse_block(b, data)
+                )
+            })
+    };
+    (half(0), half(1))
+}
+
+/// Read block `b`: its halves' versions, or the NBD error.
+fn read_halves(c: &mut NbdClient, b: u64, may: &[u64], what: &str) -> Result<(u64, u64), u32> {
+    let d = c.read(b * 4096, 4096).expect("connection")?;
+    Ok(halves(b, &d, may, what))
+}
+
+/// The remote starts failing every request with EIO (nbdkit's error filter,
+/// switched by a file) after `serve` is up: cached blocks keep reading
+/// correctly, misses fail with EIO (never zeros or other data), writes
+/// either succeed or fail; once the errors stop every block reads back one
+/// of the versions it may hold, the same one through the cache, after
+/// `flush`, and straight from the remote after `detach`.
+fn remote_errors(mode: ErrMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let inject = dir.path().join("inject");
+    let Some(remote) = Remote::with_filters(
+        Kind::Nbdkit,
+        dir.path(),
+        &["--filter=error"],
+        &[
+            "error=EIO",
+            "error-rate=1",
+            &format!("error-file={}", inject.display()),
+        ],
+    ) else {
+        return;
+    };
+    let uri = remote.uri();
+    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
+    let d = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let cache = match mode {
+        ErrMode::WriteBack | ErrMode::WriteThrough => {
+            let policy = if mode == ErrMode::WriteBack {
+                "write-back"
+            } else {
+                "write-through"
+            };
+            tiercache(&[
+                "format",
+                "--cache",
+                &d("cache.img"),
+                "--backing",
+                &uri,
+                "--size",
+                "24MiB",
+                "--write-policy",
+                policy,
+            ]);
+            dir.path().join("cache.img")
+        }
+        ErrMode::Tica => {
+            tiercache(&[
+                "format",
+                "--mode",
+                "tica",
+                "--ro-ssd",
+                &d("ro.img"),
+                "--wo-ssd",
+                &d("wo.img"),
+                "--backing",
+                &uri,
+                "--size",
+                "16MiB",
+                "--dram-size",
+                "1MiB",
+            ]);
+            dir.path().join("wo.img")
+        }
+    };
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    // Versions each block may hold (the first is the newest acknowledged).
+    let mut may: Vec<Vec<u64>> = vec![vec![0]; BLOCKS as usize];
+    // Blocks 0..256 written (version 1), 256..512 read: both cached.
+    for b in 0..256 {
+        c.write(b * 4096, &make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
+        may[b as usize] = vec![1];
+    }
+    c.flush().unwrap().unwrap();
+    for b in 256..512 {
+        assert_eq!(
+            read_halves(&mut c, b, &[0], "before the errors"),
+            Ok((0, 0))
+        );
+    }
+
+    std::fs::write(&inject, b"").unwrap();
+    // Cached blocks read correctly.
+    for b in 0..512 {
+        let want = may[b as usize][0];
+        match (mode, read_halves(&mut c, b, &[want], "a cached block")) {
+            (_, Ok(_)) => {}
+            // TICA need not keep every block it read on an SSD.
+            (ErrMode::Tica, Err(e)) if b >= 256 => assert_eq!(e, NBD_EIO),
+            (_, Err(e)) => panic!(
+                "cached block {b} unreadable while the remote fails: NBD error {e}\n{}",
+                tail(&log)
+            ),
+        }
+    }
+    // Misses, from several clients at once: EIO, never data.
+    let eio = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| {
+                let sock = &sock;
+                s.spawn(move || {
+                    let mut c = NbdClient::connect(sock).unwrap();
+                    let mut eio = 0;
+                    for b in (512 + t..BLOCKS).step_by(4).take(24) {
+                        match c.read(b * 4096, 4096).unwrap() {
+                            Ok(d) => panic!(
+                                "a miss on block {b} returned data while the remote fails: {:?} (first bytes {:02x?})",
+                                parse_block(b, &d),
+                                &d[..16]
+                            ),
+                            Err(e) => {
+                                assert_eq!(e, NBD_EIO);
+                                eio += 1;
+                            }
+                        }
+                        // A read that spans a cached and a missing block fails whole.
+                        let r = c.read((b - 512) * 4096, 8192).unwrap();
+                        if let Ok(d) = r {
+                            halves(b - 512, &d[..4096], &[0, 1], "a spanning read");
+                            halves(b - 511, &d[4096..], &[0, 1], "a spanning read");
+                        }
+                    }
+                    eio
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
+    });
+    assert!(eio > 0);
+    // Writes: to cached blocks, to missing blocks, partial blocks.
+    let mut rng = Rng(0xe110 + mode as u64);
+    let (mut ok, mut failed) = (0, 0);
+    for i in 0..200 {
+        let b = rng.below(BLOCKS);
+        let v = may[b as usize].iter().max().unwrap() + 1;
+        let data = make_block(b, v);
+        if i % 10 == 9 {
+            // A partial write (the first half), then the whole block.
+            let r = c.write(b * 4096, &data[..2048], false).unwrap();
+            assert!(r.is_ok() || r == Err(NBD_EIO), "{r:?}");
+            may[b as usize].push(v);
+        }
+        match c.write(b * 4096, &data, false).unwrap() {
+            Ok(()) => {
+                may[b as usize] = vec![v];
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e, NBD_EIO, "write of block {b}");
+                if !may[b as usize].contains(&v) {
+                    may[b as usize].push(v);
+                }
+                failed += 1;
+            }
+        }
+    }
+    eprintln!("{mode:?}: {eio} misses failed with EIO; {ok} writes succeeded, {failed} failed");
+    if mode == ErrMode::WriteThrough {
+        assert!(
+            failed > 0,
+            "write-through writes cannot succeed while the remote fails"
+        );
+    }
+    let fl = c.flush().unwrap();
+    eprintln!("{mode:?}: FLUSH during the errors: {fl:?}");
+    // Whatever the cache answers now is what it must keep answering.
+    let mut seen: Vec<Option<(u64, u64)>> = vec![None; BLOCKS as usize];
+    for b in 0..BLOCKS {
+        if let Ok(v) = read_halves(&mut c, b, &may[b as usize], "during the errors") {
+            seen[b as usize] = Some(v);
+        }
+    }
+
+    std::fs::remove_file(&inject).unwrap();
+    for b in 0..BLOCKS {
+        let v = read_halves(&mut c, b, &may[b as usize], "after the errors stopped")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "block {b} after the errors stopped: NBD error {e}\n{}",
+                    tail(&log)
+                )
+            });
+        if let Some(s) = seen[b as usize] {
+            assert_eq!(
+                v, s,
+                "block {b} changed from versions {s:?} to {v:?} when the errors stopped"
+            );
+        }
+        seen[b as usize] = Some(v);
+    }
+    drop(c);
+    tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
+    tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+    p.wait_exit();
+    let u: nbdc::Uri = uri.parse().unwrap();
+    let mut rc = nbdc::Client::connect(&u).unwrap();
+    for b in 0..BLOCKS {
+        let d = rc.read(b * 4096, 4096).unwrap().unwrap();
+        let v = halves(b, &d, &may[b as usize], "on the remote after detach");
+        assert_eq!(
+            Some(v),
+            seen[b as usize],
+            "block {b} on the remote after detach differs from what the cache answered"
+        );
+    }
+    rc.disconnect();
+}
+
+#[test]
+fn remote_errors_ssd_cache_write_back() {
+    remote_errors(ErrMode::WriteBack);
+}
+
+#[test]
+fn remote_errors_ssd_cache_write_through() {
+    remote_errors(ErrMode::WriteThrough);
+}
+
+#[test]
+fn remote_errors_tica() {
+    remote_errors(ErrMode::Tica);
 }

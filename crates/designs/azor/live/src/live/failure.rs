@@ -56,6 +56,24 @@ impl LiveCache {
             }
             c.pending_unmap.retain(|_, bs| !bs.is_empty());
         }
+        if op.kind == IoKind::Write
+            && op.purpose == Purpose::WriteBacking
+            && self.write_policy() != WritePolicy::WriteBack
+        {
+            // A write-through copy of data the backing device refused: the
+            // client is told the write failed, so the cache must not go on
+            // answering with it (the backing device may still hold the old
+            // data, and `detach` or an eviction would show that).
+            let mut c = self.core.lock().expect("core");
+            for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line {
+                if let Some(s) = c.engine.mapping().lookup(line) {
+                    let start = op.offset.max(line * self.line);
+                    let end = (op.offset + op.len).min((line + 1) * self.line);
+                    let (f, l) = self.subs_of(start, end - start);
+                    c.engine.invalidate(s, f, l);
+                }
+            }
+        }
         tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
         Err(LiveError(format!("backing device I/O error: {e}")))
     }
