@@ -281,16 +281,27 @@ fn wait_state(p: &ServeProc, want: &str) {
 }
 
 fn fio_verify(sock: &Path, dir: &Path) {
+    fio_verify_uri(
+        &format!("nbd+unix:///?socket={}", sock.display()),
+        dir,
+        false,
+    );
+}
+
+/// fio's crc32c verify of 40 MiB at `uri` (writing, then verifying; with
+/// `verify_only` verifying what the same job wrote before).
+fn fio_verify_uri(uri: &str, dir: &Path, verify_only: bool) {
     if !have("fio") {
         eprintln!("SKIPPED (fio part): `fio` is not installed");
         return;
     }
     let out = dir.join("fio.json");
     let st = Command::new("fio")
+        .args(verify_only.then_some("--verify_only"))
         .args([
             "--name=remote-verify",
             "--ioengine=nbd",
-            &format!("--uri=nbd+unix:///?socket={}", sock.display()),
+            &format!("--uri={uri}"),
             "--rw=randwrite",
             "--bs=4k",
             "--iodepth=16",
@@ -310,9 +321,10 @@ fn fio_verify(sock: &Path, dir: &Path) {
             .unwrap_or_default();
     assert!(st.success(), "fio verify failed: {j}");
     assert_eq!(j["jobs"][0]["error"], 0, "fio error: {j}");
+    let rw = if verify_only { "read" } else { "write" };
     assert!(
-        j["jobs"][0]["write"]["io_bytes"].as_u64().unwrap_or(0) > 0,
-        "fio wrote nothing"
+        j["jobs"][0][rw]["io_bytes"].as_u64().unwrap_or(0) > 0,
+        "fio did not {rw}"
     );
 }
 
@@ -815,4 +827,110 @@ fn remote_errors_ssd_cache_write_through() {
 #[test]
 fn remote_errors_tica() {
     remote_errors(ErrMode::Tica);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LocalDesign {
+    LogStructured,
+    Tiered,
+}
+
+/// The log-structured cache or the tiered volume over a remote that is
+/// killed (SIGKILL) and restarted in the middle of a fio crc32c verify run:
+/// requests wait for it (a long `--backing-timeout`) and fio verifies every
+/// block; then tiercache itself is killed and restarted and fio verifies
+/// again; the log-structured cache is flushed and detached and fio verifies
+/// straight on the remote.
+fn outage_under_fio(design: LocalDesign, kind: Kind) {
+    if !have("fio") {
+        eprintln!("SKIPPED: `fio` is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut remote) = Remote::new(kind, dir.path()) else {
+        return;
+    };
+    let uri = remote.uri();
+    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
+    let d = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let cache = match design {
+        LocalDesign::LogStructured => {
+            tiercache(&[
+                "format",
+                "--cache",
+                &d("cache.img"),
+                "--backing",
+                &uri,
+                "--size",
+                "24MiB",
+                "--layout",
+                "log-structured",
+            ]);
+            dir.path().join("cache.img")
+        }
+        LocalDesign::Tiered => {
+            let out = tiercache(&[
+                "format",
+                "--mode",
+                "tier",
+                "--tiers",
+                &format!("{},{uri}", d("fast.img")),
+                "--capacity",
+                "slow",
+                "--size",
+                "16MiB",
+                "--block-size",
+                "64KiB",
+            ]);
+            assert!(out.contains(&uri), "{out}");
+            dir.path().join("fast.img")
+        }
+    };
+    let opts = ["--backing-timeout", "120s"];
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
+    let turi = format!("nbd+unix:///?socket={}", sock.display());
+    std::thread::scope(|s| {
+        let fio = s.spawn(|| fio_verify_uri(&turi, dir.path(), false));
+        std::thread::sleep(Duration::from_millis(300));
+        eprintln!(
+            "{design:?} over {kind:?}: remote killed {} fio finished",
+            if fio.is_finished() { "after" } else { "before" }
+        );
+        remote.kill9();
+        std::thread::sleep(Duration::from_millis(700));
+        remote.start();
+        fio.join().unwrap();
+    });
+    p.kill9();
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
+    fio_verify_uri(&turi, dir.path(), true);
+    if design == LocalDesign::LogStructured {
+        tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
+        tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+        p.wait_exit();
+        fio_verify_uri(&uri, dir.path(), true);
+    } else {
+        p.kill9();
+    }
+    let _ = tail(&log);
+}
+
+#[test]
+fn log_structured_over_nbdkit() {
+    outage_under_fio(LocalDesign::LogStructured, Kind::Nbdkit);
+}
+
+#[test]
+fn log_structured_over_qemu_nbd() {
+    outage_under_fio(LocalDesign::LogStructured, Kind::QemuNbd);
+}
+
+#[test]
+fn tiered_slow_tier_over_nbdkit() {
+    outage_under_fio(LocalDesign::Tiered, Kind::Nbdkit);
+}
+
+#[test]
+fn tiered_slow_tier_over_nbd_server() {
+    outage_under_fio(LocalDesign::Tiered, Kind::NbdServer);
 }
