@@ -63,10 +63,6 @@ fn free_port() -> u16 {
 }
 
 impl Remote {
-    fn new(kind: Kind, dir: &Path) -> Option<Remote> {
-        Self::with_filters(kind, dir, &[], &[])
-    }
-
     /// nbdkit with `filters` (`--filter=NAME`) and their `params` (`KEY=VALUE`).
     fn with_filters(kind: Kind, dir: &Path, filters: &[&str], params: &[&str]) -> Option<Remote> {
         let bin = match kind {
@@ -420,6 +416,39 @@ fn format_over(dir: &Path, uri: &str, over: Over) -> PathBuf {
     dir.join(dev)
 }
 
+/// A test's remote and the design formatted over it (the remote is
+/// killed before the directory goes). Bind `dir` when destructuring: a
+/// field left to `..` is dropped at once, and with it the directory.
+struct Rig {
+    remote: Remote,
+    uri: String,
+    cache: PathBuf,
+    sock: PathBuf,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// Start `kind` (nbdkit with `filters` and `params`; `{dir}` in a
+/// parameter is the test's directory) and format `over` on it; `None` (the
+/// test skips) when the server is not installed.
+fn rig(kind: Kind, filters: &[&str], params: &[&str], over: Over) -> Option<Rig> {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let params: Vec<String> = params.iter().map(|p| p.replace("{dir}", &d)).collect();
+    let params: Vec<&str> = params.iter().map(String::as_str).collect();
+    let remote = Remote::with_filters(kind, dir.path(), filters, &params)?;
+    let uri = remote.uri();
+    let cache = format_over(dir.path(), &uri, over);
+    Some(Rig {
+        remote,
+        uri,
+        cache,
+        sock: dir.path().join("t.sock"),
+        log: dir.path().join("serve.log"),
+        dir,
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Design {
     SsdCache,
@@ -428,20 +457,25 @@ enum Design {
 
 /// The whole scenario for `design` over `kind`.
 fn cache_over(design: Design, kind: Kind) {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(kind, dir.path()) else {
-        return;
-    };
-    let uri = remote.uri();
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
-    let cache = format_over(
-        dir.path(),
-        &uri,
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
+        kind,
+        &[],
+        &[],
         match design {
             Design::SsdCache => Over::SsdCache("write-back"),
             Design::Tica => Over::Tica,
         },
-    );
+    )
+    else {
+        return;
+    };
     let serve_opts = ["--backing-timeout", "1s"];
     let mut p = ServeProc::start_with(&cache, &sock, &log, &serve_opts);
     assert_eq!(backing_state(&p), "connected");
@@ -523,45 +557,19 @@ fn cache_over(design: Design, kind: Kind) {
     rc.disconnect();
 }
 
-#[test]
-fn ssd_cache_over_nbdkit() {
-    cache_over(Design::SsdCache, Kind::Nbdkit);
-}
-
-#[test]
-fn ssd_cache_over_qemu_nbd() {
-    cache_over(Design::SsdCache, Kind::QemuNbd);
-}
-
-#[test]
-fn ssd_cache_over_nbd_server() {
-    cache_over(Design::SsdCache, Kind::NbdServer);
-}
-
-#[test]
-fn tica_over_nbdkit() {
-    cache_over(Design::Tica, Kind::Nbdkit);
-}
-
-#[test]
-fn tica_over_qemu_nbd() {
-    cache_over(Design::Tica, Kind::QemuNbd);
-}
-
-#[test]
-fn tica_over_nbd_server() {
-    cache_over(Design::Tica, Kind::NbdServer);
-}
-
 /// A size mismatch between the export and what was formatted is a clear error.
 #[test]
 fn export_size_change_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(Kind::Nbdkit, dir.path()) else {
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        ..
+    }) = rig(Kind::Nbdkit, &[], &[], Over::SsdCache("write-back"))
+    else {
         return;
     };
-    let uri = remote.uri();
-    let cache = format_over(dir.path(), &uri, Over::SsdCache("write-back"));
     remote.kill9();
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -597,13 +605,17 @@ fn export_size_change_is_refused() {
 /// readable.
 #[test]
 fn misses_fail_with_eio_when_the_remote_is_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(Kind::Nbdkit, dir.path()) else {
+    let Some(Rig {
+        mut remote,
+        cache,
+        sock,
+        log,
+        dir: _dir,
+        ..
+    }) = rig(Kind::Nbdkit, &[], &[], Over::SsdCache("write-back"))
+    else {
         return;
     };
-    let uri = remote.uri();
-    let cache = format_over(dir.path(), &uri, Over::SsdCache("write-back"));
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
     let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
     let mut c = NbdClient::connect(&sock).unwrap();
     // Block 0 cached (read once), block 900 not.
@@ -661,32 +673,28 @@ fn read_halves(c: &mut NbdClient, b: u64, may: &[u64], what: &str) -> Result<(u6
 /// of the versions it may hold, the same one through the cache, after
 /// `flush`, and straight from the remote after `detach`.
 fn remote_errors(mode: ErrMode) {
-    let dir = tempfile::tempdir().unwrap();
-    let inject = dir.path().join("inject");
-    let Some(remote) = Remote::with_filters(
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
         Kind::Nbdkit,
-        dir.path(),
         &["--filter=error"],
-        &[
-            "error=EIO",
-            "error-rate=1",
-            &format!("error-file={}", inject.display()),
-        ],
-    ) else {
-        return;
-    };
-    let uri = remote.uri();
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
-    let cache = format_over(
-        dir.path(),
-        &uri,
+        &["error=EIO", "error-rate=1", "error-file={dir}/inject"],
         match mode {
             ErrMode::WriteBack => Over::SsdCache("write-back"),
             ErrMode::WriteThrough => Over::SsdCache("write-through"),
             ErrMode::Tica => Over::Tica,
             ErrMode::LogStructured => Over::LogStructured,
         },
-    );
+    )
+    else {
+        return;
+    };
+    let inject = dir.path().join("inject");
     let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
     let mut c = NbdClient::connect(&sock).unwrap();
     // Versions each block may hold (the first is the newest acknowledged).
@@ -835,26 +843,6 @@ fn remote_errors(mode: ErrMode) {
     rc.disconnect();
 }
 
-#[test]
-fn remote_errors_ssd_cache_write_back() {
-    remote_errors(ErrMode::WriteBack);
-}
-
-#[test]
-fn remote_errors_ssd_cache_write_through() {
-    remote_errors(ErrMode::WriteThrough);
-}
-
-#[test]
-fn remote_errors_tica() {
-    remote_errors(ErrMode::Tica);
-}
-
-#[test]
-fn remote_errors_log_structured() {
-    remote_errors(ErrMode::LogStructured);
-}
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum LocalDesign {
     LogStructured,
@@ -872,20 +860,25 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
         eprintln!("SKIPPED: `fio` is not installed");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(kind, dir.path()) else {
-        return;
-    };
-    let uri = remote.uri();
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
-    let cache = format_over(
-        dir.path(),
-        &uri,
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
+        kind,
+        &[],
+        &[],
         match design {
             LocalDesign::LogStructured => Over::LogStructured,
             LocalDesign::Tiered => Over::Tiered,
         },
-    );
+    )
+    else {
+        return;
+    };
     let opts = ["--backing-timeout", "120s"];
     let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
     let turi = format!("nbd+unix:///?socket={}", sock.display());
@@ -915,43 +908,27 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
     let _ = tail(&log);
 }
 
-#[test]
-fn log_structured_over_nbdkit() {
-    outage_under_fio(LocalDesign::LogStructured, Kind::Nbdkit);
-}
-
-#[test]
-fn log_structured_over_qemu_nbd() {
-    outage_under_fio(LocalDesign::LogStructured, Kind::QemuNbd);
-}
-
-#[test]
-fn tiered_slow_tier_over_nbdkit() {
-    outage_under_fio(LocalDesign::Tiered, Kind::Nbdkit);
-}
-
-#[test]
-fn tiered_slow_tier_over_nbd_server() {
-    outage_under_fio(LocalDesign::Tiered, Kind::NbdServer);
-}
-
 /// A slow remote (nbdkit's delay filter, 2 ms a read or write): fio crc32c
 /// verify through the SSD cache, and the backing latency the stats report
 /// includes the delay (each backing op waits at least that long).
 #[test]
 fn ssd_cache_over_a_slow_remote() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(remote) = Remote::with_filters(
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        cache,
+        sock,
+        log,
+        ..
+    }) = rig(
         Kind::Nbdkit,
-        dir.path(),
         &["--filter=delay"],
         &["rdelay=2ms", "wdelay=2ms"],
-    ) else {
+        Over::SsdCache("write-back"),
+    )
+    else {
         return;
     };
-    let uri = remote.uri();
-    let cache = format_over(dir.path(), &uri, Over::SsdCache("write-back"));
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
     let p = ServeProc::start_with(&cache, &sock, &log, &[]);
     fio_verify(&sock, dir.path());
     tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
@@ -964,4 +941,33 @@ fn ssd_cache_over_a_slow_remote() {
     );
     eprintln!("backing latency over a 2 ms remote: {lat}");
     assert_eq!(st["backing"]["state"], "connected");
+}
+
+/// One `#[test]` per scenario and server.
+macro_rules! remote_tests {
+    ($($name:ident: $body:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $body;
+            }
+        )*
+    };
+}
+
+remote_tests! {
+    ssd_cache_over_nbdkit: cache_over(Design::SsdCache, Kind::Nbdkit);
+    ssd_cache_over_qemu_nbd: cache_over(Design::SsdCache, Kind::QemuNbd);
+    ssd_cache_over_nbd_server: cache_over(Design::SsdCache, Kind::NbdServer);
+    tica_over_nbdkit: cache_over(Design::Tica, Kind::Nbdkit);
+    tica_over_qemu_nbd: cache_over(Design::Tica, Kind::QemuNbd);
+    tica_over_nbd_server: cache_over(Design::Tica, Kind::NbdServer);
+    remote_errors_ssd_cache_write_back: remote_errors(ErrMode::WriteBack);
+    remote_errors_ssd_cache_write_through: remote_errors(ErrMode::WriteThrough);
+    remote_errors_tica: remote_errors(ErrMode::Tica);
+    remote_errors_log_structured: remote_errors(ErrMode::LogStructured);
+    log_structured_over_nbdkit: outage_under_fio(LocalDesign::LogStructured, Kind::Nbdkit);
+    log_structured_over_qemu_nbd: outage_under_fio(LocalDesign::LogStructured, Kind::QemuNbd);
+    tiered_slow_tier_over_nbdkit: outage_under_fio(LocalDesign::Tiered, Kind::Nbdkit);
+    tiered_slow_tier_over_nbd_server: outage_under_fio(LocalDesign::Tiered, Kind::NbdServer);
 }
