@@ -49,6 +49,9 @@ struct Remote {
     img: PathBuf,
     port: u16,
     pid: Option<u32>,
+    /// nbdkit only: filter options before the plugin and parameters after it.
+    filters: Vec<String>,
+    params: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -60,7 +63,8 @@ fn free_port() -> u16 {
 }
 
 impl Remote {
-    fn new(kind: Kind, dir: &Path) -> Option<Remote> {
+    /// nbdkit with `filters` (`--filter=NAME`) and their `params` (`KEY=VALUE`).
+    fn with_filters(kind: Kind, dir: &Path, filters: &[&str], params: &[&str]) -> Option<Remote> {
         let bin = match kind {
             Kind::Nbdkit => "nbdkit",
             Kind::QemuNbd => "qemu-nbd",
@@ -80,6 +84,8 @@ impl Remote {
             img,
             port: free_port(),
             pid: None,
+            filters: filters.iter().map(|s| s.to_string()).collect(),
+            params: params.iter().map(|s| s.to_string()).collect(),
         };
         r.start();
         Some(r)
@@ -107,8 +113,10 @@ impl Remote {
                 .arg(self.sock())
                 .arg("-P")
                 .arg(&pidf)
+                .args(&self.filters)
                 .arg("file")
                 .arg(&self.img)
+                .args(&self.params)
                 .status(),
             Kind::QemuNbd => Command::new("qemu-nbd")
                 .arg("-k")
@@ -269,16 +277,27 @@ fn wait_state(p: &ServeProc, want: &str) {
 }
 
 fn fio_verify(sock: &Path, dir: &Path) {
+    fio_verify_uri(
+        &format!("nbd+unix:///?socket={}", sock.display()),
+        dir,
+        false,
+    );
+}
+
+/// fio's crc32c verify of 40 MiB at `uri` (writing, then verifying; with
+/// `verify_only` verifying what the same job wrote before).
+fn fio_verify_uri(uri: &str, dir: &Path, verify_only: bool) {
     if !have("fio") {
         eprintln!("SKIPPED (fio part): `fio` is not installed");
         return;
     }
     let out = dir.join("fio.json");
     let st = Command::new("fio")
+        .args(verify_only.then_some("--verify_only"))
         .args([
             "--name=remote-verify",
             "--ioengine=nbd",
-            &format!("--uri=nbd+unix:///?socket={}", sock.display()),
+            &format!("--uri={uri}"),
             "--rw=randwrite",
             "--bs=4k",
             "--iodepth=16",
@@ -298,10 +317,136 @@ fn fio_verify(sock: &Path, dir: &Path) {
             .unwrap_or_default();
     assert!(st.success(), "fio verify failed: {j}");
     assert_eq!(j["jobs"][0]["error"], 0, "fio error: {j}");
+    let rw = if verify_only { "read" } else { "write" };
     assert!(
-        j["jobs"][0]["write"]["io_bytes"].as_u64().unwrap_or(0) > 0,
-        "fio wrote nothing"
+        j["jobs"][0][rw]["io_bytes"].as_u64().unwrap_or(0) > 0,
+        "fio did not {rw}"
     );
+}
+
+/// The designs a test formats over a remote.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Over {
+    /// The SSD cache with this write policy.
+    SsdCache(&'static str),
+    Tica,
+    LogStructured,
+    /// The tiered volume, the remote as its slow tier.
+    Tiered,
+}
+
+/// `tiercache format` of `over` in `dir` over the remote at `uri`; returns
+/// the device `serve --cache` takes.
+fn format_over(dir: &Path, uri: &str, over: Over) -> PathBuf {
+    let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let (dev, args): (&str, Vec<String>) = match over {
+        Over::SsdCache(policy) => (
+            "cache.img",
+            vec![
+                "--cache",
+                &d("cache.img"),
+                "--backing",
+                uri,
+                "--size",
+                "24MiB",
+            ]
+            .into_iter()
+            .chain(["--write-policy", policy])
+            .map(String::from)
+            .collect(),
+        ),
+        Over::LogStructured => (
+            "cache.img",
+            [
+                "--cache",
+                &d("cache.img"),
+                "--backing",
+                uri,
+                "--size",
+                "24MiB",
+            ]
+            .into_iter()
+            .chain(["--layout", "log-structured"])
+            .map(String::from)
+            .collect(),
+        ),
+        Over::Tica => (
+            "wo.img",
+            [
+                "--mode",
+                "tica",
+                "--ro-ssd",
+                &d("ro.img"),
+                "--wo-ssd",
+                &d("wo.img"),
+                "--backing",
+                uri,
+                "--size",
+                "16MiB",
+                "--dram-size",
+                "1MiB",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        ),
+        Over::Tiered => (
+            "fast.img",
+            [
+                "--mode",
+                "tier",
+                "--tiers",
+                &format!("{},{uri}", d("fast.img")),
+                "--capacity",
+                "slow",
+                "--size",
+                "16MiB",
+                "--block-size",
+                "64KiB",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        ),
+    };
+    let mut all = vec!["format"];
+    all.extend(args.iter().map(String::as_str));
+    let out = tiercache(&all);
+    assert!(out.contains(uri), "{out}");
+    dir.join(dev)
+}
+
+/// A test's remote and the design formatted over it (the remote is
+/// killed before the directory goes). Bind `dir` when destructuring: a
+/// field left to `..` is dropped at once, and with it the directory.
+struct Rig {
+    remote: Remote,
+    uri: String,
+    cache: PathBuf,
+    sock: PathBuf,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+/// Start `kind` (nbdkit with `filters` and `params`; `{dir}` in a
+/// parameter is the test's directory) and format `over` on it; `None` (the
+/// test skips) when the server is not installed.
+fn rig(kind: Kind, filters: &[&str], params: &[&str], over: Over) -> Option<Rig> {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let params: Vec<String> = params.iter().map(|p| p.replace("{dir}", &d)).collect();
+    let params: Vec<&str> = params.iter().map(String::as_str).collect();
+    let remote = Remote::with_filters(kind, dir.path(), filters, &params)?;
+    let uri = remote.uri();
+    let cache = format_over(dir.path(), &uri, over);
+    Some(Rig {
+        remote,
+        uri,
+        cache,
+        sock: dir.path().join("t.sock"),
+        log: dir.path().join("serve.log"),
+        dir,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -312,46 +457,25 @@ enum Design {
 
 /// The whole scenario for `design` over `kind`.
 fn cache_over(design: Design, kind: Kind) {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(kind, dir.path()) else {
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
+        kind,
+        &[],
+        &[],
+        match design {
+            Design::SsdCache => Over::SsdCache("write-back"),
+            Design::Tica => Over::Tica,
+        },
+    )
+    else {
         return;
     };
-    let uri = remote.uri();
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
-    let d = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
-    let (cache, out) = match design {
-        Design::SsdCache => (
-            dir.path().join("cache.img"),
-            tiercache(&[
-                "format",
-                "--cache",
-                &d("cache.img"),
-                "--backing",
-                &uri,
-                "--size",
-                "24MiB",
-            ]),
-        ),
-        Design::Tica => (
-            dir.path().join("wo.img"),
-            tiercache(&[
-                "format",
-                "--mode",
-                "tica",
-                "--ro-ssd",
-                &d("ro.img"),
-                "--wo-ssd",
-                &d("wo.img"),
-                "--backing",
-                &uri,
-                "--size",
-                "16MiB",
-                "--dram-size",
-                "1MiB",
-            ]),
-        ),
-    };
-    assert!(out.contains(&uri), "{out}");
     let serve_opts = ["--backing-timeout", "1s"];
     let mut p = ServeProc::start_with(&cache, &sock, &log, &serve_opts);
     assert_eq!(backing_state(&p), "connected");
@@ -433,54 +557,19 @@ fn cache_over(design: Design, kind: Kind) {
     rc.disconnect();
 }
 
-#[test]
-fn ssd_cache_over_nbdkit() {
-    cache_over(Design::SsdCache, Kind::Nbdkit);
-}
-
-#[test]
-fn ssd_cache_over_qemu_nbd() {
-    cache_over(Design::SsdCache, Kind::QemuNbd);
-}
-
-#[test]
-fn ssd_cache_over_nbd_server() {
-    cache_over(Design::SsdCache, Kind::NbdServer);
-}
-
-#[test]
-fn tica_over_nbdkit() {
-    cache_over(Design::Tica, Kind::Nbdkit);
-}
-
-#[test]
-fn tica_over_qemu_nbd() {
-    cache_over(Design::Tica, Kind::QemuNbd);
-}
-
-#[test]
-fn tica_over_nbd_server() {
-    cache_over(Design::Tica, Kind::NbdServer);
-}
-
 /// A size mismatch between the export and what was formatted is a clear error.
 #[test]
 fn export_size_change_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(Kind::Nbdkit, dir.path()) else {
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        ..
+    }) = rig(Kind::Nbdkit, &[], &[], Over::SsdCache("write-back"))
+    else {
         return;
     };
-    let uri = remote.uri();
-    let cache = dir.path().join("cache.img");
-    tiercache(&[
-        "format",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--backing",
-        &uri,
-        "--size",
-        "24MiB",
-    ]);
     remote.kill9();
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -516,22 +605,17 @@ fn export_size_change_is_refused() {
 /// readable.
 #[test]
 fn misses_fail_with_eio_when_the_remote_is_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(mut remote) = Remote::new(Kind::Nbdkit, dir.path()) else {
+    let Some(Rig {
+        mut remote,
+        cache,
+        sock,
+        log,
+        dir: _dir,
+        ..
+    }) = rig(Kind::Nbdkit, &[], &[], Over::SsdCache("write-back"))
+    else {
         return;
     };
-    let uri = remote.uri();
-    let cache = dir.path().join("cache.img");
-    let (sock, log) = (dir.path().join("t.sock"), dir.path().join("serve.log"));
-    tiercache(&[
-        "format",
-        "--cache",
-        cache.to_str().unwrap(),
-        "--backing",
-        &uri,
-        "--size",
-        "24MiB",
-    ]);
     let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
     let mut c = NbdClient::connect(&sock).unwrap();
     // Block 0 cached (read once), block 900 not.
@@ -549,4 +633,341 @@ fn misses_fail_with_eio_when_the_remote_is_down() {
     assert_eq!(parse_block(0, &c.read(0, 4096).unwrap().unwrap()), Ok(0));
     drop(c);
     p.kill9();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ErrMode {
+    WriteBack,
+    WriteThrough,
+    Tica,
+    LogStructured,
+}
+
+/// Which versions a block's two halves hold, each one of `may`; panics on
+/// data that is no version of the block at all (zeros, another block).
+fn halves(b: u64, data: &[u8], may: &[u64], what: &str) -> (u64, u64) {
+    let half = |h: usize| {
+        let r = h * 2048..(h + 1) * 2048;
+        *may.iter()
+            .find(|&&v| make_block(b, v)[r.clone()] == data[r.clone()])
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: block {b} half {h} holds none of versions {may:?} ({:?})",
+                    parse_block(b, data)
+                )
+            })
+    };
+    (half(0), half(1))
+}
+
+/// Read block `b`: its halves' versions, or the NBD error.
+fn read_halves(c: &mut NbdClient, b: u64, may: &[u64], what: &str) -> Result<(u64, u64), u32> {
+    let d = c.read(b * 4096, 4096).expect("connection")?;
+    Ok(halves(b, &d, may, what))
+}
+
+/// The remote starts failing every request with EIO (nbdkit's error filter,
+/// switched by a file) after `serve` is up: cached blocks keep reading
+/// correctly, misses fail with EIO (never zeros or other data), writes
+/// either succeed or fail; once the errors stop every block reads back one
+/// of the versions it may hold, the same one through the cache, after
+/// `flush`, and straight from the remote after `detach`.
+fn remote_errors(mode: ErrMode) {
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=error"],
+        &["error=EIO", "error-rate=1", "error-file={dir}/inject"],
+        match mode {
+            ErrMode::WriteBack => Over::SsdCache("write-back"),
+            ErrMode::WriteThrough => Over::SsdCache("write-through"),
+            ErrMode::Tica => Over::Tica,
+            ErrMode::LogStructured => Over::LogStructured,
+        },
+    )
+    else {
+        return;
+    };
+    let inject = dir.path().join("inject");
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    // Versions each block may hold (the first is the newest acknowledged).
+    let mut may: Vec<Vec<u64>> = vec![vec![0]; BLOCKS as usize];
+    // Blocks 0..256 written (version 1), 256..512 read: both cached.
+    for b in 0..256 {
+        c.write(b * 4096, &make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
+        may[b as usize] = vec![1];
+    }
+    c.flush().unwrap().unwrap();
+    for b in 256..512 {
+        assert_eq!(
+            read_halves(&mut c, b, &[0], "before the errors"),
+            Ok((0, 0))
+        );
+    }
+
+    std::fs::write(&inject, b"").unwrap();
+    // Cached blocks read correctly.
+    for b in 0..512 {
+        let want = may[b as usize][0];
+        match (mode, read_halves(&mut c, b, &[want], "a cached block")) {
+            (_, Ok(_)) => {}
+            // TICA and the log-structured cache need not keep every block they read.
+            (ErrMode::Tica | ErrMode::LogStructured, Err(e)) if b >= 256 => {
+                assert_eq!(e, NBD_EIO)
+            }
+            (_, Err(e)) => panic!(
+                "cached block {b} unreadable while the remote fails: NBD error {e}\n{}",
+                tail(&log)
+            ),
+        }
+    }
+    // Misses, from several clients at once: EIO, never data.
+    let eio = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4u64)
+            .map(|t| {
+                let sock = &sock;
+                s.spawn(move || {
+                    let mut c = NbdClient::connect(sock).unwrap();
+                    let mut eio = 0;
+                    for b in (512 + t..BLOCKS).step_by(4).take(24) {
+                        match c.read(b * 4096, 4096).unwrap() {
+                            Ok(d) => panic!(
+                                "a miss on block {b} returned data while the remote fails: {:?} (first bytes {:02x?})",
+                                parse_block(b, &d),
+                                &d[..16]
+                            ),
+                            Err(e) => {
+                                assert_eq!(e, NBD_EIO);
+                                eio += 1;
+                            }
+                        }
+                        // A read that spans a cached and a missing block fails whole.
+                        let r = c.read((b - 512) * 4096, 8192).unwrap();
+                        if let Ok(d) = r {
+                            halves(b - 512, &d[..4096], &[0, 1], "a spanning read");
+                            halves(b - 511, &d[4096..], &[0, 1], "a spanning read");
+                        }
+                    }
+                    eio
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
+    });
+    assert!(eio > 0);
+    // Writes: to cached blocks, to missing blocks, partial blocks.
+    let mut rng = Rng(0xe110 + mode as u64);
+    let (mut ok, mut failed) = (0, 0);
+    for i in 0..200 {
+        let b = rng.below(BLOCKS);
+        let v = may[b as usize].iter().max().unwrap() + 1;
+        let data = make_block(b, v);
+        if i % 10 == 9 {
+            // A partial write (the first half), then the whole block.
+            let r = c.write(b * 4096, &data[..2048], false).unwrap();
+            assert!(r.is_ok() || r == Err(NBD_EIO), "{r:?}");
+            may[b as usize].push(v);
+        }
+        match c.write(b * 4096, &data, false).unwrap() {
+            Ok(()) => {
+                may[b as usize] = vec![v];
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e, NBD_EIO, "write of block {b}");
+                if !may[b as usize].contains(&v) {
+                    may[b as usize].push(v);
+                }
+                failed += 1;
+            }
+        }
+    }
+    eprintln!("{mode:?}: {eio} misses failed with EIO; {ok} writes succeeded, {failed} failed");
+    if mode == ErrMode::WriteThrough {
+        assert!(
+            failed > 0,
+            "write-through writes cannot succeed while the remote fails"
+        );
+    }
+    let fl = c.flush().unwrap();
+    eprintln!("{mode:?}: FLUSH during the errors: {fl:?}");
+    // Whatever the cache answers now is what it must keep answering.
+    let mut seen: Vec<Option<(u64, u64)>> = vec![None; BLOCKS as usize];
+    for b in 0..BLOCKS {
+        if let Ok(v) = read_halves(&mut c, b, &may[b as usize], "during the errors") {
+            seen[b as usize] = Some(v);
+        }
+    }
+
+    std::fs::remove_file(&inject).unwrap();
+    for b in 0..BLOCKS {
+        let v = read_halves(&mut c, b, &may[b as usize], "after the errors stopped")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "block {b} after the errors stopped: NBD error {e}\n{}",
+                    tail(&log)
+                )
+            });
+        if let Some(s) = seen[b as usize] {
+            assert_eq!(
+                v, s,
+                "block {b} changed from versions {s:?} to {v:?} when the errors stopped"
+            );
+        }
+        seen[b as usize] = Some(v);
+    }
+    drop(c);
+    tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
+    tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+    p.wait_exit();
+    let u: nbdc::Uri = uri.parse().unwrap();
+    let mut rc = nbdc::Client::connect(&u).unwrap();
+    for b in 0..BLOCKS {
+        let d = rc.read(b * 4096, 4096).unwrap().unwrap();
+        let v = halves(b, &d, &may[b as usize], "on the remote after detach");
+        assert_eq!(
+            Some(v),
+            seen[b as usize],
+            "block {b} on the remote after detach differs from what the cache answered"
+        );
+    }
+    rc.disconnect();
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LocalDesign {
+    LogStructured,
+    Tiered,
+}
+
+/// The log-structured cache or the tiered volume over a remote that is
+/// killed (SIGKILL) and restarted in the middle of a fio crc32c verify run:
+/// requests wait for it (a long `--backing-timeout`) and fio verifies every
+/// block; then tiercache itself is killed and restarted and fio verifies
+/// again; the log-structured cache is flushed and detached and fio verifies
+/// straight on the remote.
+fn outage_under_fio(design: LocalDesign, kind: Kind) {
+    if !have("fio") {
+        eprintln!("SKIPPED: `fio` is not installed");
+        return;
+    }
+    let Some(Rig {
+        dir,
+        mut remote,
+        uri,
+        cache,
+        sock,
+        log,
+    }) = rig(
+        kind,
+        &[],
+        &[],
+        match design {
+            LocalDesign::LogStructured => Over::LogStructured,
+            LocalDesign::Tiered => Over::Tiered,
+        },
+    )
+    else {
+        return;
+    };
+    let opts = ["--backing-timeout", "120s"];
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
+    let turi = format!("nbd+unix:///?socket={}", sock.display());
+    std::thread::scope(|s| {
+        let fio = s.spawn(|| fio_verify_uri(&turi, dir.path(), false));
+        std::thread::sleep(Duration::from_millis(300));
+        eprintln!(
+            "{design:?} over {kind:?}: remote killed {} fio finished",
+            if fio.is_finished() { "after" } else { "before" }
+        );
+        remote.kill9();
+        std::thread::sleep(Duration::from_millis(700));
+        remote.start();
+        fio.join().unwrap();
+    });
+    p.kill9();
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
+    fio_verify_uri(&turi, dir.path(), true);
+    if design == LocalDesign::LogStructured {
+        tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
+        tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+        p.wait_exit();
+        fio_verify_uri(&uri, dir.path(), true);
+    } else {
+        p.kill9();
+    }
+    let _ = tail(&log);
+}
+
+/// A slow remote (nbdkit's delay filter, 2 ms a read or write): fio crc32c
+/// verify through the SSD cache, and the backing latency the stats report
+/// includes the delay (each backing op waits at least that long).
+#[test]
+fn ssd_cache_over_a_slow_remote() {
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        cache,
+        sock,
+        log,
+        ..
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=delay"],
+        &["rdelay=2ms", "wdelay=2ms"],
+        Over::SsdCache("write-back"),
+    )
+    else {
+        return;
+    };
+    let p = ServeProc::start_with(&cache, &sock, &log, &[]);
+    fio_verify(&sock, dir.path());
+    tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
+    let st = p.stats();
+    let lat = &st["live"]["backing_latency"];
+    assert!(lat["ops"].as_u64().unwrap_or(0) > 0, "{st}");
+    assert!(
+        lat["max_us"].as_f64().unwrap_or(0.0) >= 2000.0,
+        "a backing op took less than the remote's 2 ms delay: {lat}"
+    );
+    eprintln!("backing latency over a 2 ms remote: {lat}");
+    assert_eq!(st["backing"]["state"], "connected");
+}
+
+/// One `#[test]` per scenario and server.
+macro_rules! remote_tests {
+    ($($name:ident: $body:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                $body;
+            }
+        )*
+    };
+}
+
+remote_tests! {
+    ssd_cache_over_nbdkit: cache_over(Design::SsdCache, Kind::Nbdkit);
+    ssd_cache_over_qemu_nbd: cache_over(Design::SsdCache, Kind::QemuNbd);
+    ssd_cache_over_nbd_server: cache_over(Design::SsdCache, Kind::NbdServer);
+    tica_over_nbdkit: cache_over(Design::Tica, Kind::Nbdkit);
+    tica_over_qemu_nbd: cache_over(Design::Tica, Kind::QemuNbd);
+    tica_over_nbd_server: cache_over(Design::Tica, Kind::NbdServer);
+    remote_errors_ssd_cache_write_back: remote_errors(ErrMode::WriteBack);
+    remote_errors_ssd_cache_write_through: remote_errors(ErrMode::WriteThrough);
+    remote_errors_tica: remote_errors(ErrMode::Tica);
+    remote_errors_log_structured: remote_errors(ErrMode::LogStructured);
+    log_structured_over_nbdkit: outage_under_fio(LocalDesign::LogStructured, Kind::Nbdkit);
+    log_structured_over_qemu_nbd: outage_under_fio(LocalDesign::LogStructured, Kind::QemuNbd);
+    tiered_slow_tier_over_nbdkit: outage_under_fio(LocalDesign::Tiered, Kind::Nbdkit);
+    tiered_slow_tier_over_nbd_server: outage_under_fio(LocalDesign::Tiered, Kind::NbdServer);
 }

@@ -104,6 +104,16 @@ pub fn open_device(
     }
 }
 
+/// The name a design records for the device at `path`: an NBD URI as
+/// given, a local path made canonical (it must exist).
+pub fn canonical_device(path: &std::path::Path) -> io::Result<std::path::PathBuf> {
+    if path.to_str().is_some_and(is_nbd_uri) {
+        return Ok(path.to_path_buf());
+    }
+    std::fs::canonicalize(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("resolving {}: {e}", path.display())))
+}
+
 /// Whether `path` exists: a local path that exists, or an NBD URI (whose
 /// server is only asked when the device is opened).
 pub fn device_exists(path: &std::path::Path) -> bool {

@@ -320,8 +320,9 @@ pub struct Receiver {
     s: io::BufReader<Stream>,
     pending: Pending,
     /// Structured READ replies still missing their `DONE` chunk: the buffer
-    /// so far and the first error reported.
-    partial: HashMap<u64, (Vec<u8>, u32)>,
+    /// so far, the first error reported and how many bytes the data and hole
+    /// chunks covered.
+    partial: HashMap<u64, (Vec<u8>, u32, u64)>,
 }
 
 /// How to negotiate a connection.
@@ -699,7 +700,7 @@ impl Receiver {
         let entry = self
             .partial
             .entry(cookie)
-            .or_insert_with(|| (vec![0; req_len as usize], 0));
+            .or_insert_with(|| (vec![0; req_len as usize], 0, 0));
         match typ {
             CHUNK_NONE => {}
             CHUNK_OFFSET_DATA | CHUNK_OFFSET_HOLE => {
@@ -718,6 +719,7 @@ impl Receiver {
                     )));
                 }
                 let start = start.expect("checked");
+                entry.2 += u64::from(n);
                 let dst = &mut entry.0[start..start + n as usize];
                 if typ == CHUNK_OFFSET_DATA {
                     self.s.read_exact(dst)?;
@@ -746,7 +748,15 @@ impl Receiver {
             return Ok(None);
         }
         self.take_pending(cookie);
-        let (data, error) = self.partial.remove(&cookie).unwrap_or_default();
+        let (data, error, covered) = self.partial.remove(&cookie).unwrap_or_default();
+        if error == 0 && covered != u64::from(req_len) {
+            // A successful READ whose chunks left bytes out (or overlapped):
+            // never hand back the zeros the buffer started with as data.
+            return Err(bad(format!(
+                "structured reply to a read of {req_len} bytes at {req_off} covered {covered} bytes"
+            )));
+        }
+
         Ok(Some(Reply {
             cookie,
             error,
@@ -762,6 +772,50 @@ fn bad(msg: String) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A structured chunk header (and body) as a server sends it.
+    fn chunk(flags: u16, typ: u16, cookie: u64, body: &[u8]) -> Vec<u8> {
+        let mut v = STRUCTURED_REPLY_MAGIC.to_be_bytes().to_vec();
+        v.extend_from_slice(&flags.to_be_bytes());
+        v.extend_from_slice(&typ.to_be_bytes());
+        v.extend_from_slice(&cookie.to_be_bytes());
+        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    /// A successful structured READ reply that leaves bytes out is a
+    /// protocol error, never zeros handed back as data; a full one and an
+    /// error chunk are what they say.
+    #[test]
+    fn structured_read_must_cover_the_read() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let pending: Pending = Arc::default();
+        let mut r = Receiver {
+            s: io::BufReader::new(Stream::Unix(a)),
+            pending: pending.clone(),
+            partial: HashMap::new(),
+        };
+        let mut data = 4096u64.to_be_bytes().to_vec();
+        data.extend_from_slice(&[7; 8]);
+        pending.lock().unwrap().insert(1, (4096, 8));
+        b.write_all(&chunk(REPLY_FLAG_DONE, CHUNK_OFFSET_DATA, 1, &data))
+            .unwrap();
+        let rep = r.recv().unwrap();
+        assert_eq!((rep.error, rep.data), (0, vec![7; 8]));
+        let mut err = 5u32.to_be_bytes().to_vec();
+        err.extend_from_slice(&0u16.to_be_bytes());
+        pending.lock().unwrap().insert(2, (0, 8));
+        b.write_all(&chunk(REPLY_FLAG_DONE, CHUNK_ERROR_BIT | 1, 2, &err))
+            .unwrap();
+        let rep = r.recv().unwrap();
+        assert_eq!((rep.error, rep.data.len()), (5, 0));
+        pending.lock().unwrap().insert(3, (0, 8));
+        b.write_all(&chunk(REPLY_FLAG_DONE, CHUNK_NONE, 3, &[]))
+            .unwrap();
+        let e = r.recv().unwrap_err();
+        assert!(e.to_string().contains("covered 0 bytes"), "{e}");
+    }
 
     #[test]
     fn uris() {

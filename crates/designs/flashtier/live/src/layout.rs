@@ -327,8 +327,12 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
     }
     let cache = std::path::absolute(&o.cache)
         .with_context(|| format!("resolving {}", o.cache.display()))?;
-    let backing = std::path::absolute(&o.backing)
-        .with_context(|| format!("resolving {}", o.backing.display()))?;
+    let backing = if o.backing.to_str().is_some_and(tiercache_io::is_nbd_uri) {
+        o.backing.clone()
+    } else {
+        std::path::absolute(&o.backing)
+            .with_context(|| format!("resolving {}", o.backing.display()))?
+    };
     if cache == backing {
         bail!("the cache and the backing device must be different devices");
     }
@@ -345,7 +349,7 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
                 .with_context(|| format!("sizing {}", cache.display()))?;
         }
     }
-    let bdev = open_rw(&backing, "backing device")?;
+    let bdev = tiercache_io::open_device(&backing, false, "backing device")?;
     let backing_size = bdev.len();
     if backing_size == 0 || backing_size % BLOCK != 0 {
         bail!(

@@ -43,21 +43,43 @@ impl LiveCache {
         if op.purpose == Purpose::WritebackWrite {
             // Keep the data dirty: it is still only in the cache.
             let mut c = self.core.lock().expect("core");
-            for line in op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line {
-                if let Some(s) = c.engine.mapping().lookup(line) {
-                    let start = op.offset.max(line * self.line);
-                    let end = (op.offset + op.len).min((line + 1) * self.line);
-                    let (f, l) = self.subs_of(start, end - start);
-                    c.engine.redirty(s, f, l);
-                }
+            for (s, f, l) in self.cached_pieces(&c, op) {
+                c.engine.redirty(s, f, l);
             }
             for bs in c.pending_unmap.values_mut() {
                 bs.retain(|w| !w.0.contains(&op.id));
             }
             c.pending_unmap.retain(|_, bs| !bs.is_empty());
         }
+        if op.kind == IoKind::Write
+            && op.purpose == Purpose::WriteBacking
+            && self.write_policy() != WritePolicy::WriteBack
+        {
+            // A write-through copy of data the backing device refused: the
+            // client is told the write failed, so the cache must not go on
+            // answering with it (the backing device may still hold the old
+            // data, and `detach` or an eviction would show that).
+            let mut c = self.core.lock().expect("core");
+            for (s, f, l) in self.cached_pieces(&c, op) {
+                c.engine.invalidate(s, f, l);
+            }
+        }
         tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
         Err(LiveError(format!("backing device I/O error: {e}")))
+    }
+
+    /// The cached slots of the lines a backing op covers, with the
+    /// sub-blocks `first..=last` it touches in each.
+    fn cached_pieces(&self, c: &Core, op: &Op) -> Vec<(Slot, u32, u32)> {
+        (op.offset / self.line..=(op.offset + op.len.max(1) - 1) / self.line)
+            .filter_map(|line| {
+                let s = c.engine.mapping().lookup(line)?;
+                let start = op.offset.max(line * self.line);
+                let end = (op.offset + op.len).min((line + 1) * self.line);
+                let (f, l) = self.subs_of(start, end - start);
+                Some((s, f, l))
+            })
+            .collect()
     }
 
     /// A cache op failed: count it (degrading after repeated errors), poison

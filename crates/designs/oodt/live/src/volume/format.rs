@@ -80,7 +80,7 @@ pub fn format_volume(
     if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
         bail!("block size {block_bytes} B (allowed: a power of two from 4KiB to 4MiB)");
     }
-    if !slow.exists() {
+    if !tiercache_io::device_exists(slow) {
         bail!("slow tier {} does not exist", slow.display());
     }
     if !fast.exists() {
@@ -95,7 +95,7 @@ pub fn format_volume(
         f.set_len(size)?;
     }
     let fast = &std::fs::canonicalize(fast)?;
-    let slow = &std::fs::canonicalize(slow)?;
+    let slow = &tiercache_io::canonical_device(slow)?;
     if fast == slow {
         bail!("the fast and the slow tier are the same file");
     }
@@ -119,7 +119,8 @@ pub fn format_volume(
         }
     }
     let fast_id = BackingIdentity::probe(fast)?;
-    let slow_id = BackingIdentity::probe(slow)?;
+    let slow_id = tiercache_io::probe_identity(slow)
+        .with_context(|| format!("slow tier {}", slow.display()))?;
     if slow_id.size % 512 != 0 || slow_id.size == 0 {
         bail!(
             "slow tier {} is {} bytes (must be a non-zero multiple of 512)",

@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_store::BackingIdentity;
+use tiercache_io::{BlockDev, FileDevOptions};
 use tiercache_tiering::dispatcher::Dispatcher;
 use tiercache_tiering::planner::Trigger;
 use tiercache_tiering::policy::{build, PolicyConfig};
@@ -48,7 +47,7 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
             (_, Some(p)) => p.clone(),
             _ => PathBuf::from(&t.identity.path),
         };
-        let found = BackingIdentity::probe(&path)
+        let found = tiercache_io::probe_identity(&path)
             .with_context(|| format!("tier {i}: probing {}", path.display()))?;
         let mut recorded = t.identity.clone();
         if i == 0 {
@@ -64,9 +63,7 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
                 path.display()
             );
         }
-        let mut dev: Arc<dyn BlockDev> = Arc::new(
-            FileDev::open(&path, fo).with_context(|| format!("opening {}", path.display()))?,
-        );
+        let mut dev = tiercache_io::open_device(&path, fo.direct, &format!("tier {i}"))?;
         if o.emulate_hdd && i + 1 == sb.tiers.len() {
             let model = tiercache_model::Profile::default()
                 .hdd_model()
