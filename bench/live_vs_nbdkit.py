@@ -366,16 +366,16 @@ def parse_args():
                     help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
     ap.add_argument("--quick", action="store_true",
                     help="one repeat, 5 s runs (3 s multi-job, 6 s HDD), 64 MiB data sets: a few minutes")
-    ap.add_argument("--runtime", type=int, default=15, help="seconds per single-connection fio run")
+    ap.add_argument("--runtime", type=int, help="seconds per single-connection fio run (default 15; --quick 5)")
     ap.add_argument("--mc-runtime", type=int, help="seconds per multi-job fio run (default: --runtime)")
-    ap.add_argument("--hdd-runtime", type=int, default=20)
-    ap.add_argument("--warm-timeout", type=int, default=120,
+    ap.add_argument("--hdd-runtime", type=int, help="seconds per emulated-HDD run (default 20; --quick 6)")
+    ap.add_argument("--warm-timeout", type=int,
                     help="seconds to wait for the tiered volume to promote the data set")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, help="runs per contender (default 3; --quick 1)")
     ap.add_argument("--numjobs", default="2,4", help="fio numjobs for the multi-connection runs")
-    ap.add_argument("--size-mib", type=int, default=256, help="data set of the all-hit runs")
-    ap.add_argument("--hdd-size-mib", type=int, default=256)
-    ap.add_argument("--tica-dram-mib", type=int, default=64,
+    ap.add_argument("--size-mib", type=int, help="data set of the all-hit runs (default 256; --quick 64)")
+    ap.add_argument("--hdd-size-mib", type=int, help="emulated-HDD data set (default 256; --quick 64)")
+    ap.add_argument("--tica-dram-mib", type=int,
                     help="TICA's DRAM level in the all-hit runs (the SSDs hold the rest)")
     ap.add_argument("--json", "--out", dest="json", help="write every run and ratio to this JSON file")
     ap.add_argument("--perf", metavar="DIR",
@@ -391,11 +391,14 @@ def parse_args():
         for n in DESIGNS if x == "all" else [x] if x else []:
             if n not in designs:
                 designs.append(n)
-    if a.quick:
-        a.repeat, a.runtime, a.hdd_runtime, a.warm_timeout = 1, 5, 6, 30
-        a.mc_runtime = a.mc_runtime or 3
-        a.size_mib = a.hdd_size_mib = 64
-        a.tica_dram_mib = min(a.tica_dram_mib, 16)
+    # --quick changes only the defaults: options given explicitly win.
+    quick = {"repeat": 1, "runtime": 5, "mc_runtime": 3, "hdd_runtime": 6, "warm_timeout": 30,
+             "size_mib": 64, "hdd_size_mib": 64, "tica_dram_mib": 16}
+    full = {"repeat": 3, "runtime": 15, "mc_runtime": None, "hdd_runtime": 20, "warm_timeout": 120,
+            "size_mib": 256, "hdd_size_mib": 256, "tica_dram_mib": 64}
+    for k, v in (quick if a.quick else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     wl = set(a.workloads.split(","))
     if not designs or set(designs) - set(DESIGNS):
         sys.exit(f"--design: expected all or a subset of {','.join(DESIGNS)} "
