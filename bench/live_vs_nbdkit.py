@@ -25,7 +25,12 @@ fio's nbd engine over Unix sockets, 4 KiB blocks, iodepth 32 per connection:
 Targets printed: reads >= 0.9x nbdkit for the SSD cache (0.8x for the other
 designs, issue 16), writes >= 0.8x.
 
-Usage: bench/live_vs_nbdkit.py [--design ssd-cache,log-structured,tiered,tica]
+--design takes full names or the short ones (cache, log, tier, tica) or all;
+--quick runs everything once with short runs over a 64 MiB data set (about
+two minutes a design), for a check rather than a figure.
+
+Usage: bench/live_vs_nbdkit.py [--design ssd-cache,log-structured,tiered,tica|cache,log,tier,tica|all]
+       [--quick]
        [--bin target/release/tiercache] [--runtime 15] [--repeat 3] [--size-mib 256]
        [--workloads read,write,multi,copy,hdd] [--hdd-runtime 20] [--json results.json]
        [--perf DIR]
@@ -47,10 +52,19 @@ MIB = 1 << 20
 DESIGNS = ("ssd-cache", "log-structured", "tiered", "tica")
 WORKLOADS = ("read", "write", "multi", "copy", "hdd")
 HDD_DESIGNS = ("ssd-cache", "tiered")
+ALIASES = {"cache": "ssd-cache", "ssd": "ssd-cache", "log": "log-structured", "ls": "log-structured",
+           "tier": "tiered", "tiered-volume": "tiered", "three-level": "tica"}
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw).stdout
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+def export_size(uri):
+    return int(sh("nbdinfo", "--size", uri))
 
 
 def wait_socket(path, proc, timeout=120):
@@ -109,8 +123,9 @@ def fio(uri, name, rw, runtime, size, jobs=1, extra=()):
     return iops, lat
 
 
-def nbdcopy(src, dst, size):
+def nbdcopy(src, dst):
     """Copy a whole export with nbdcopy (4 connections); returns MiB/s."""
+    size = export_size(src)
     t0 = time.monotonic()
     sh("nbdcopy", "--connections=4", src, dst)
     return size / MIB / (time.monotonic() - t0)
@@ -166,12 +181,19 @@ class Design:
         sh("nbdcopy", "--connections=4", uri, "null:")
         if self.name != "tiered":
             return
+        # fast_tier_block_share is of the whole volume (fast + slow tier), so
+        # it never reaches 1: warm until a read pass touches the slow tier no more.
         t0 = time.time()
-        while stats(self.tc, cache)["fast_tier_block_share"] < 1.0:
-            if time.time() - t0 > 120:
-                print("  warning: the tiered volume did not promote every block in 120 s", flush=True)
-                return
+        while True:
+            slow0 = stats(self.tc, cache)["tiers"][1]["read_hits"]
             fio(uri, "warm", "randread", 2, size)
+            slow = stats(self.tc, cache)["tiers"][1]["read_hits"] - slow0
+            if slow == 0:
+                return
+            if time.time() - t0 > self.a.warm_timeout:
+                print(f"  warning: the tiered volume still read {slow} blocks from the slow tier after "
+                      f"{self.a.warm_timeout} s of warming", flush=True)
+                return
 
     def counters(self, cache):
         """(fast-device read hits, read misses, extra counters) from `stats --json`."""
@@ -250,7 +272,7 @@ def bench_hit(a, wl, dz, nk, sink, data, res):
             if rw == "randread" and "copy" in wl:
                 for dst, label in (("null:", "null"), (sink.uri, "nbdkit")):
                     interleaved(res, f"nbdcopy_to_{label}",
-                                [(w, lambda u=u, dst=dst: (nbdcopy(u, dst, size), 0.0)) for w, u in uris],
+                                [(w, lambda u=u, dst=dst: (nbdcopy(u, dst), 0.0)) for w, u in uris],
                                 a.repeat, f"nbdcopy -> {label}", "MiB/s")
         if a.perf:
             perf_record(a, dz.name, srv, srv.uri, size, os.path.join(a.perf, f"{dz.name}.perf.data"))
@@ -342,14 +364,18 @@ def parse_args():
                     help=f"comma-separated subset of {','.join(DESIGNS)} (default: all)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all)")
-    ap.add_argument("--runtime", type=int, default=15, help="seconds per single-connection fio run")
+    ap.add_argument("--quick", action="store_true",
+                    help="one repeat, 5 s runs (3 s multi-job, 6 s HDD), 64 MiB data sets: a few minutes")
+    ap.add_argument("--runtime", type=int, help="seconds per single-connection fio run (default 15; --quick 5)")
     ap.add_argument("--mc-runtime", type=int, help="seconds per multi-job fio run (default: --runtime)")
-    ap.add_argument("--hdd-runtime", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hdd-runtime", type=int, help="seconds per emulated-HDD run (default 20; --quick 6)")
+    ap.add_argument("--warm-timeout", type=int,
+                    help="seconds to wait for the tiered volume to promote the data set")
+    ap.add_argument("--repeat", type=int, help="runs per contender (default 3; --quick 1)")
     ap.add_argument("--numjobs", default="2,4", help="fio numjobs for the multi-connection runs")
-    ap.add_argument("--size-mib", type=int, default=256, help="data set of the all-hit runs")
-    ap.add_argument("--hdd-size-mib", type=int, default=256)
-    ap.add_argument("--tica-dram-mib", type=int, default=64,
+    ap.add_argument("--size-mib", type=int, help="data set of the all-hit runs (default 256; --quick 64)")
+    ap.add_argument("--hdd-size-mib", type=int, help="emulated-HDD data set (default 256; --quick 64)")
+    ap.add_argument("--tica-dram-mib", type=int,
                     help="TICA's DRAM level in the all-hit runs (the SSDs hold the rest)")
     ap.add_argument("--json", "--out", dest="json", help="write every run and ratio to this JSON file")
     ap.add_argument("--perf", metavar="DIR",
@@ -359,10 +385,24 @@ def parse_args():
                     "log-structured layout (default: format's default)")
     ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")
     a = ap.parse_args()
-    designs = [x for x in a.design.split(",") if x]
+    designs = []
+    for x in a.design.split(","):
+        x = ALIASES.get(x.strip(), x.strip())
+        for n in DESIGNS if x == "all" else [x] if x else []:
+            if n not in designs:
+                designs.append(n)
+    # --quick changes only the defaults: options given explicitly win.
+    quick = {"repeat": 1, "runtime": 5, "mc_runtime": 3, "hdd_runtime": 6, "warm_timeout": 30,
+             "size_mib": 64, "hdd_size_mib": 64, "tica_dram_mib": 16}
+    full = {"repeat": 3, "runtime": 15, "mc_runtime": None, "hdd_runtime": 20, "warm_timeout": 120,
+            "size_mib": 256, "hdd_size_mib": 256, "tica_dram_mib": 64}
+    for k, v in (quick if a.quick else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     wl = set(a.workloads.split(","))
     if not designs or set(designs) - set(DESIGNS):
-        sys.exit(f"--design: expected a subset of {','.join(DESIGNS)}, got {a.design!r}")
+        sys.exit(f"--design: expected all or a subset of {','.join(DESIGNS)} "
+                 f"(or {','.join(ALIASES)}), got {a.design!r}")
     if not wl or wl - set(WORKLOADS):
         sys.exit(f"--workloads: expected a subset of {','.join(WORKLOADS)}, got {a.workloads!r}")
     try:
@@ -394,7 +434,8 @@ def main():
         data = os.path.join(d, "data.img")
         make_file(data, size, random=True)
         nk = Proc(["nbdkit", "-f", "-U", f"{d}/nbdkit.sock", "memory", f"{size}"], f"{d}/nbdkit.sock", a.log)
-        sink = Proc(["nbdkit", "-f", "-U", f"{d}/sink.sock", "memory", f"{size}"], f"{d}/sink.sock", a.log)
+        # The sink takes any export (the tiered volume exports its tiers' sum).
+        sink = Proc(["nbdkit", "-f", "-U", f"{d}/sink.sock", "memory", f"{16 * size}"], f"{d}/sink.sock", a.log)
         fill(nk.uri, data)
         raw = None
         if "hdd" in wl and set(designs) & set(HDD_DESIGNS):

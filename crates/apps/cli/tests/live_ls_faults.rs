@@ -58,7 +58,7 @@ impl Fixture {
             let cache = open_with_devices(c, b, &backing).expect("open cache");
             Arc::new(LogStructured::new(cache))
         });
-        self.cache = Some(Arc::clone(&design.0));
+        self.cache = Some(Arc::clone(design.store()));
     }
 
     /// A crash: stop serving and drop the cache without a shutdown.

@@ -83,7 +83,7 @@ fn fail_under_fio(role: Role, removal: bool) {
         cache.start_background();
         Arc::new(Tica::new(cache))
     });
-    let cache = Arc::clone(&design.0);
+    let cache = Arc::clone(design.store());
     let sock = &served.sock;
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let child = Command::new("fio")

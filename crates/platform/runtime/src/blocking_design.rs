@@ -1,6 +1,13 @@
 //! A [`Design`] for stores that do synchronous device I/O under a lock (the
-//! log-structured and three-level caches): each call runs on tokio's
-//! blocking pool. One adapter for all such stores, instead of one per design.
+//! log-structured and three-level caches): each call runs on a small pool of
+//! dedicated request threads fed by a channel ([`SyncWorkers`]). One adapter
+//! for all such stores, instead of one per design.
+//!
+//! Why not tokio's blocking pool: with 32 requests in flight per connection,
+//! `spawn_blocking` wakes up to 32 threads that then queue on the store's one
+//! lock; the hand-off and the convoy took 41-54 % of the CPU of all-hit
+//! requests (docs/benchmarks.md). A few threads draining one queue run queued
+//! requests back to back without sleeping in between.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +15,75 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::design::{Design, WriteBack};
-use crate::error::{blocking, Result};
+use crate::error::{Error, Result};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Dedicated threads that run synchronous calls for async callers: a channel
+/// of jobs, each answered through a oneshot. The threads end when the pool
+/// is dropped (after the queued jobs). With no threads, calls run inline on
+/// the calling task (no hand-off; a slow call then holds a runtime worker).
+pub struct SyncWorkers {
+    tx: Option<crossbeam_channel::Sender<Job>>,
+}
+
+impl SyncWorkers {
+    /// Start `threads` threads named `name-N` (0: run every call inline).
+    pub fn new(name: &str, threads: usize) -> std::io::Result<Self> {
+        if threads == 0 {
+            return Ok(SyncWorkers { tx: None });
+        }
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        for i in 0..threads {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        job();
+                    }
+                })?;
+        }
+        Ok(SyncWorkers { tx: Some(tx) })
+    }
+
+    /// The default number of request threads: `TIERCACHE_SYNC_THREADS` if set
+    /// (a benchmark knob; 0 runs calls inline), else 2 (the stores serialise on one lock, so more
+    /// threads only queue on it).
+    pub fn default_threads() -> usize {
+        std::env::var("TIERCACHE_SYNC_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2)
+    }
+
+    /// Run `f` on one of the threads and wait for its result.
+    pub async fn run<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.call(f).await?
+    }
+
+    /// Run `f` on one of the threads and wait for what it returns; `Err`
+    /// only if the threads stopped or `f` panicked.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R> {
+        let Some(jobs) = &self.tx else {
+            return Ok(f());
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        if jobs.send(job).is_err() {
+            return Err(Error::io("the request threads have stopped"));
+        }
+        rx.await.map_err(|_| Error::io("a request thread failed"))
+    }
+}
 
 /// A live store with synchronous operations.
 pub trait SyncStore: Send + Sync + 'static {
@@ -48,42 +123,56 @@ pub trait SyncStore: Send + Sync + 'static {
     fn close(&self, detach: bool) -> Result<()>;
 }
 
-/// A [`SyncStore`] served through the blocking pool.
-pub struct OnBlockingPool<T>(pub Arc<T>);
-
-impl<T> OnBlockingPool<T> {
-    /// Wrap a store.
-    pub fn new(store: Arc<T>) -> Self {
-        OnBlockingPool(store)
-    }
+/// A [`SyncStore`] served through dedicated request threads ([`SyncWorkers`]).
+pub struct OnBlockingPool<T> {
+    store: Arc<T>,
+    workers: SyncWorkers,
 }
 
 impl<T: SyncStore> OnBlockingPool<T> {
+    /// Wrap a store, with [`SyncWorkers::default_threads`] request threads.
+    /// Panics only if the OS refuses to start a thread; see [`Self::with_threads`].
+    pub fn new(store: Arc<T>) -> Self {
+        Self::with_threads(store, SyncWorkers::default_threads())
+            .expect("cannot start the request threads")
+    }
+
+    /// Wrap a store, with `threads` request threads.
+    pub fn with_threads(store: Arc<T>, threads: usize) -> std::io::Result<Self> {
+        let workers = SyncWorkers::new(store.name(), threads)?;
+        Ok(OnBlockingPool { store, workers })
+    }
+
+    /// The wrapped store.
+    pub fn store(&self) -> &Arc<T> {
+        &self.store
+    }
+
     async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce(&T) -> Result<R> + Send + 'static,
     ) -> Result<R> {
-        let s = Arc::clone(&self.0);
-        blocking(move || f(&s)).await
+        let s = Arc::clone(&self.store);
+        self.workers.run(move || f(&s)).await
     }
 }
 
 #[async_trait::async_trait]
 impl<T: SyncStore> Design for OnBlockingPool<T> {
     fn name(&self) -> &'static str {
-        self.0.name()
+        self.store.name()
     }
     fn description(&self) -> String {
-        self.0.description()
+        self.store.description()
     }
     fn size(&self) -> u64 {
-        self.0.size()
+        self.store.size()
     }
     fn backing_path(&self) -> PathBuf {
-        self.0.backing_path()
+        self.store.backing_path()
     }
     fn can_prefetch(&self) -> bool {
-        self.0.can_prefetch()
+        self.store.can_prefetch()
     }
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let n = buf.len();
@@ -107,7 +196,7 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
         self.run(|s| Ok(s.stats())).await.unwrap_or_default()
     }
     fn metrics(&self, stats: &Value, m: &mut crate::metrics::MetricSet) {
-        self.0.metrics(stats, m)
+        self.store.metrics(stats, m)
     }
     async fn write_back(&self) -> Result<WriteBack> {
         self.run(|s| {

@@ -7,7 +7,7 @@
 //! - [`listen`]: `unix:PATH`, `tcp:HOST:PORT` or an inherited `fd:N`,
 //!   parsed and bound before any device is opened;
 //! - [`export`]: the NBD export adapter; [`blocking_design`]: the
-//!   [`Design`] of any synchronous store, run on the blocking pool;
+//!   [`Design`] of any synchronous store, run on dedicated request threads;
 //! - [`control`]: the control socket (mode 0600, bounded requests, the same
 //!   commands and JSON for every design);
 //! - [`lifecycle`]: signals, drain and shutdown in an order that never loses
@@ -39,7 +39,7 @@ pub mod panic;
 pub mod remote;
 
 pub use async_trait::async_trait;
-pub use blocking_design::{OnBlockingPool, SyncStore};
+pub use blocking_design::{OnBlockingPool, SyncStore, SyncWorkers};
 pub use claim::{Access, Claim, ClaimError, Claims};
 pub use design::{Design, WriteBack};
 pub use error::{blocking, Error, ErrorKind, Result};

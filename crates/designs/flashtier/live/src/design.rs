@@ -1,5 +1,5 @@
 //! The log-structured cache as a design of the live runtime: a
-//! [`SyncStore`] served on the blocking pool (the store does synchronous
+//! [`SyncStore`] served on request threads (the store does synchronous
 //! device I/O under its lock).
 
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
 //! The three-level (TICA) cache as a design of the live runtime: a
-//! [`SyncStore`] served on the blocking pool (the cache does synchronous
+//! [`SyncStore`] served on request threads (the cache does synchronous
 //! device I/O under its lock).
 
 use std::path::PathBuf;

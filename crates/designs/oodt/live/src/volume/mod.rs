@@ -137,6 +137,8 @@ pub struct TieredVolume {
     counters: Counters,
     recovery: RecoveryReport,
     shut_down: AtomicBool,
+    /// The threads that do the request I/O (instead of tokio's blocking pool).
+    io: tiercache_runtime::SyncWorkers,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -290,11 +292,15 @@ impl TieredVolume {
     }
 }
 
-/// Run blocking device I/O on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| io::Error::other(e.to_string()))?
+impl TieredVolume {
+    /// Run blocking device I/O on the volume's request threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> io::Result<T> + Send + 'static,
+    ) -> io::Result<T> {
+        self.io
+            .call(f)
+            .await
+            .map_err(|e| io::Error::other(e.message))?
+    }
 }

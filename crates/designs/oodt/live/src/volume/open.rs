@@ -153,6 +153,10 @@ impl TieredVolume {
             counters: Counters::default(),
             recovery: report,
             shut_down: AtomicBool::new(false),
+            io: tiercache_runtime::SyncWorkers::new(
+                "tier-io",
+                tiercache_runtime::SyncWorkers::default_threads(),
+            )?,
         }))
     }
 }

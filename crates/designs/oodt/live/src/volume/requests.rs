@@ -2,7 +2,7 @@
 //! migrations, routing each part to its tier and slot, and the I/O.
 
 use super::TieredVolume;
-use super::{blocking, lock, tier_err, Held, Kind, Part};
+use super::{lock, tier_err, Held, Kind, Part};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -156,15 +156,17 @@ impl TieredVolume {
         let held = self.acquire(offset, buf.len() as u64, Kind::Read).await?;
         self.count(Kind::Read, &held.parts);
         let n = buf.len();
-        let data = blocking(move || {
-            let mut v = vec![0u8; n];
-            for p in &held.parts {
-                held.vol.devs[p.tier as usize].read_at(&mut v[p.at..p.at + p.len], p.dev_offset)?;
-            }
-            drop(held);
-            Ok(v)
-        })
-        .await?;
+        let data = self
+            .blocking(move || {
+                let mut v = vec![0u8; n];
+                for p in &held.parts {
+                    held.vol.devs[p.tier as usize]
+                        .read_at(&mut v[p.at..p.at + p.len], p.dev_offset)?;
+                }
+                drop(held);
+                Ok(v)
+            })
+            .await?;
         buf.copy_from_slice(&data);
         Ok(())
     }
@@ -174,7 +176,7 @@ impl TieredVolume {
         let held = self.acquire(offset, data.len() as u64, Kind::Write).await?;
         self.count(Kind::Write, &held.parts);
         let data = data.to_vec();
-        blocking(move || {
+        self.blocking(move || {
             let mut touched = [false; 2];
             for p in &held.parts {
                 held.vol.devs[p.tier as usize].write_at(&data[p.at..p.at + p.len], p.dev_offset)?;
@@ -194,7 +196,7 @@ impl TieredVolume {
     /// Discard `[offset, offset + len)` where its blocks live now (advisory).
     pub async fn trim(self: &Arc<Self>, offset: u64, len: u64) -> io::Result<()> {
         let held = self.acquire(offset, len, Kind::Trim).await?;
-        blocking(move || {
+        self.blocking(move || {
             for p in &held.parts {
                 held.vol.devs[p.tier as usize].trim(p.dev_offset, p.len as u64)?;
             }
@@ -209,7 +211,7 @@ impl TieredVolume {
     pub async fn flush(self: &Arc<Self>) -> io::Result<()> {
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         let me = Arc::clone(self);
-        blocking(move || me.flush_devices()).await
+        self.blocking(move || me.flush_devices()).await
     }
 
     pub(super) fn flush_devices(&self) -> io::Result<()> {

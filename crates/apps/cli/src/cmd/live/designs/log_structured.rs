@@ -212,7 +212,10 @@ impl super::LiveDesign for LogStructured {
             r.dropped_clean,
             r.clean_shutdown
         );
-        Ok(Arc::new(ls::LogStructured::new(cache)))
+        Ok(Arc::new(ls::LogStructured::with_threads(
+            cache,
+            tiercache_runtime::SyncWorkers::default_threads(),
+        )?))
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
         check(path, json)

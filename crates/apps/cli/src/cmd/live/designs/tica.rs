@@ -186,7 +186,10 @@ impl super::LiveDesign for Tica {
             r["recovery"]["duration_ms"].as_f64().unwrap_or(0.0),
             r["recovery"]
         );
-        Ok(Arc::new(three::Tica::new(cache)))
+        Ok(Arc::new(three::Tica::with_threads(
+            cache,
+            tiercache_runtime::SyncWorkers::default_threads(),
+        )?))
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
         // Each SSD of the pair keeps its own `tiercache-store` metadata.
