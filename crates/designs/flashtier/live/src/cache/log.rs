@@ -78,6 +78,16 @@ impl LogCache {
             .cache
             .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
             .and_then(|_| self.cache.flush());
+        // Recovery reads the journal up to the first record that is not
+        // there: the next record goes after this one only if this one is
+        // durable. Otherwise the next segment opened takes this index (a
+        // record here that did land names a segment that holds no data,
+        // which recovery replays as empty), or a record after a hole would
+        // be ignored and the checkpoint's entries into its segment
+        // recovered onto the new life's data.
+        if r.is_ok() {
+            st.journal_next += 1;
+        }
         for v in 0..2u64 {
             let s = Summary {
                 seg,
@@ -93,7 +103,6 @@ impl LogCache {
             });
         }
         let r = r.and_then(|_| self.cache.flush());
-        st.journal_next += 1;
         st.finish_open(seg, r.is_ok());
         if let Err(e) = r {
             // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.
