@@ -140,6 +140,8 @@ pub(crate) struct State {
     pub(crate) backing: Arc<dyn BlockDev>,
     backing_unflushed: bool,
     degraded: Option<Degraded>,
+    /// Degrading not finished yet (`degrade`).
+    work: Option<degrade::DegradeWork>,
     closed: bool,
     counters: Counters,
 }
@@ -169,6 +171,7 @@ impl State {
             backing,
             backing_unflushed: false,
             degraded: None,
+            work: None,
             closed: false,
             counters: Counters::default(),
         }
