@@ -24,6 +24,9 @@
 use std::io;
 use std::time::Instant;
 
+#[cfg(feature = "devices")]
+pub mod devices;
+
 use crate::Rng;
 
 /// Bytes of one unit of the model (reads and writes are whole units).

@@ -14,39 +14,21 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
-use tiercache_io::{CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, LogCache, WritePolicy};
 
 const UNITS: u64 = 512; // a 2 MiB backing device
 const SEG: u64 = 64 << 10;
 
-struct Stack {
-    media: Arc<MemDev>,
-    cache: Arc<CrashDev>,
-    faulty: Arc<FaultyDev>,
-}
-
-impl Stack {
-    fn new(media: Arc<MemDev>, seed: u64) -> Stack {
-        let cache = Arc::new(CrashDev::new(media.clone()));
-        let faulty = Arc::new(FaultyDev::new(cache.clone(), seed));
-        Stack {
-            media,
-            cache,
-            faulty,
-        }
-    }
-}
-
 struct Ls {
-    devs: [Stack; 2],
+    devs: [SimDev; 2],
     lc: Option<Arc<LogCache>>,
     path: PathBuf,
 }
 
-fn open(devs: &[Stack; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
+fn open(devs: &[SimDev; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
     open_with_devices(devs[0].faulty.clone(), devs[1].faulty.clone(), path)
 }
 
@@ -69,34 +51,6 @@ fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
     (std::fs::read(dir.path().join("cache")).unwrap(), backing)
 }
 
-/// Put `fault` on one device of the matrix.
-fn inject_on(f: &FaultyDev, fault: Fault) {
-    const ENOSPC: i32 = 28;
-    let rule = |k| FaultRule::always(k).with_probability(0.34);
-    match fault {
-        Fault::ReadEio => f.add_rule(rule(OpKinds::READ)).unwrap(),
-        Fault::WriteEio => f.add_rule(rule(OpKinds::WRITE)).unwrap(),
-        Fault::Enospc => {
-            f.set_errno(ENOSPC);
-            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
-        }
-        Fault::Removal => f.fail_all(),
-        Fault::Slow => f.set_delay(std::time::Duration::from_micros(200)),
-    }
-}
-
-fn crash_mode(seed: u64) -> CrashMode {
-    match seed % 3 {
-        0 => CrashMode::DropAll,
-        1 => CrashMode::KeepFirst((seed >> 8) as usize % 16),
-        _ => CrashMode::Torn { seed },
-    }
-}
-
-fn io(e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(e.to_string())
-}
-
 impl Ls {
     fn lc(&self) -> std::io::Result<&Arc<LogCache>> {
         self.lc.as_ref().ok_or_else(|| io("the cache did not open"))
@@ -110,7 +64,7 @@ impl System for Ls {
             Target::Backing => &[1],
         };
         for &i in which {
-            inject_on(&self.devs[i].faulty, fault);
+            self.devs[i].inject(fault);
         }
         true
     }
@@ -137,28 +91,13 @@ impl System for Ls {
         }
     }
     fn set_faults(&mut self, p: f64, _seed: u64) {
-        for t in &self.devs {
-            t.faulty.clear_rules();
-            if p > 0.0 {
-                t.faulty
-                    .add_rule(FaultRule::always(OpKinds::ALL).with_probability(p))
-                    .unwrap();
-            }
+        for d in &self.devs {
+            d.set_eio(p);
         }
     }
     fn crash(&mut self, seed: u64) -> Result<String, String> {
-        let mode = crash_mode(seed);
-        let mut what = format!("{mode:?}:");
         self.lc = None;
-        for t in &self.devs {
-            t.faulty.clear_rules();
-            let r = t.cache.crash(mode).map_err(|e| e.to_string())?;
-            what += &format!(" {} unflushed ops", r.unflushed_ops);
-        }
-        self.devs = [
-            Stack::new(self.devs[0].media.clone(), seed),
-            Stack::new(self.devs[1].media.clone(), seed ^ 1),
-        ];
+        let what = power_loss(&mut self.devs, seed)?;
         self.lc = Some(open(&self.devs, &self.path).map_err(|e| format!("{e:#}"))?);
         Ok(what)
     }
@@ -166,11 +105,8 @@ impl System for Ls {
 
 fn system(cache: &[u8], backing: &[u8], seed: u64) -> Ls {
     let devs = [
-        Stack::new(Arc::new(MemDev::from_vec("cache", cache.to_vec())), seed),
-        Stack::new(
-            Arc::new(MemDev::from_vec("backing", backing.to_vec())),
-            seed ^ 1,
-        ),
+        SimDev::from_vec("cache", cache.to_vec(), seed),
+        SimDev::from_vec("backing", backing.to_vec(), seed ^ 1),
     ];
     let path = PathBuf::from("/backing");
     let lc = Some(open(&devs, &path).unwrap());
