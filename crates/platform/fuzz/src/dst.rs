@@ -232,6 +232,9 @@ pub fn run_case<S: System>(
                 .map_err(|e| format!("{when}: recovery refused: {e}"))?;
             faults = false;
             totals.crashes += 1;
+            if trace {
+                eprintln!("{when}: power loss and recovery: {what}");
+            }
             totals.sectors_verified += verify_all(
                 sys,
                 &mut model,
