@@ -136,6 +136,21 @@ fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
     });
 }
 
+/// Regression (found by the 3000-case DST run): a write that went around
+/// the cache left its newer data unflushed on the backing device, a read
+/// cached a clean copy of it, and that clean entry's summary became durable
+/// first; after a power loss recovery (which unmaps blocks whose newest
+/// entry is clean) dropped the durable dirty version and read an older one
+/// from the backing device. Fixed in `LogCache::persist_summary` (the
+/// backing device is flushed before a summary is written).
+#[test]
+fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data() {
+    let (cache, backing) = images(WritePolicy::WriteBack);
+    dst::run_cases("log-structured-wb", 0xd57, 626, 1, 400, 40, |seed| {
+        system(&cache, &backing, seed)
+    });
+}
+
 #[test]
 fn dst_log_structured_write_back() {
     run(WritePolicy::WriteBack, "log-structured-wb");

@@ -10,12 +10,25 @@ impl LogCache {
     /// Flush the data, write the open segment's summary (into the older
     /// copy), flush again: afterwards every entry so far is durable.
     pub(super) fn persist_summary(&self, st: &mut State) -> Res<()> {
-        let Some(o) = st.open_seg.as_ref() else {
-            return Ok(());
-        };
-        if o.durable == o.entries.len() {
+        if st
+            .open_seg
+            .as_ref()
+            .is_none_or(|o| o.durable == o.entries.len())
+        {
             return Ok(());
         }
+        // After an unclean shutdown a clean entry unmaps its block (the
+        // backing device holds the same data): the backing writes a clean
+        // copy was read from or written with must be durable before the
+        // entry is, or a power loss could take the backing device back to
+        // data older than a dirty entry the clean one superseded.
+        if st.backing_dirty {
+            if let Err(e) = self.backing.flush() {
+                return Err(self.backing_error(st, "flush", e));
+            }
+            st.backing_dirty = false;
+        }
+        let o = st.open_seg.as_ref().expect("open segment");
         let s = Summary {
             seg: o.seg,
             seq: o.seq,
