@@ -59,13 +59,11 @@ impl Ls {
 
 impl System for Ls {
     fn inject(&mut self, target: Target, fault: Fault) -> bool {
-        let which: &[usize] = match target {
-            Target::Cache => &[0],
-            Target::Backing => &[1],
+        let i = match target {
+            Target::Cache => 0,
+            Target::Backing => 1,
         };
-        for &i in which {
-            self.devs[i].inject(fault);
-        }
+        self.devs[i].inject(fault);
         true
     }
     fn units(&self) -> u64 {

@@ -126,13 +126,11 @@ fn new_volume(capacity: Capacity, seed: u64) -> Vol {
 
 impl System for Vol {
     fn inject(&mut self, target: Target, fault: Fault) -> bool {
-        let which: &[usize] = match target {
-            Target::Cache => &[0],
-            Target::Backing => &[1],
+        let i = match target {
+            Target::Cache => 0,
+            Target::Backing => 1,
         };
-        for &i in which {
-            self.tiers[i].inject(fault);
-        }
+        self.tiers[i].inject(fault);
         true
     }
     fn units(&self) -> u64 {

@@ -88,13 +88,11 @@ impl TicaSys {
 
 impl System for TicaSys {
     fn inject(&mut self, target: Target, fault: Fault) -> bool {
-        let which: &[usize] = match target {
-            Target::Cache => std::slice::from_ref(&self.cache_dev),
-            Target::Backing => &[2],
+        let i = match target {
+            Target::Cache => self.cache_dev,
+            Target::Backing => 2,
         };
-        for &i in which {
-            self.devs[i].inject(fault);
-        }
+        self.devs[i].inject(fault);
         true
     }
     fn units(&self) -> u64 {
