@@ -25,6 +25,9 @@
 //!   `failed_peer` note, and the cache continues **degraded**: writes go
 //!   through to the backing device, reads come from DRAM copies or the
 //!   backing device. The request that met the error is then served that way.
+//!   The switch is immediate and the write-back resumable: a step that
+//!   fails is retried by the next request, and FLUSH succeeds only once it
+//!   is all done (see `degrade`).
 //! - Recovery (see [`crate::open`]) trusts the WO-SSD's metadata; the
 //!   RO-SSD's only after a clean shutdown of both.
 //!
