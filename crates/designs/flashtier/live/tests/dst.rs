@@ -150,6 +150,15 @@ fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data()
 }
 
 #[test]
+#[ignore = "open bug found by the 4000-case DST run at the deadline: a power loss tearing the cache's one unflushed write recovers unit 59 mapped to unit 291's data (not investigated yet; replay with TIERCACHE_DST_TRACE=1)"]
+fn dst_log_structured_write_back_case_3863_misdirected_after_torn_power_loss() {
+    let (cache, backing) = images(WritePolicy::WriteBack);
+    dst::run_cases("log-structured-wb", 0xd57, 3863, 1, 400, 40, |seed| {
+        system(&cache, &backing, seed)
+    });
+}
+
+#[test]
 fn dst_log_structured_write_back() {
     run(WritePolicy::WriteBack, "log-structured-wb");
 }
