@@ -24,8 +24,10 @@
 #   each (default 10000; each case 400 seeded steps with power losses that
 #   drop, keep in order or tear per 512-byte sector the unflushed writes,
 #   injected EIO, and a check of every sector after each recovery), plus
-#   the tiered volume's threaded power-loss rounds (CASES/100 rounds) and the
-#   fault matrix. Logs go to target/soak/power-*.log.
+#   the tiered volume's threaded power-loss rounds (CASES/100 rounds), the
+#   fault matrix, and the SSD cache's fault tests (live_faults: its ENOSPC,
+#   removal and slow cells with crash/restart). Logs go to
+#   target/soak/power-*.log.
 set -euo pipefail
 if [ "${1:-}" = "power" ]; then
   cases="${2:-10000}"
@@ -37,7 +39,7 @@ if [ "${1:-}" = "power" ]; then
   mkdir -p target/soak
   echo "power-loss soak: $cases cases per simulation, seed $seed, $(date -u +%FT%TZ)"
   failed=0
-  for spec in "tiercache-tiered-volume dst" "tiercache-log-structured dst" "tiercache-three-level dst" "tiercache-tiered-volume power_loss"; do
+  for spec in "tiercache-tiered-volume dst" "tiercache-log-structured dst" "tiercache-three-level dst" "tiercache-tiered-volume power_loss" "tiercache-cli live_faults"; do
     read -r pkg bin <<<"$spec"
     log="target/soak/power-$pkg-$bin.log"
     start=$(date +%s)

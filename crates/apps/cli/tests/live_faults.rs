@@ -35,10 +35,17 @@ struct Fixture {
 impl Fixture {
     /// Format a cache with `policy` (CLI spelling) and serve it in process behind faulty devices.
     fn new(policy: &[&str]) -> Fixture {
-        let mut served = InProcess::new();
+        let served = InProcess::new();
         let (backing, cache) = (served.path("backing.img"), served.path("cache.img"));
         init_backing(&backing, BLOCKS);
         format_cache(&cache, &backing, "6MiB", policy);
+        Fixture::open(served)
+    }
+
+    /// Open (recover) the formatted cache of `served` behind fresh fault
+    /// injectors (no faults) and serve it.
+    fn open(mut served: InProcess) -> Fixture {
+        let (backing, cache) = (served.path("backing.img"), served.path("cache.img"));
         let cache_fault = served.faulty("cache.img", 7);
         let backing_fault = served.faulty("backing.img", 11);
         let (c, b) = (cache_fault.clone(), backing_fault.clone());
@@ -65,6 +72,18 @@ impl Fixture {
 
     fn client(&self) -> NbdClient {
         self.served.client()
+    }
+
+    /// The serving process crashes (see `InProcess::crash`), with whatever
+    /// fault is on; it restarts with the device back (no faults): recovery
+    /// from the files.
+    fn crash_and_restart(self) -> Fixture {
+        let Fixture {
+            mut served, live, ..
+        } = self;
+        drop(live);
+        served.crash();
+        Fixture::open(served)
     }
 
     fn stats(&self) -> serde_json::Value {
@@ -551,4 +570,191 @@ fn writes_after_the_shutdown_started_get_eshutdown_not_eio() {
         Some(108),
         "NBD_ESHUTDOWN for a write refused while stopping"
     );
+}
+
+/// A fault of the SSD cache's cells of the fault matrix (issue 17, item 3;
+/// the other designs' cells are `fault_matrix_*` in their `tests/dst.rs`).
+#[derive(Clone, Copy, Debug)]
+enum CacheFault {
+    /// Every data write to the cache device fails with ENOSPC (a full
+    /// thin-provisioned device, or a file on a full filesystem).
+    Enospc,
+    /// Every data read and write fails (the device was pulled).
+    Removal,
+    /// Every data op is delayed 200 µs (a slow or stalling device).
+    Slow,
+}
+
+fn inject_cache_fault(f: &FaultyDev, fault: CacheFault) {
+    const ENOSPC: i32 = 28;
+    match fault {
+        CacheFault::Enospc => {
+            f.set_errno(ENOSPC);
+            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+        }
+        CacheFault::Removal => f.fail_all(),
+        CacheFault::Slow => f.set_delay(Duration::from_micros(200)),
+    }
+}
+
+/// What a seeded load saw.
+#[derive(Debug, Default)]
+struct LoadCounts {
+    writes_acked: u64,
+    writes_failed: u64,
+    reads_checked: u64,
+    reads_failed: u64,
+    flushes: u64,
+    flushes_failed: u64,
+}
+
+/// `ops` seeded requests, one at a time: writes (some FUA), reads (checked
+/// against the ledger: acknowledged data or an error, never stale or
+/// garbage) and FLUSHes; error replies are counted, and the ledger keeps
+/// what was acknowledged and what a completed FLUSH or FUA made durable.
+fn seeded_load(c: &mut NbdClient, ledger: &mut Ledger, rng: &mut Rng, ops: u64) -> LoadCounts {
+    let mut n = LoadCounts::default();
+    for _ in 0..ops {
+        let b = if rng.chance(0.7) {
+            rng.below(128)
+        } else {
+            rng.below(BLOCKS)
+        };
+        match rng.below(10) {
+            0..=4 => {
+                let fua = rng.chance(0.15);
+                let s = &mut ledger.blocks[b as usize];
+                let v = s.next;
+                s.next += 1;
+                s.issued.push(v);
+                match c
+                    .write(b * BLOCK as u64, &make_block(b, v), fua)
+                    .expect("socket")
+                {
+                    Ok(()) => {
+                        s.acked = v;
+                        if fua {
+                            s.durable = v;
+                        }
+                        n.writes_acked += 1;
+                    }
+                    Err(_) => n.writes_failed += 1,
+                }
+            }
+            5..=8 => {
+                let acked = ledger.blocks[b as usize].acked;
+                match c.read(b * BLOCK as u64, BLOCK).expect("socket") {
+                    Ok(d) => {
+                        ledger.check_live(b, &d, acked).unwrap();
+                        n.reads_checked += 1;
+                    }
+                    Err(_) => n.reads_failed += 1,
+                }
+            }
+            _ => {
+                let snap = ledger.acked_snapshot();
+                match c.flush().expect("socket") {
+                    Ok(()) => {
+                        for (s, a) in ledger.blocks.iter_mut().zip(snap) {
+                            s.durable = s.durable.max(a);
+                        }
+                        n.flushes += 1;
+                    }
+                    Err(_) => n.flushes_failed += 1,
+                }
+            }
+        }
+    }
+    n
+}
+
+/// One cell: a load and a FLUSH, then `fault` on the cache device under a
+/// seeded load, then a crash of the serving process with the fault still
+/// on and a restart with the device back: every block holds its version
+/// covered by a FLUSH or FUA or a newer one written (0 acknowledged lost);
+/// then a load without faults, a FLUSH, a second crash and the same check.
+/// Returns what the load saw under the fault and the status then.
+fn ssd_cache_fault_cell(policy: &str, fault: CacheFault, seed: u64) -> (LoadCounts, String) {
+    let f = Fixture::new(&["--write-policy", policy]);
+    let mut c = f.client();
+    let mut ledger = Ledger::new(BLOCKS);
+    let mut rng = Rng(seed);
+    seeded_load(&mut c, &mut ledger, &mut rng, 200);
+    c.flush().unwrap().unwrap();
+    for s in &mut ledger.blocks {
+        s.durable = s.acked;
+    }
+    inject_cache_fault(&f.cache_fault, fault);
+    let during = seeded_load(&mut c, &mut ledger, &mut rng, 300);
+    let status_during = status(&f);
+    let injected = f.cache_fault.injected().total();
+    drop(c);
+    let f = f.crash_and_restart();
+    let mut c = f.client();
+    let newer = verify_all(&mut c, &mut ledger)
+        .unwrap_or_else(|e| panic!("{policy}, {fault:?}: after the crash: {e}"));
+    let after = seeded_load(&mut c, &mut ledger, &mut rng, 150);
+    assert_eq!(
+        (
+            after.writes_failed,
+            after.reads_failed,
+            after.flushes_failed
+        ),
+        (0, 0, 0),
+        "{policy}, {fault:?}: the restarted cache serves without errors: {after:?}"
+    );
+    c.flush().unwrap().unwrap();
+    drop(c);
+    let f = f.crash_and_restart();
+    let mut c = f.client();
+    verify_all(&mut c, &mut ledger)
+        .unwrap_or_else(|e| panic!("{policy}, {fault:?}: after the second crash: {e}"));
+    eprintln!(
+        "fault matrix | ssd cache ({policy}) | Cache | {fault:?} | {} writes acknowledged, {} failed; {} reads checked, {} failed; {} flushes, {} failed | {injected} faults injected | status: {status_during} | {BLOCKS} blocks verified after each of 2 crashes ({newer} newer than durable) | acknowledged lost: 0",
+        during.writes_acked,
+        during.writes_failed,
+        during.reads_checked,
+        during.reads_failed,
+        during.flushes,
+        during.flushes_failed,
+    );
+    (during, status_during)
+}
+
+#[test]
+fn fault_matrix_ssd_cache_enospc() {
+    for (policy, seed) in [("write-back", 71), ("write-through", 72)] {
+        let (n, status) = ssd_cache_fault_cell(policy, CacheFault::Enospc, seed);
+        assert_eq!(
+            (n.writes_failed, n.reads_failed, n.flushes_failed),
+            (0, 0, 0),
+            "{policy}: a full cache device fails no request: {n:?}"
+        );
+        assert!(status.starts_with("degraded"), "{policy}: {status}");
+    }
+}
+
+#[test]
+fn fault_matrix_ssd_cache_removal() {
+    for (policy, seed) in [("write-back", 73), ("write-through", 74)] {
+        let (n, status) = ssd_cache_fault_cell(policy, CacheFault::Removal, seed);
+        assert!(
+            n.writes_acked > 0 && n.writes_failed == 0,
+            "{policy}: writes go on to the backing device: {n:?}"
+        );
+        assert!(status.starts_with("degraded"), "{policy}: {status}");
+    }
+}
+
+#[test]
+fn fault_matrix_ssd_cache_slow() {
+    for (policy, seed) in [("write-back", 75), ("write-through", 76)] {
+        let (n, status) = ssd_cache_fault_cell(policy, CacheFault::Slow, seed);
+        assert_eq!(
+            (n.writes_failed, n.reads_failed, n.flushes_failed),
+            (0, 0, 0),
+            "{policy}: a slow device fails nothing: {n:?}"
+        );
+        assert_eq!(status, "ok", "{policy}");
+    }
 }

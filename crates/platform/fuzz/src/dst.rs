@@ -24,6 +24,9 @@
 use std::io;
 use std::time::Instant;
 
+#[cfg(feature = "devices")]
+pub mod devices;
+
 use crate::Rng;
 
 /// Bytes of one unit of the model (reads and writes are whole units).
@@ -229,6 +232,9 @@ pub fn run_case<S: System>(
                 .map_err(|e| format!("{when}: recovery refused: {e}"))?;
             faults = false;
             totals.crashes += 1;
+            if trace {
+                eprintln!("{when}: power loss and recovery: {what}");
+            }
             totals.sectors_verified += verify_all(
                 sys,
                 &mut model,

@@ -23,6 +23,14 @@ pub fn dev(path: &Path) -> Arc<dyn BlockDev> {
     Arc::new(FileDev::open(path, FileDevOptions::default()).expect("open device"))
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 impl InProcess {
     /// A temporary directory and a runtime; nothing served yet.
     pub fn new() -> InProcess {
@@ -32,13 +40,8 @@ impl InProcess {
             let _ = log.with_writer(std::io::stderr).try_init();
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
         InProcess {
-            rt,
+            rt: runtime(),
             sock: dir.path().join("nbd.sock"),
             dir,
             handle: None,
@@ -85,6 +88,16 @@ impl InProcess {
         if let Some(h) = self.handle.take() {
             self.rt.block_on(h.shutdown());
         }
+    }
+
+    /// A crash of the serving process (kill -9 as far as the design can
+    /// tell): stop serving and drop the runtime, so that the design's
+    /// background tasks end wherever they are, nothing is shut down or
+    /// committed, and the files keep what reached them; then a fresh
+    /// runtime for the restart.
+    pub fn crash(&mut self) {
+        self.stop();
+        drop(std::mem::replace(&mut self.rt, runtime()));
     }
 
     pub fn client(&self) -> NbdClient {

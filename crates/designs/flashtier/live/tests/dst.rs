@@ -14,39 +14,21 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
-use tiercache_io::{CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, LogCache, WritePolicy};
 
 const UNITS: u64 = 512; // a 2 MiB backing device
 const SEG: u64 = 64 << 10;
 
-struct Stack {
-    media: Arc<MemDev>,
-    cache: Arc<CrashDev>,
-    faulty: Arc<FaultyDev>,
-}
-
-impl Stack {
-    fn new(media: Arc<MemDev>, seed: u64) -> Stack {
-        let cache = Arc::new(CrashDev::new(media.clone()));
-        let faulty = Arc::new(FaultyDev::new(cache.clone(), seed));
-        Stack {
-            media,
-            cache,
-            faulty,
-        }
-    }
-}
-
 struct Ls {
-    devs: [Stack; 2],
+    devs: [SimDev; 2],
     lc: Option<Arc<LogCache>>,
     path: PathBuf,
 }
 
-fn open(devs: &[Stack; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
+fn open(devs: &[SimDev; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
     open_with_devices(devs[0].faulty.clone(), devs[1].faulty.clone(), path)
 }
 
@@ -69,34 +51,6 @@ fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
     (std::fs::read(dir.path().join("cache")).unwrap(), backing)
 }
 
-/// Put `fault` on one device of the matrix.
-fn inject_on(f: &FaultyDev, fault: Fault) {
-    const ENOSPC: i32 = 28;
-    let rule = |k| FaultRule::always(k).with_probability(0.34);
-    match fault {
-        Fault::ReadEio => f.add_rule(rule(OpKinds::READ)).unwrap(),
-        Fault::WriteEio => f.add_rule(rule(OpKinds::WRITE)).unwrap(),
-        Fault::Enospc => {
-            f.set_errno(ENOSPC);
-            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
-        }
-        Fault::Removal => f.fail_all(),
-        Fault::Slow => f.set_delay(std::time::Duration::from_micros(200)),
-    }
-}
-
-fn crash_mode(seed: u64) -> CrashMode {
-    match seed % 3 {
-        0 => CrashMode::DropAll,
-        1 => CrashMode::KeepFirst((seed >> 8) as usize % 16),
-        _ => CrashMode::Torn { seed },
-    }
-}
-
-fn io(e: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(e.to_string())
-}
-
 impl Ls {
     fn lc(&self) -> std::io::Result<&Arc<LogCache>> {
         self.lc.as_ref().ok_or_else(|| io("the cache did not open"))
@@ -105,13 +59,11 @@ impl Ls {
 
 impl System for Ls {
     fn inject(&mut self, target: Target, fault: Fault) -> bool {
-        let which: &[usize] = match target {
-            Target::Cache => &[0],
-            Target::Backing => &[1],
+        let i = match target {
+            Target::Cache => 0,
+            Target::Backing => 1,
         };
-        for &i in which {
-            inject_on(&self.devs[i].faulty, fault);
-        }
+        self.devs[i].inject(fault);
         true
     }
     fn units(&self) -> u64 {
@@ -137,28 +89,13 @@ impl System for Ls {
         }
     }
     fn set_faults(&mut self, p: f64, _seed: u64) {
-        for t in &self.devs {
-            t.faulty.clear_rules();
-            if p > 0.0 {
-                t.faulty
-                    .add_rule(FaultRule::always(OpKinds::ALL).with_probability(p))
-                    .unwrap();
-            }
+        for d in &self.devs {
+            d.set_eio(p);
         }
     }
     fn crash(&mut self, seed: u64) -> Result<String, String> {
-        let mode = crash_mode(seed);
-        let mut what = format!("{mode:?}:");
         self.lc = None;
-        for t in &self.devs {
-            t.faulty.clear_rules();
-            let r = t.cache.crash(mode).map_err(|e| e.to_string())?;
-            what += &format!(" {} unflushed ops", r.unflushed_ops);
-        }
-        self.devs = [
-            Stack::new(self.devs[0].media.clone(), seed),
-            Stack::new(self.devs[1].media.clone(), seed ^ 1),
-        ];
+        let what = power_loss(&mut self.devs, seed)?;
         self.lc = Some(open(&self.devs, &self.path).map_err(|e| format!("{e:#}"))?);
         Ok(what)
     }
@@ -166,11 +103,8 @@ impl System for Ls {
 
 fn system(cache: &[u8], backing: &[u8], seed: u64) -> Ls {
     let devs = [
-        Stack::new(Arc::new(MemDev::from_vec("cache", cache.to_vec())), seed),
-        Stack::new(
-            Arc::new(MemDev::from_vec("backing", backing.to_vec())),
-            seed ^ 1,
-        ),
+        SimDev::from_vec("cache", cache.to_vec(), seed),
+        SimDev::from_vec("backing", backing.to_vec(), seed ^ 1),
     ];
     let path = PathBuf::from("/backing");
     let lc = Some(open(&devs, &path).unwrap());
@@ -186,11 +120,40 @@ fn run(policy: WritePolicy, name: &str) {
     );
 }
 
+/// Regression (found by the long DST run): cache EIO failed the journal
+/// record of a segment being opened, the next segment's record went after
+/// the hole, and recovery (which stops at the first missing record) kept
+/// the checkpoint's entries into that segment: after a power loss a block
+/// was mapped to another block's data. Fixed in `LogCache::roll` (the
+/// journal index advances only past a durable record).
 #[test]
-#[ignore = "open bug found by the long DST run: after cache EIO put the cache in degraded mode, a power loss recovers a block mapped to another block's data (replay with TIERCACHE_DST_TRACE=1)"]
 fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
     let (cache, backing) = images(WritePolicy::WriteBack);
     dst::run_cases("log-structured-wb", 0xd57, 45, 1, 400, 40, |seed| {
+        system(&cache, &backing, seed)
+    });
+}
+
+/// Regression (found by the 3000-case DST run): a write that went around
+/// the cache left its newer data unflushed on the backing device, a read
+/// cached a clean copy of it, and that clean entry's summary became durable
+/// first; after a power loss recovery (which unmaps blocks whose newest
+/// entry is clean) dropped the durable dirty version and read an older one
+/// from the backing device. Fixed in `LogCache::persist_summary` (the
+/// backing device is flushed before a summary is written).
+#[test]
+fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data() {
+    let (cache, backing) = images(WritePolicy::WriteBack);
+    dst::run_cases("log-structured-wb", 0xd57, 626, 1, 400, 40, |seed| {
+        system(&cache, &backing, seed)
+    });
+}
+
+#[test]
+#[ignore = "open bug found by the 4000-case DST run at the deadline: a power loss tearing the cache's one unflushed write recovers unit 59 mapped to unit 291's data (not investigated yet; replay with TIERCACHE_DST_TRACE=1)"]
+fn dst_log_structured_write_back_case_3863_misdirected_after_torn_power_loss() {
+    let (cache, backing) = images(WritePolicy::WriteBack);
+    dst::run_cases("log-structured-wb", 0xd57, 3863, 1, 400, 40, |seed| {
         system(&cache, &backing, seed)
     });
 }

@@ -14,9 +14,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tiercache_fuzz::dst::devices::{power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
-use tiercache_io::{BlockDev, CrashDev, CrashMode, FaultRule, FaultyDev, MemDev, OpKinds};
+use tiercache_io::{BlockDev, MemDev};
 use tiercache_store::BackingIdentity;
 use tiercache_tiered_volume::superblock::{Capacity, Layout, Superblock, TierRecord};
 use tiercache_tiered_volume::{initial_table, initialize, TieredVolume, VolumeConfig};
@@ -26,33 +27,14 @@ const UNITS: u64 = 256; // a 1 MiB volume
 const TIER_BLOCK: u32 = 16 << 10;
 const PER_BLOCK: u64 = TIER_BLOCK as u64 / UNIT as u64;
 
-/// One device: media, a volatile cache over it, an error injector on top.
-struct Stack {
-    media: Arc<MemDev>,
-    cache: Arc<CrashDev>,
-    faulty: Arc<FaultyDev>,
-}
-
-impl Stack {
-    fn new(media: Arc<MemDev>, seed: u64) -> Stack {
-        let cache = Arc::new(CrashDev::new(media.clone()));
-        let faulty = Arc::new(FaultyDev::new(cache.clone(), seed));
-        Stack {
-            media,
-            cache,
-            faulty,
-        }
-    }
-}
-
 struct Vol {
     sb: Superblock,
-    tiers: [Stack; 2],
+    tiers: [SimDev; 2],
     vol: Arc<TieredVolume>,
     rt: tokio::runtime::Runtime,
 }
 
-fn open(sb: &Superblock, tiers: &[Stack; 2]) -> anyhow::Result<Arc<TieredVolume>> {
+fn open(sb: &Superblock, tiers: &[SimDev; 2]) -> anyhow::Result<Arc<TieredVolume>> {
     let devs: Vec<Arc<dyn BlockDev>> = vec![tiers[0].faulty.clone(), tiers[1].faulty.clone()];
     TieredVolume::open(sb.clone(), devs)
 }
@@ -133,7 +115,7 @@ fn new_volume(capacity: Capacity, seed: u64) -> Vol {
             }
         }
     }
-    let tiers = [Stack::new(fast, seed), Stack::new(slow, seed ^ 1)];
+    let tiers = [SimDev::new(fast, seed), SimDev::new(slow, seed ^ 1)];
     let vol = open(&sb, &tiers).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -142,39 +124,13 @@ fn new_volume(capacity: Capacity, seed: u64) -> Vol {
     Vol { sb, tiers, vol, rt }
 }
 
-/// Put `fault` on one device of the matrix.
-fn inject_on(f: &FaultyDev, fault: Fault) {
-    const ENOSPC: i32 = 28;
-    let rule = |k| FaultRule::always(k).with_probability(0.34);
-    match fault {
-        Fault::ReadEio => f.add_rule(rule(OpKinds::READ)).unwrap(),
-        Fault::WriteEio => f.add_rule(rule(OpKinds::WRITE)).unwrap(),
-        Fault::Enospc => {
-            f.set_errno(ENOSPC);
-            f.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
-        }
-        Fault::Removal => f.fail_all(),
-        Fault::Slow => f.set_delay(std::time::Duration::from_micros(200)),
-    }
-}
-
-fn crash_mode(seed: u64) -> CrashMode {
-    match seed % 3 {
-        0 => CrashMode::DropAll,
-        1 => CrashMode::KeepFirst((seed >> 8) as usize % 16),
-        _ => CrashMode::Torn { seed },
-    }
-}
-
 impl System for Vol {
     fn inject(&mut self, target: Target, fault: Fault) -> bool {
-        let which: &[usize] = match target {
-            Target::Cache => &[0],
-            Target::Backing => &[1],
+        let i = match target {
+            Target::Cache => 0,
+            Target::Backing => 1,
         };
-        for &i in which {
-            inject_on(&self.tiers[i].faulty, fault);
-        }
+        self.tiers[i].inject(fault);
         true
     }
     fn units(&self) -> u64 {
@@ -197,27 +153,11 @@ impl System for Vol {
     }
     fn set_faults(&mut self, p: f64, _seed: u64) {
         for t in &self.tiers {
-            t.faulty.clear_rules();
-            if p > 0.0 {
-                t.faulty
-                    .add_rule(FaultRule::always(OpKinds::ALL).with_probability(p))
-                    .unwrap();
-            }
+            t.set_eio(p);
         }
     }
     fn crash(&mut self, seed: u64) -> Result<String, String> {
-        let mode = crash_mode(seed);
-        let mut what = format!("{mode:?}:");
-        for t in &self.tiers {
-            t.faulty.clear_rules();
-            let r = t.cache.crash(mode).map_err(|e| e.to_string())?;
-            what += &format!(" {} unflushed ops", r.unflushed_ops);
-        }
-        let stacks = [
-            Stack::new(self.tiers[0].media.clone(), seed),
-            Stack::new(self.tiers[1].media.clone(), seed ^ 1),
-        ];
-        self.tiers = stacks;
+        let mut what = power_loss(&mut self.tiers, seed)?;
         self.vol = open(&self.sb, &self.tiers).map_err(|e| format!("{e:#}"))?;
         let r = self.vol.recovery();
         what += &format!(

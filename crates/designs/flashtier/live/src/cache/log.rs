@@ -10,12 +10,25 @@ impl LogCache {
     /// Flush the data, write the open segment's summary (into the older
     /// copy), flush again: afterwards every entry so far is durable.
     pub(super) fn persist_summary(&self, st: &mut State) -> Res<()> {
-        let Some(o) = st.open_seg.as_ref() else {
-            return Ok(());
-        };
-        if o.durable == o.entries.len() {
+        if st
+            .open_seg
+            .as_ref()
+            .is_none_or(|o| o.durable == o.entries.len())
+        {
             return Ok(());
         }
+        // After an unclean shutdown a clean entry unmaps its block (the
+        // backing device holds the same data): the backing writes a clean
+        // copy was read from or written with must be durable before the
+        // entry is, or a power loss could take the backing device back to
+        // data older than a dirty entry the clean one superseded.
+        if st.backing_dirty {
+            if let Err(e) = self.backing.flush() {
+                return Err(self.backing_error(st, "flush", e));
+            }
+            st.backing_dirty = false;
+        }
+        let o = st.open_seg.as_ref().expect("open segment");
         let s = Summary {
             seg: o.seg,
             seq: o.seq,
@@ -78,6 +91,16 @@ impl LogCache {
             .cache
             .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
             .and_then(|_| self.cache.flush());
+        // Recovery reads the journal up to the first record that is not
+        // there: the next record goes after this one only if this one is
+        // durable. Otherwise the next segment opened takes this index (a
+        // record here that did land names a segment that holds no data,
+        // which recovery replays as empty), or a record after a hole would
+        // be ignored and the checkpoint's entries into its segment
+        // recovered onto the new life's data.
+        if r.is_ok() {
+            st.journal_next += 1;
+        }
         for v in 0..2u64 {
             let s = Summary {
                 seg,
@@ -93,7 +116,6 @@ impl LogCache {
             });
         }
         let r = r.and_then(|_| self.cache.flush());
-        st.journal_next += 1;
         st.finish_open(seg, r.is_ok());
         if let Err(e) = r {
             // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.

@@ -71,6 +71,7 @@ impl State {
     pub(super) fn sync(&mut self) -> Result<(), CacheError> {
         loop {
             if self.degraded.is_some() {
+                self.finish_degrade()?;
                 return self.backing_flush();
             }
             match self.commit_all() {
@@ -104,6 +105,7 @@ impl State {
     /// only; marks the pages clean in the policy and on both SSDs.
     pub(super) fn write_back_all(&mut self) -> Result<u64, CacheError> {
         if self.degraded.is_some() {
+            self.finish_degrade()?;
             self.backing_flush()?;
             return Ok(0);
         }

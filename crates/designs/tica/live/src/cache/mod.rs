@@ -28,6 +28,9 @@
 //!   `failed_peer` note, and the cache continues **degraded**: writes go
 //!   through to the backing device, reads come from DRAM copies or the
 //!   backing device. The request that met the error is then served that way.
+//!   The switch is immediate and the write-back resumable: a step that
+//!   fails is retried by the next request, and FLUSH succeeds only once it
+//!   is all done (see `degrade`).
 //! - Recovery (see [`crate::open`]) trusts the WO-SSD's metadata; the
 //!   RO-SSD's only after a clean shutdown of both.
 //!
@@ -143,6 +146,8 @@ pub(crate) struct State {
     pub(crate) backing: Arc<dyn BlockDev>,
     backing_unflushed: bool,
     degraded: Option<Degraded>,
+    /// Degrading not finished yet (`degrade`).
+    work: Option<degrade::DegradeWork>,
     closed: bool,
     counters: Counters,
     /// When and what to flush (DRAM to RO-SSD).
@@ -174,6 +179,7 @@ impl State {
             backing,
             backing_unflushed: false,
             degraded: None,
+            work: None,
             closed: false,
             counters: Counters::default(),
             flusher: FlushScheduler::new(Default::default()),

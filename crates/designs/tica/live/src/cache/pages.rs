@@ -11,12 +11,7 @@ impl State {
     pub(super) fn read_page(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
         loop {
             if self.degraded.is_some() {
-                if let Some(d) = self.dram.get(&p) {
-                    self.counters.degraded_dram_reads += 1;
-                    return Ok(d.data.clone());
-                }
-                self.counters.degraded_backing_reads += 1;
-                return self.backing_read(p);
+                return self.degraded_read(p);
             }
             let mut ops = Vec::new();
             self.tica.access(p, false, &mut ops);
@@ -67,8 +62,9 @@ impl State {
                     }
                 }
             }
+            return self.backing_read(p);
         }
-        self.backing_read(p)
+        self.degraded_read(p)
     }
 
     /// Write one whole page.
@@ -76,6 +72,7 @@ impl State {
         loop {
             if self.degraded.is_some() {
                 self.backing_write(p, data)?;
+                self.degrade_forget(p);
                 if let Some(d) = self.dram.get_mut(&p) {
                     d.data.copy_from_slice(data);
                     d.dirty = false;

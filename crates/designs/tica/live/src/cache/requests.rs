@@ -73,6 +73,7 @@ impl ThreeLevel {
         for p in first..last {
             if s.degraded.is_some() {
                 s.dram.remove(&p);
+                s.degrade_forget(p);
                 continue;
             }
             let mut ops = Vec::new();
