@@ -16,6 +16,7 @@
 //! Skips with a message when a server binary is absent.
 
 mod common;
+mod pki;
 
 use common::*;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,8 @@ struct Remote {
     /// nbdkit only: filter options before the plugin and parameters after it.
     filters: Vec<String>,
     params: Vec<String>,
+    /// nbdkit with `--tls=require`: the client certificate directory its URI names.
+    tls: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -65,6 +68,24 @@ fn free_port() -> u16 {
 impl Remote {
     /// nbdkit with `filters` (`--filter=NAME`) and their `params` (`KEY=VALUE`).
     fn with_filters(kind: Kind, dir: &Path, filters: &[&str], params: &[&str]) -> Option<Remote> {
+        Self::build(kind, dir, filters, params, None)
+    }
+
+    /// nbdkit requiring TLS with the server certificates of `pki`; its URI
+    /// is `nbds+unix://` with the anonymous client's directory.
+    fn with_tls(dir: &Path, pki: &pki::Pki) -> Option<Remote> {
+        let certs = format!("--tls-certificates={}", pki.server.display());
+        let filters = ["--tls=require", certs.as_str()];
+        Self::build(Kind::Nbdkit, dir, &filters, &[], Some(pki.anon.clone()))
+    }
+
+    fn build(
+        kind: Kind,
+        dir: &Path,
+        filters: &[&str],
+        params: &[&str],
+        tls: Option<PathBuf>,
+    ) -> Option<Remote> {
         let bin = match kind {
             Kind::Nbdkit => "nbdkit",
             Kind::QemuNbd => "qemu-nbd",
@@ -86,6 +107,7 @@ impl Remote {
             pid: None,
             filters: filters.iter().map(|s| s.to_string()).collect(),
             params: params.iter().map(|s| s.to_string()).collect(),
+            tls,
         };
         r.start();
         Some(r)
@@ -96,11 +118,23 @@ impl Remote {
     }
 
     fn uri(&self) -> String {
+        if let Some(certs) = &self.tls {
+            return self.uri_with(certs);
+        }
         match self.kind {
             Kind::Nbdkit => format!("nbd+unix:///?socket={}", self.sock().display()),
             Kind::QemuNbd => format!("nbd+unix:///disk?socket={}", self.sock().display()),
             Kind::NbdServer => format!("nbd://127.0.0.1:{}/disk", self.port),
         }
+    }
+
+    /// The `nbds+unix://` URI with the client certificates in `certs`.
+    fn uri_with(&self, certs: &Path) -> String {
+        format!(
+            "nbds+unix:///?socket={}&tls-certificates={}",
+            self.sock().display(),
+            certs.display()
+        )
     }
 
     fn start(&mut self) {
@@ -285,7 +319,8 @@ fn fio_verify(sock: &Path, dir: &Path) {
 }
 
 /// fio's crc32c verify of 40 MiB at `uri` (writing, then verifying; with
-/// `verify_only` verifying what the same job wrote before).
+/// `verify_only` verifying what the same job wrote before). A `uri` that is
+/// an absolute path is a plain file, read with fio's psync engine.
 fn fio_verify_uri(uri: &str, dir: &Path, verify_only: bool) {
     if !have("fio") {
         eprintln!("SKIPPED (fio part): `fio` is not installed");
@@ -296,8 +331,16 @@ fn fio_verify_uri(uri: &str, dir: &Path, verify_only: bool) {
         .args(verify_only.then_some("--verify_only"))
         .args([
             "--name=remote-verify",
-            "--ioengine=nbd",
-            &format!("--uri={uri}"),
+            if uri.starts_with('/') {
+                "--ioengine=psync"
+            } else {
+                "--ioengine=nbd"
+            },
+            &if uri.starts_with('/') {
+                format!("--filename={uri}")
+            } else {
+                format!("--uri={uri}")
+            },
             "--rw=randwrite",
             "--bs=4k",
             "--iodepth=16",
@@ -941,6 +984,76 @@ fn ssd_cache_over_a_slow_remote() {
     );
     eprintln!("backing latency over a 2 ms remote: {lat}");
     assert_eq!(st["backing"]["state"], "connected");
+}
+
+/// `nbds://`: the SSD cache over nbdkit with `--tls=require`. fio verify
+/// passes through the cache, and after `detach` the remote alone (read by
+/// libnbd over TLS) holds what fio wrote. A plain `nbd+unix://` URI, a CA that
+/// did not sign the server's certificate, and a missing directory are each
+/// refused at format with a message naming the cause.
+#[test]
+fn ssd_cache_over_a_tls_remote() {
+    if !have("openssl") {
+        eprintln!("SKIPPED: `openssl` is not installed (it makes the test certificates)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = pki::pki(dir.path());
+    let other = pki::pki(&dir.path().join("other"));
+    let Some(remote) = Remote::with_tls(dir.path(), &p) else {
+        return;
+    };
+    let plain = format!("nbd+unix:///?socket={}", remote.sock().display());
+    let with = |certs: &Path| remote.uri_with(certs);
+    let cache = dir.path().join("cache.img").display().to_string();
+    let refused = |uri: &str, want: &str| {
+        let out = Command::new(bin())
+            .args([
+                "format",
+                "--cache",
+                &cache,
+                "--backing",
+                uri,
+                "--size",
+                "24MiB",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "format over {uri} succeeded");
+        assert!(
+            err.contains(want),
+            "format over {uri}: want '{want}' in: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    };
+    refused(&plain, "requires TLS");
+    refused(&with(&other.anon), "certificate");
+    refused(&with(&dir.path().join("nowhere")), "not a directory");
+    let uri = with(&p.anon);
+    let cache = format_over(dir.path(), &uri, Over::SsdCache("write-back"));
+    let sock = dir.path().join("t.sock");
+    let log = dir.path().join("serve.log");
+    let mut proc = ServeProc::start_with(&cache, &sock, &log, &[]);
+    fio_verify(&sock, dir.path());
+    let st = proc.stats();
+    assert_eq!(st["backing"]["state"], "connected", "{st}");
+    tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+    proc.wait_exit();
+    // The remote alone, copied out through libnbd's own TLS (nbdcopy), holds
+    // fio's crc32c data.
+    if !have("nbdcopy") {
+        eprintln!("SKIPPED (remote check): `nbdcopy` is not installed");
+        return;
+    }
+    let copy = dir.path().join("copy.img");
+    let st = Command::new("nbdcopy")
+        .arg(&uri)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success(), "nbdcopy {uri} failed");
+    fio_verify_uri(copy.to_str().unwrap(), dir.path(), true);
 }
 
 /// One `#[test]` per scenario and server.

@@ -21,6 +21,8 @@ use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
+mod tls;
+
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
 const IHAVEOPT: u64 = 0x4948_4156_454F_5054;
 const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
@@ -28,6 +30,7 @@ const REQUEST_MAGIC: u32 = 0x2560_9513;
 const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
 const FLAG_FIXED_NEWSTYLE: u16 = 1;
 const FLAG_NO_ZEROES: u16 = 2;
+const OPT_STARTTLS: u32 = 5;
 const OPT_GO: u32 = 7;
 const OPT_STRUCTURED_REPLY: u32 = 8;
 const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
@@ -42,6 +45,7 @@ const REP_ACK: u32 = 1;
 const REP_INFO: u32 = 3;
 const REP_FLAG_ERROR: u32 = 1 << 31;
 const REP_ERR_UNSUP: u32 = REP_FLAG_ERROR | 1;
+const REP_ERR_TLS_REQD: u32 = REP_FLAG_ERROR | 5;
 const REP_ERR_UNKNOWN: u32 = REP_FLAG_ERROR | 6;
 const INFO_EXPORT: u16 = 0;
 
@@ -108,6 +112,15 @@ pub struct Uri {
     pub address: Address,
     /// Export name (may be empty: the server's default export).
     pub export: String,
+    /// `nbds://`: TLS is required, with these credentials.
+    pub tls: Option<TlsCredentials>,
+}
+
+/// Where an `nbds://` URI's certificates are: libnbd's `tls-certificates=DIR`
+/// layout (`ca-cert.pem`, and optionally `client-cert.pem` + `client-key.pem`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsCredentials {
+    pub certificates: String,
 }
 
 fn pct_decode(s: &str) -> Result<String, String> {
@@ -151,12 +164,30 @@ impl std::str::FromStr for Uri {
         };
         let export = pct_decode(path).map_err(err)?;
         let mut socket = None;
+        let mut certificates = None;
         for kv in query.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
             match kv.split_once('=') {
                 Some(("socket", v)) => socket = Some(pct_decode(v).map_err(err)?),
+                Some(("tls-certificates", v)) => certificates = Some(pct_decode(v).map_err(err)?),
                 _ => return Err(err(format!("unsupported query parameter '{kv}'"))),
             }
         }
+        let (scheme, tls) = match scheme {
+            "nbds" | "nbds+unix" => {
+                let certificates = certificates.filter(|c| !c.is_empty()).ok_or_else(|| {
+                    err(format!(
+                        "{scheme}:// needs ?tls-certificates=DIR (a directory holding ca-cert.pem, \
+                         and client-cert.pem + client-key.pem if the server wants a client certificate)"
+                    ))
+                })?;
+                let plain = if scheme == "nbds" { "nbd" } else { "nbd+unix" };
+                (plain, Some(TlsCredentials { certificates }))
+            }
+            _ if certificates.is_some() => {
+                return Err(err("?tls-certificates= is for nbds:// URIs".into()))
+            }
+            s => (s, None),
+        };
         let address = match scheme {
             "nbd+unix" => {
                 if !authority.is_empty() {
@@ -201,25 +232,36 @@ impl std::str::FromStr for Uri {
                     port,
                 }
             }
-            "nbds" | "nbds+unix" => {
-                return Err(err(format!("TLS ({scheme}://) is not supported")))
-            }
             s => {
                 return Err(err(format!(
-                    "unsupported scheme '{s}' (supported: nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH)"
+                    "unsupported scheme '{s}' (supported: nbd[s]://HOST[:PORT]/EXPORT, nbd[s]+unix:///EXPORT?socket=PATH)"
                 )))
             }
         };
-        Ok(Uri { address, export })
+        Ok(Uri {
+            address,
+            export,
+            tls,
+        })
     }
 }
 
 impl fmt::Display for Uri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.tls.is_some() { "s" } else { "" };
         match &self.address {
-            Address::Unix(p) => write!(f, "nbd+unix:///{}?socket={p}", self.export),
-            a => write!(f, "nbd://{a}/{}", self.export),
+            Address::Unix(p) => write!(f, "nbd{s}+unix:///{}?socket={p}", self.export)?,
+            a => write!(f, "nbd{s}://{a}/{}", self.export)?,
         }
+        if let Some(t) = &self.tls {
+            let sep = if matches!(self.address, Address::Unix(_)) {
+                '&'
+            } else {
+                '?'
+            };
+            write!(f, "{sep}tls-certificates={}", t.certificates)?;
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +282,12 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+    fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
         }
     }
     fn shutdown(&self) {
@@ -446,6 +494,20 @@ impl Client {
         }
         let cflags = u32::from(hflags & (FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES));
         s.write_all(&cflags.to_be_bytes())?;
+        if let Some(creds) = &uri.tls {
+            let cfg = tls::config(creds).map_err(|m| hs(format!("TLS: {m}")))?;
+            send_option(&mut s, OPT_STARTTLS, &[])?;
+            let (typ, data) = read_option_reply(&mut s, OPT_STARTTLS).map_err(hs)?;
+            if typ != REP_ACK {
+                return Err(hs(format!(
+                    "the server refused STARTTLS (reply {typ:#x}){}",
+                    with_text(&String::from_utf8_lossy(&data))
+                )));
+            }
+            s = tls::wrap(s, &uri.address, cfg, o.handshake_timeout)
+                .map_err(|m| hs(format!("TLS: {m}")))?;
+            s.set_read_timeout(Some(o.handshake_timeout))?;
+        }
         let mut structured = false;
         if o.structured_replies {
             send_option(&mut s, OPT_STRUCTURED_REPLY, &[])?;
@@ -485,6 +547,11 @@ impl Client {
                 }
                 REP_ERR_UNSUP => {
                     return Err(hs("server does not support NBD_OPT_GO".into()));
+                }
+                REP_ERR_TLS_REQD => {
+                    return Err(hs(
+                        "the server requires TLS: use nbds://...?tls-certificates=DIR".into(),
+                    ));
                 }
                 t => {
                     return Err(hs(format!(
@@ -847,8 +914,36 @@ mod tests {
             "nbd://h:99999/",
             "/tmp/sock",
             "nbds://h/",
+            "nbd://h/x?tls-certificates=/d",
         ] {
             assert!(bad.parse::<Uri>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn nbds_uris_carry_their_certificate_directory() {
+        let u: Uri = "nbds://h:10810/disk?tls-certificates=/etc/pki/x"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u.tls,
+            Some(TlsCredentials {
+                certificates: "/etc/pki/x".into()
+            })
+        );
+        assert_eq!(
+            u.to_string(),
+            "nbds://h:10810/disk?tls-certificates=/etc/pki/x"
+        );
+        let u: Uri = "nbds+unix:///e?socket=/s&tls-certificates=/c"
+            .parse()
+            .unwrap();
+        assert_eq!(u.address, Address::Unix("/s".into()));
+        assert_eq!(
+            u.to_string(),
+            "nbds+unix:///e?socket=/s&tls-certificates=/c"
+        );
+        let e = "nbds://h/".parse::<Uri>().unwrap_err().to_string();
+        assert!(e.contains("tls-certificates=DIR"), "{e}");
     }
 }
