@@ -938,8 +938,23 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
         fio.join().unwrap();
     });
     p.kill9();
-    let mut p = ServeProc::start_with(&cache, &sock, &log, &opts);
+    let maddr = format!("127.0.0.1:{}", free_port());
+    let mut p = ServeProc::start_with(
+        &cache,
+        &sock,
+        &log,
+        &[&opts[..], &["--metrics", &maddr]].concat(),
+    );
     fio_verify_uri(&turi, dir.path(), true);
+    // The remote's state is in stats and /metrics as for the other designs.
+    let st = p.stats();
+    assert_eq!(st["backing"]["remote"], true, "{st}");
+    assert_eq!(st["backing"]["uri"], uri.as_str(), "{st}");
+    assert_eq!(st["backing"]["state"], "connected", "{st}");
+    let human = tiercache(&["stats", "--cache", cache.to_str().unwrap()]);
+    assert!(human.contains("remote backing    connected"), "{human}");
+    let m = http_get(&maddr, "/metrics");
+    assert!(m.contains("tiercache_backing_connected 1"), "{m}");
     if design == LocalDesign::LogStructured {
         tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
         tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
@@ -949,6 +964,16 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
         p.kill9();
     }
     let _ = tail(&log);
+}
+
+/// The body of `GET path` from the HTTP server at `addr`.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
 }
 
 /// A slow remote (nbdkit's delay filter, 2 ms a read or write): fio crc32c

@@ -269,6 +269,9 @@ pub async fn render(design: &dyn Design, req: &RequestMetrics, export: &str) -> 
         req.started.elapsed().as_secs_f64(),
     );
     design.metrics(&stats, &mut set);
+    if stats["backing"].is_object() {
+        crate::remote::backing_metrics(&stats["backing"], &mut set);
+    }
     let mut reg = Registry::default();
     reg.register(
         "tiercache_request_duration_seconds",

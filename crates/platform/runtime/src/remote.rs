@@ -39,6 +39,30 @@ pub fn backing_json(dev: &dyn BlockDev) -> Value {
     })
 }
 
+/// The `stats` line for a remote backing device (`None` for a local one):
+/// its state, since when and why, URI, connections and reconnects.
+pub fn backing_line(b: &Value) -> Option<String> {
+    if b["remote"] != true {
+        return None;
+    }
+    let state = b["state"].as_str().unwrap_or("?");
+    let since = b["since_unix"]
+        .as_f64()
+        .map(|t| {
+            format!(
+                " since unix time {t:.0}: {}",
+                b["error"].as_str().unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "remote backing    {state}{since} ({}, {} connection(s), {} reconnects)",
+        b["uri"].as_str().unwrap_or("?"),
+        b["connections"],
+        b["reconnects"]
+    ))
+}
+
 /// The metrics of a `backing` object made by [`backing_json`].
 pub fn backing_metrics(backing: &Value, m: &mut MetricSet) {
     let state = backing["state"].as_str().unwrap_or("connected");

@@ -34,7 +34,6 @@ fn n(v: &Value, ptr: &str) -> u64 {
 pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
     hits_and_misses(stats, m);
     dirty_and_cleaning(stats, m);
-    tiercache_runtime::remote::backing_metrics(&stats["backing"], m);
     let p = &stats["policy"];
     let s = |k: &str| p[k].as_str().unwrap_or("?").to_string();
     let (wp, ev, ad) = (s("write_policy"), s("eviction"), s("admission"));

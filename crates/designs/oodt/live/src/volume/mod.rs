@@ -262,6 +262,7 @@ impl TieredVolume {
             "volume_bytes": self.sb.volume_bytes,
             "blocks": blocks,
             "tiers": tiers,
+            "backing": tiercache_runtime::remote::backing_json(self.devs[1].as_ref()),
             "fast_tier_block_share": used[0] as f64 / blocks.max(1) as f64,
             "migrations": ld(&n.migrations),
             "exchanges": ld(&n.exchanges),

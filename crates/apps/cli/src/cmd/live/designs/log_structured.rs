@@ -86,6 +86,9 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
 
 /// Print `tiercache stats` of a log-structured cache (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {
+    if let Some(line) = tiercache_runtime::remote::backing_line(&v["backing"]) {
+        println!("{line}");
+    }
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     let (s, c, m, r) = (&v["segments"], &v["cleaning"], &v["map"], &v["recovery"]);
     println!("status            {}", v["status"].as_str().unwrap_or("?"));

@@ -243,24 +243,8 @@ impl super::LiveDesign for SsdCache {
             "errors            cache {}, backing {}",
             l["cache_errors"], l["backing_errors"]
         );
-        let b = &v["backing"];
-        if b["remote"] == true {
-            let state = b["state"].as_str().unwrap_or("?");
-            let since = b["since_unix"]
-                .as_f64()
-                .map(|t| {
-                    format!(
-                        " since unix time {t:.0}: {}",
-                        b["error"].as_str().unwrap_or("")
-                    )
-                })
-                .unwrap_or_default();
-            println!(
-                "remote backing    {state}{since} ({}, {} connection(s), {} reconnects)",
-                b["uri"].as_str().unwrap_or("?"),
-                b["connections"],
-                b["reconnects"]
-            );
+        if let Some(line) = tiercache_runtime::remote::backing_line(&v["backing"]) {
+            println!("{line}");
         }
         let dirtied = l["recovery_dirtied_lines"].as_u64().unwrap_or(0);
         if dirtied > 0 {

@@ -78,6 +78,9 @@ fn format_tica(
 
 /// Print `tiercache stats` of a three-level cache (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {
+    if let Some(line) = tiercache_runtime::remote::backing_line(&v["backing"]) {
+        println!("{line}");
+    }
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     let p = &v["policy"];
     println!("status            {}", v["status"].as_str().unwrap_or("?"));

@@ -69,6 +69,9 @@ fn format_tiered(
 
 /// Print `tiercache stats` of a tiered volume (the control answer `v`).
 fn print_stats(v: &serde_json::Value) {
+    if let Some(line) = tiercache_runtime::remote::backing_line(&v["backing"]) {
+        println!("{line}");
+    }
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     println!("status            {}", v["status"].as_str().unwrap_or("?"));
     println!(
