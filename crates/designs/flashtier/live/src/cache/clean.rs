@@ -211,6 +211,13 @@ impl LogCache {
             .flush()
             .and_then(|_| ck.write(self.cache.as_ref(), &st.sb))
         {
+            // The new checkpoint may have landed all the same (its header
+            // written, the last flush failed): a later flush can make it
+            // durable, and recovery would then take it and look only for
+            // journal records of its epoch. No segment may be reused under
+            // the old epoch's journal, which that checkpoint hides: the
+            // next segment opened checkpoints first (retrying this epoch).
+            st.ckpt_before_reuse = true;
             self.cache_error(st, "writing a checkpoint", &e);
             return Err(err(format!("cache device: writing a checkpoint: {e}")));
         }
