@@ -18,27 +18,10 @@
 
 mod common;
 
-use common::{format_cache, tiercache, ServeProc};
+use common::{format_cache, sample_trace, tiercache, ServeProc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn sample_trace() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(3)
-        .expect("repository root")
-        .join("../shared/traces/samples/msr-cambridge1-sample.csv");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: shared trace {} is absent (see ../shared/notes/traces.md)",
-            p.display()
-        );
-        None
-    }
-}
 
 /// A sparse backing file past the sample's last byte (13.6 GB).
 fn backing(dir: &Path) -> PathBuf {

@@ -5,29 +5,11 @@
 
 mod common;
 
-use common::{format_cache, tiercache, ServeProc};
+use common::{format_cache, shared_sample, tiercache, ServeProc};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn shared_trace(name: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(3)
-        .expect("repository root")
-        .join("../shared/traces/samples")
-        .join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: shared trace {} is absent (see ../shared/notes/traces.md)",
-            p.display()
-        );
-        None
-    }
-}
 
 fn have_nbdkit() -> bool {
     let ok = Command::new("nbdkit")
@@ -148,7 +130,7 @@ fn replay_msr_and_systor_against_nbdkit_memory() {
         "systor17-traces-sample.csv.gz",
         "cloud_storage-sample.bz2",
     ] {
-        let Some(trace) = shared_trace(name) else {
+        let Some(trace) = shared_sample(name) else {
             continue;
         };
         let n = trace_requests(&trace);
@@ -165,14 +147,14 @@ fn replay_msr_and_systor_against_nbdkit_memory() {
         assert_eq!(r["mode"], "open");
     }
     // The Tencent sample reads back blocks it wrote: those reads were checked.
-    if shared_trace("cloud_storage-sample.bz2").is_some() {
+    if shared_sample("cloud_storage-sample.bz2").is_some() {
         assert!(verified > 1000, "only {verified} reads verified");
     }
 }
 
 #[test]
 fn replay_against_tiercache_serve_then_detach() {
-    let Some(trace) = shared_trace("msr-cambridge1-sample.csv") else {
+    let Some(trace) = shared_sample("msr-cambridge1-sample.csv") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

@@ -7,27 +7,10 @@
 
 mod common;
 
-use common::{format_cache, tiercache};
+use common::{format_cache, sample_trace, tiercache};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn sample_trace() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(3)
-        .expect("repository root")
-        .join("../shared/traces/samples/msr-cambridge1-sample.csv");
-    if p.is_file() {
-        Some(p)
-    } else {
-        eprintln!(
-            "skipping: shared trace {} is absent (see ../shared/notes/traces.md)",
-            p.display()
-        );
-        None
-    }
-}
 
 fn sim_json(trace: &Path, args: &[&str]) -> Value {
     let mut a = vec![

@@ -920,3 +920,28 @@ impl Drop for ServeProc {
         }
     }
 }
+
+/// `../shared/traces/samples/NAME` beside the repository, or `None` (with a
+/// message saying the test skips) when the shared traces are absent.
+pub fn shared_sample(name: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(3)
+        .expect("repository root")
+        .join("../shared/traces/samples")
+        .join(name);
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!(
+            "skipping: shared trace {} is absent (see ../shared/notes/traces.md)",
+            p.display()
+        );
+        None
+    }
+}
+
+/// The MSR Cambridge sample the conformance and `sim --like` tests replay.
+pub fn sample_trace() -> Option<PathBuf> {
+    shared_sample("msr-cambridge1-sample.csv")
+}
