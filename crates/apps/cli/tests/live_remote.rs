@@ -1082,6 +1082,96 @@ fn ssd_cache_over_a_tls_remote() {
 }
 
 /// One `#[test]` per scenario and server.
+/// A client's WRITE_ZEROES through the SSD cache (write-through or
+/// write-around, `policy`) over nbdkit with its log filter: the remote gets
+/// NBD WRITE_ZEROES (a `Zero` line in nbdkit's log), not a zero buffer;
+/// reads through the cache return zeros (a cached copy of the old data is
+/// never served), also after tiercache is killed and restarted; after
+/// `detach` the remote image holds zeros in the range and the pattern
+/// elsewhere. The range starts and ends inside lines.
+fn write_zeroes_reach_the_remote(policy: &'static str) {
+    let Some(Rig {
+        dir,
+        remote,
+        cache,
+        sock,
+        log,
+        ..
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=log"],
+        &["logfile={dir}/nbdkit.log"],
+        Over::SsdCache(policy),
+    )
+    else {
+        return;
+    };
+    const SPAN: usize = 4 << 20;
+    let (zoff, zlen) = ((1u64 << 20) + 512, (1u32 << 20) + 8192);
+    let pattern: Vec<u8> = (0..SPAN).map(|i| (i % 251) as u8 + 1).collect();
+    let mut want = pattern.clone();
+    want[zoff as usize..zoff as usize + zlen as usize].fill(0);
+    let check = |got: &[u8], what: &str| {
+        if let Some(i) = (0..SPAN).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{what}: byte {i} is {:#x}, expected {:#x} (zeroed range {zoff}..{})",
+                got[i],
+                want[i],
+                zoff + zlen as u64
+            );
+        }
+    };
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &[]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    for off in (0..SPAN).step_by(1 << 20) {
+        c.write(off as u64, &pattern[off..off + (1 << 20)], false)
+            .unwrap()
+            .unwrap();
+    }
+    // Reads bring the old data into the cache (write-around cached none).
+    assert_eq!(c.read(0, SPAN).unwrap().unwrap(), pattern);
+    assert_eq!(c.read(0, SPAN).unwrap().unwrap(), pattern);
+    c.write_zeroes(zoff, zlen, false).unwrap().unwrap();
+    check(&c.read(0, SPAN).unwrap().unwrap(), "read through the cache");
+    c.flush().unwrap().unwrap();
+    let nlog = std::fs::read_to_string(dir.path().join("nbdkit.log")).unwrap();
+    let zeros: Vec<&str> = nlog.lines().filter(|l| l.contains("Zero")).collect();
+    assert!(
+        !zeros.is_empty(),
+        "no WRITE_ZEROES reached the remote; nbdkit's log:\n{nlog}"
+    );
+    eprintln!(
+        "{} Zero log lines on the remote, the first: {}",
+        zeros.len(),
+        zeros[0]
+    );
+    drop(c);
+
+    // Killed and restarted: the cache's state survives without the old data.
+    p.kill9();
+    let p2 = ServeProc::start_with(&cache, &sock, &log, &[]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    check(&c.read(0, SPAN).unwrap().unwrap(), "read after a restart");
+    drop(c);
+
+    // Detached: the remote image alone.
+    tiercache(&["detach", "--cache", cache.to_str().unwrap()]);
+    let mut p2 = p2;
+    p2.wait_exit();
+    let img = std::fs::read(&remote.img).unwrap();
+    check(&img[..SPAN], "the remote image after detach");
+}
+
+#[test]
+fn write_zeroes_reach_the_remote_write_through() {
+    write_zeroes_reach_the_remote("write-through");
+}
+
+#[test]
+fn write_zeroes_reach_the_remote_write_around() {
+    write_zeroes_reach_the_remote("write-hdd-inv");
+}
+
 macro_rules! remote_tests {
     ($($name:ident: $body:expr;)*) => {
         $(

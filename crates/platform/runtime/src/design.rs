@@ -45,6 +45,23 @@ pub trait Design: Send + Sync + 'static {
     async fn flush(&self) -> Result<()>;
     /// Discard a range (NBD TRIM).
     async fn trim(&self, offset: u64, len: u64) -> Result<()>;
+    /// Make a range read back as zeros (NBD WRITE_ZEROES; stable on return
+    /// with `fua`). The default writes zero buffers of at most 1 MiB through
+    /// [`Design::write`]; a design may pass the zeroing on to its backing device.
+    async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        const PIECE: u64 = 1 << 20;
+        let mut done = 0u64;
+        while done < len {
+            let n = PIECE.min(len - done);
+            self.write(offset + done, vec![0u8; n as usize], false)
+                .await?;
+            done += n;
+        }
+        if fua {
+            self.flush().await?;
+        }
+        Ok(())
+    }
     /// Prefetch a range (NBD CACHE).
     async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
         let _ = (offset, len);

@@ -8,7 +8,7 @@ use crate::design::Design;
 use crate::metrics::{Op, RequestMetrics};
 
 /// A design exported over NBD: READ, WRITE (FUA), FLUSH, TRIM (FUA),
-/// WRITE_ZEROES (zero buffers through the write path), CACHE, multi-conn
+/// WRITE_ZEROES (the design's [`Design::write_zeroes`]), CACHE, multi-conn
 /// (one shared state: a FLUSH on any connection covers them all).
 /// With `metrics`, each request is timed from its arrival here to its
 /// answer (`tiercache_request_duration_seconds`); without, nothing is measured.
@@ -88,6 +88,11 @@ impl Backend for Export {
             Ok(())
         })
         .await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, _no_hole: bool, fua: bool) -> Result<()> {
+        // `no_hole` needs nothing: no design deallocates on a zero write.
+        self.timed(Op::Write, self.design.write_zeroes(offset, len, fua))
+            .await
     }
     async fn cache(&self, offset: u64, len: u64) -> Result<()> {
         self.timed(Op::Cache, self.design.prefetch(offset, len))

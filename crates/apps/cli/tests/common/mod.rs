@@ -31,6 +31,7 @@ pub const CMD_READ: u16 = 0;
 pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
+pub const CMD_WRITE_ZEROES: u16 = 6;
 pub const FLAG_FUA: u16 = 1;
 /// NBD_EIO.
 pub const NBD_EIO: u32 = 5;
@@ -213,6 +214,18 @@ impl NbdClient {
     /// Synchronous WRITE: Ok or the NBD error number.
     pub fn write(&mut self, offset: u64, data: &[u8], fua: bool) -> io::Result<Result<(), u32>> {
         let c = self.send_write(offset, data, fua)?;
+        let r = self.wait(c)?;
+        Ok(if r.error == 0 { Ok(()) } else { Err(r.error) })
+    }
+    /// Synchronous WRITE_ZEROES of `len` bytes at `offset`: Ok or the NBD error number.
+    pub fn write_zeroes(
+        &mut self,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> io::Result<Result<(), u32>> {
+        let f = if fua { FLAG_FUA } else { 0 };
+        let c = self.send(CMD_WRITE_ZEROES, f, offset, len, &[])?;
         let r = self.wait(c)?;
         Ok(if r.error == 0 { Ok(()) } else { Err(r.error) })
     }

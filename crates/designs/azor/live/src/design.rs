@@ -80,6 +80,12 @@ impl Design for SsdCache {
             .map_err(|e| self.conv_write(e))?;
         Ok(())
     }
+    async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.cache
+            .write_zeroes(offset, len, fua)
+            .await
+            .map_err(|e| self.conv_write(e))
+    }
     async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
         // A read whose data is dropped fills the cache like any read miss.
         let mut off = offset;

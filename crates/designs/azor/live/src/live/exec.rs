@@ -143,6 +143,26 @@ impl LiveCache {
         let started = Instant::now();
         let kind = op.kind;
         let len = op.len as usize;
+        // A WRITE_ZEROES's write to the backing device: the device's zeroing
+        // command (NBD WRITE_ZEROES on a remote), not the zero buffer.
+        if op.dev == Dev::Backing
+            && kind == IoKind::Write
+            && matches!(op.src, Source::Request)
+            && buf.is_some_and(|b| b.zeroes)
+        {
+            let (fua, op_len) = (op.fua, op.len);
+            let res = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+                dev.write_zeroes(off, op_len)?;
+                if fua {
+                    dev.flush()?;
+                }
+                Ok(Vec::new())
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            self.stats.record_op(op.dev, started.elapsed());
+            return res;
+        }
         // A small buffered write (no FUA) of client data to a file or block
         // device without O_DIRECT: a pwrite into the page cache straight from
         // the request's buffer, here, with no copy and no hand-off.

@@ -97,6 +97,54 @@ impl LiveCache {
         .map(|_| ())
     }
 
+    /// A client WRITE_ZEROES. It takes the write path, so the cache's state
+    /// and op ordering are exactly those of a write of zeros (cached copies
+    /// updated with zeros in write-through, invalidated in write-around,
+    /// dirty zeros in write-back), but every write of it to the backing
+    /// device is sent as that device's zeroing command (NBD WRITE_ZEROES on a
+    /// remote backing, zero buffers on a local file). Large ranges go as
+    /// requests of at most 8 MiB each.
+    pub async fn write_zeroes(
+        self: &Arc<Self>,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    ) -> Result<(), LiveError> {
+        const PIECE: u64 = 8 << 20;
+        let mut done = 0u64;
+        while done < len {
+            let n = PIECE.min(len - done);
+            let off = offset + done;
+            let zeros = vec![0u8; n as usize];
+            let classify = self.classify.load(Ordering::Relaxed);
+            let class = if classify {
+                let me = Arc::clone(self);
+                let d = zeros.clone();
+                tokio::task::spawn_blocking(move || crate::classify::write_class(&me.fs, off, &d))
+                    .await
+                    .unwrap_or(Class::Data)
+            } else {
+                Class::Data
+            };
+            let last = done + n == len;
+            self.run_request_as(
+                IoKind::Write,
+                off,
+                n,
+                Some(std::borrow::Cow::Owned(zeros)),
+                fua && last,
+                class,
+                true,
+            )
+            .await?;
+            if classify && off < (1 << 20) && self.filesystem().is_none() {
+                self.spawn_attach()
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
     pub(super) async fn run_request(
         self: &Arc<Self>,
         kind: IoKind,
@@ -105,6 +153,22 @@ impl LiveCache {
         data: Option<std::borrow::Cow<'_, [u8]>>,
         fua: bool,
         class: Class,
+    ) -> Result<Vec<u8>, LiveError> {
+        self.run_request_as(kind, offset, len, data, fua, class, false)
+            .await
+    }
+
+    /// [`LiveCache::run_request`]; `zeroes`: a WRITE_ZEROES whose `data` is zeros.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_request_as(
+        self: &Arc<Self>,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+        data: Option<std::borrow::Cow<'_, [u8]>>,
+        fua: bool,
+        class: Class,
+        zeroes: bool,
     ) -> Result<Vec<u8>, LiveError> {
         if self.stopping.load(Ordering::Acquire) && matches!(kind, IoKind::Write | IoKind::Trim) {
             // The clean shutdown's checkpoint is (being) written: the cache is detached.
@@ -120,6 +184,7 @@ impl LiveCache {
                 (IoKind::Read, _) => vec![0; len as usize],
                 _ => Vec::new(),
             }),
+            zeroes,
         });
         let req = Request {
             id,

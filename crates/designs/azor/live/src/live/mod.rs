@@ -92,6 +92,9 @@ const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 struct ReqBuf {
     offset: u64,
     data: Mutex<Vec<u8>>,
+    /// A WRITE_ZEROES: `data` is zeros, and backing writes of it are sent as
+    /// the device's zeroing command ([`BlockDev::write_zeroes`]).
+    zeroes: bool,
 }
 
 /// What the log says about one slot, plus the core under one lock.
