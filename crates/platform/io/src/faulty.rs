@@ -132,6 +132,8 @@ pub struct FaultyDev {
     errno: std::sync::atomic::AtomicI32,
     /// Microseconds every op waits first ([`FaultyDev::set_delay`]).
     delay_us: std::sync::atomic::AtomicU64,
+    /// Ops between their start and their end ([`FaultyDev::kill`] waits for 0).
+    in_flight: std::sync::atomic::AtomicU64,
 }
 
 impl FaultyDev {
@@ -149,6 +151,7 @@ impl FaultyDev {
             }),
             errno: rustix::io::Errno::IO.raw_os_error().into(),
             delay_us: 0.into(),
+            in_flight: 0.into(),
         }
     }
 
@@ -203,6 +206,32 @@ impl FaultyDev {
     }
 
     /// Plug the device back in (rules stay in force).
+    /// The process using the device died (kill -9): every op from now on
+    /// fails, and this returns once the ops already under way have ended, as
+    /// the kernel finishes a dead process's in-flight writes before anyone
+    /// else opens the device. Without it an in-process "crash" would let an
+    /// op still sleeping in [`FaultyDev::set_delay`] write after the restart.
+    pub fn kill(&self) {
+        self.fail_all();
+        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Run one op: counted in flight, faults decided by [`Self::check`].
+    fn op<T>(
+        &self,
+        kind: OpKinds,
+        range: Option<Range<u64>>,
+        f: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.in_flight.fetch_add(1, SeqCst);
+        let r = self.check(kind, range).and_then(|()| f());
+        self.in_flight.fetch_sub(1, SeqCst);
+        r
+    }
+
     pub fn restore(&self) {
         self.lock().pulled = false;
     }
@@ -279,24 +308,29 @@ impl BlockDev for FaultyDev {
         self.inner.len()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.check(OpKinds::READ, span(offset, buf.len()))?;
-        self.inner.read_at(buf, offset)
+        self.op(OpKinds::READ, span(offset, buf.len()), || {
+            self.inner.read_at(buf, offset)
+        })
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.check(OpKinds::WRITE, span(offset, buf.len()))?;
-        self.inner.write_at(buf, offset)
+        self.op(OpKinds::WRITE, span(offset, buf.len()), || {
+            self.inner.write_at(buf, offset)
+        })
     }
     fn write_at_fua(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.check(OpKinds::WRITE, span(offset, buf.len()))?;
-        self.inner.write_at_fua(buf, offset)
+        self.op(OpKinds::WRITE, span(offset, buf.len()), || {
+            self.inner.write_at_fua(buf, offset)
+        })
     }
     fn flush(&self) -> io::Result<()> {
-        self.check(OpKinds::FLUSH, None)?;
-        self.inner.flush()
+        self.op(OpKinds::FLUSH, None, || self.inner.flush())
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.check(OpKinds::TRIM, Some(offset..offset.saturating_add(len)))?;
-        self.inner.trim(offset, len)
+        self.op(
+            OpKinds::TRIM,
+            Some(offset..offset.saturating_add(len)),
+            || self.inner.trim(offset, len),
+        )
     }
     fn name(&self) -> &str {
         &self.name

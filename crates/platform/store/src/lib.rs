@@ -101,7 +101,12 @@
 //!    always some version of its own line. Write-through and the
 //!    write-around policies must keep rule 3: there the backing device may
 //!    hold newer flushed data than the slot, and writing the slot back would
-//!    revert it.
+//!    revert it. Instead, after their unclean shutdown recovery drops the
+//!    clean copies ([`drop_clean_copies`]): the invariant allows a clean
+//!    slot older than an unflushed write the backing device already holds,
+//!    and serving the slot first and the backing device after its eviction
+//!    would make that write vanish and come back (found by the slow-device
+//!    cell of the fault matrix).
 //! 4. **Write-through / fill** of a sub-block that is not valid: write the
 //!    cache (and for write-through the backing device), and after both
 //!    complete append `Valid`. The record may stay buffered: losing it in a
@@ -160,7 +165,7 @@ pub use layout::{layout, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};
 pub use store::{
-    dirty_all_valid, format, open, table_entries, CommitStats, FormatParams, LogUsage, Opened,
-    RecoveryReport, Store,
+    dirty_all_valid, drop_clean_copies, format, open, table_entries, CommitStats, FormatParams,
+    LogUsage, Opened, RecoveryReport, Store,
 };
 pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};

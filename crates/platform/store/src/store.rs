@@ -589,6 +589,31 @@ impl<D: MetaDevice> Store<D> {
     }
 }
 
+/// The recovery rule after an unclean shutdown of a cache that is not
+/// write-back (write-through, write-around, ...): every clean copy is dropped,
+/// since a write that reached the backing device may not have reached its
+/// cached copy (or the other way round) before the crash, and serving the old
+/// copy first and the backing device's data after its eviction would make an
+/// unflushed write vanish and then come back. The backing device holds every
+/// acknowledged write in these modes. Dirty sub-blocks (left by an earlier
+/// write-back period) are kept. Returns the number of slots changed.
+pub fn drop_clean_copies(table: &mut [Option<LineMeta>]) -> u64 {
+    let mut n = 0;
+    for e in table.iter_mut() {
+        let Some(m) = e else { continue };
+        if m.valid.minus(m.dirty).is_empty() {
+            continue;
+        }
+        n += 1;
+        if m.dirty.is_empty() {
+            *e = None;
+        } else {
+            m.valid = m.dirty;
+        }
+    }
+    n
+}
+
 /// The write-back recovery rule after an unclean shutdown (crate doc, rule
 /// 3b): every valid sub-block becomes dirty, so that cleaning writes it back.
 /// Returns the number of slots that gained dirty sub-blocks.

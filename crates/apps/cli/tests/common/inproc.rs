@@ -16,6 +16,8 @@ pub struct InProcess {
     pub dir: tempfile::TempDir,
     pub sock: PathBuf,
     handle: Option<ServerHandle>,
+    /// The fault injectors handed out: a crash kills them (see `crash`).
+    faulty: std::sync::Mutex<Vec<Arc<FaultyDev>>>,
 }
 
 /// Open a file as a block device.
@@ -45,6 +47,7 @@ impl InProcess {
             sock: dir.path().join("nbd.sock"),
             dir,
             handle: None,
+            faulty: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -55,7 +58,9 @@ impl InProcess {
 
     /// The file `name` as a device whose faults are drawn with `seed`.
     pub fn faulty(&self, name: &str, seed: u64) -> Arc<FaultyDev> {
-        Arc::new(FaultyDev::new(dev(&self.path(name)), seed))
+        let d = Arc::new(FaultyDev::new(dev(&self.path(name)), seed));
+        self.faulty.lock().unwrap().push(Arc::clone(&d));
+        d
     }
 
     /// Serve the design `make` builds (inside the runtime, so it may start
@@ -96,6 +101,12 @@ impl InProcess {
     /// committed, and the files keep what reached them; then a fresh
     /// runtime for the restart.
     pub fn crash(&mut self) {
+        // The dead process issues nothing more, and what it had under way
+        // ends before the restart (an op sleeping in a slow-device delay
+        // would otherwise write into the restarted cache's files).
+        for d in self.faulty.lock().unwrap().drain(..) {
+            d.kill();
+        }
         self.stop();
         drop(std::mem::replace(&mut self.rt, runtime()));
     }

@@ -101,18 +101,30 @@ fn dirty_after_unclean_shutdown(
     opened: &mut tiercache_store::Opened<std::fs::File>,
     cfg: &CacheConfig,
 ) -> Result<u64> {
-    if opened.report.clean_shutdown || cfg.write_policy != tiercache_core::WritePolicy::WriteBack {
+    if opened.report.clean_shutdown {
         return Ok(0);
     }
-    let n = tiercache_store::dirty_all_valid(&mut opened.table);
+    let write_back = cfg.write_policy == tiercache_core::WritePolicy::WriteBack;
+    let n = if write_back {
+        tiercache_store::dirty_all_valid(&mut opened.table)
+    } else {
+        tiercache_store::drop_clean_copies(&mut opened.table)
+    };
     if n > 0 {
         opened
             .store
             .checkpoint(tiercache_store::table_entries(&opened.table))
             .context("checkpointing the recovered table")?;
-        tracing::warn!(
-            "unclean shutdown of a write-back cache: {n} lines with clean sub-blocks made dirty (written back by the cleaner)"
-        );
+        if write_back {
+            tracing::warn!(
+                "unclean shutdown of a write-back cache: {n} lines with clean sub-blocks made dirty (written back by the cleaner)"
+            );
+        } else {
+            tracing::warn!(
+                "unclean shutdown of a {} cache: {n} lines' clean copies dropped (the backing device holds every acknowledged write; they are read from it again)",
+                cfg.write_policy
+            );
+        }
     }
     Ok(n)
 }
