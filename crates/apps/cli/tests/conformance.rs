@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{format_cache, sample_trace, tiercache, ServeProc};
+use common::{format_cache, sample_trace, sim_json, tiercache, ServeProc};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,19 +56,6 @@ fn replay_qd1(trace: &Path, sock: &Path) {
     assert_eq!(r["errors"], 0, "{r:#}");
     assert_eq!(r["skipped"]["total"], 0, "{r:#}");
     assert_eq!(r["requests"], r["records"], "{r:#}");
-}
-
-fn sim_json(trace: &Path, args: &[&str]) -> Value {
-    let mut a = vec![
-        "sim",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "msr",
-        "--json",
-    ];
-    a.extend_from_slice(args);
-    serde_json::from_str(&tiercache(&a)).expect("sim --json")
 }
 
 /// The SSD cache formatted with `opts` (a 7 MiB file: 512 lines of 4 KiB),

@@ -7,23 +7,9 @@
 
 mod common;
 
-use common::{format_cache, sample_trace, tiercache};
-use serde_json::Value;
+use common::{format_cache, sample_trace, sim_json, tiercache};
 use std::path::Path;
 use std::process::Command;
-
-fn sim_json(trace: &Path, args: &[&str]) -> Value {
-    let mut a = vec![
-        "sim",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "msr",
-        "--json",
-    ];
-    a.extend_from_slice(args);
-    serde_json::from_str(&tiercache(&a)).expect("sim --json")
-}
 
 fn sized(p: &Path, bytes: u64) {
     std::fs::File::create(p).unwrap().set_len(bytes).unwrap();

@@ -958,3 +958,17 @@ pub fn shared_sample(name: &str) -> Option<PathBuf> {
 pub fn sample_trace() -> Option<PathBuf> {
     shared_sample("msr-cambridge1-sample.csv")
 }
+
+/// `tiercache sim --json` of an MSR-format `trace` with `args`.
+pub fn sim_json(trace: &Path, args: &[&str]) -> serde_json::Value {
+    let mut a = vec![
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "msr",
+        "--json",
+    ];
+    a.extend_from_slice(args);
+    serde_json::from_str(&tiercache(&a)).expect("sim --json")
+}
