@@ -742,6 +742,16 @@ fn fault_matrix_ssd_cache_removal() {
             n.writes_acked > 0 && n.writes_failed == 0,
             "{policy}: writes go on to the backing device: {n:?}"
         );
+        if policy == "write-through" {
+            // The backing device holds everything: losing the cache device
+            // fails no read and no FLUSH.
+            assert_eq!(
+                (n.reads_failed, n.flushes_failed),
+                (0, 0),
+                "{policy}: a pulled cache device fails no read or FLUSH: {n:?}"
+            );
+            assert!(n.flushes > 0, "{policy}: the load flushed: {n:?}");
+        }
         assert!(status.starts_with("degraded"), "{policy}: {status}");
     }
 }

@@ -154,6 +154,11 @@ impl LiveCache {
                 then.extend(rerouted);
                 Ok(())
             }
+            (IoKind::Flush, _) if self.write_policy() != WritePolicy::WriteBack => {
+                // Nothing in the cache is the only copy: a FLUSH of the backing
+                // device alone makes every acknowledged write durable.
+                Ok(())
+            }
             (IoKind::Write, _) => {
                 // A fill or a write-through copy: the backing device has the data.
                 Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
@@ -162,6 +167,24 @@ impl LiveCache {
             _ => Err(LiveError(format!(
                 "cache device I/O error on dirty data: {e}"
             ))),
+        }
+    }
+
+    /// A metadata write to the cache device failed (its commit or
+    /// checkpoint): counted as a cache error, which degrades the cache like
+    /// failed data ops do.
+    pub(super) fn note_metadata_error(&self) {
+        self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        let errors = {
+            let mut c = self.core.lock().expect("core");
+            c.cache_errors += 1;
+            c.cache_errors
+        };
+        if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                "cache device failing ({errors} errors in a row): no longer caching new data"
+            );
+            self.core.lock().expect("core").engine.degrade();
         }
     }
 

@@ -411,7 +411,22 @@ impl LiveCache {
             Ok(gen)
         })
         .await
-        .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;
+        .unwrap_or_else(|e| Err(LiveError(e.to_string())));
+        let gen = match gen {
+            Ok(g) => g,
+            // Write-through and write-around: the backing device was just
+            // flushed and holds every acknowledged write, and a restart after
+            // an unclean shutdown drops every clean copy (store rule 3), so a
+            // cache device that cannot take its metadata (pulled, full) fails
+            // no FLUSH. The in-memory view stays the truth for reads; a clean
+            // shutdown writes it out whole, or the next start recovers cold.
+            Err(e) if !write_back => {
+                tracing::warn!("{e}: the backing device holds all data (the cache metadata lags)");
+                self.note_metadata_error();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         self.stats.record_commit(n, started.elapsed());
         tracing::trace!(target: "tiercache::log", "committed {gen}");
         self.committed.send_modify(|c| *c = (*c).max(gen));
