@@ -95,7 +95,7 @@ def test_sweep_over_a_mode(msr_trace, cache_dir):
         ("ssc", {"cache_size": "8MiB", "line_size": "8KiB"}, r"option line_size: .*allowed: 4KiB"),
         ("ssd", {}, r"option cache_size: required"),
         ("ssd", {"cache_size": "8MiB", "ftl": "bogus"}, r"option ftl: unknown FTL 'bogus' \(allowed: hybrid, page\)"),
-        ("srac", {"cache_size": "10%", "no_timing": True}, r"option no_timing: applies to mode cache, ssd, ssc, ssc-v and tica"),
+        ("srac", {"cache_size": "10%", "no_timing": True}, r"option no_timing: applies to mode cache, ssd, ssc, ssc-v, tica and tier"),
         ("warp", {}, r"option mode: unknown mode 'warp' \(allowed: cache, ssd"),
     ],
 )

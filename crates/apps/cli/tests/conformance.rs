@@ -10,7 +10,9 @@
 //! wraps offsets modulo the export size), and every record of the sample is
 //! 512-byte aligned, as `replay` sends them. The SSD cache is served with
 //! `--fs-classify off` (the replay's payloads are patterns, not a
-//! filesystem; the trace carries no classes either).
+//! filesystem; the trace carries no classes either). The tiered volume is
+//! formatted with `--plan-clock requests`: its planning rounds follow the
+//! request count, as the simulator's do with `--no-timing`.
 //!
 //! Also here: the SSD cache's one configuration builder: the same options
 //! through `format` (then `stats --json` of the served cache) and `sim`
@@ -515,5 +517,122 @@ fn tica_ro_ssd_page_writes_match_sim() {
             assert_eq!(live[k], sim["stats"][k], "{policy}: {k}");
         }
         assert_eq!(live["wo_ssd_writes"], sim["wo_ssd_writes"], "{policy}");
+    }
+}
+
+/// A tiered volume of capacity `capacity` on a 16 GiB sparse slow tier and
+/// a fast tier file of 33280 KiB (its mapping checkpoints and log, then
+/// 44 to 60 data slots of 4 KiB), formatted with `--plan-clock requests
+/// --plan-every 50 --moves-per-round 16`; the sample replayed through it
+/// at queue depth 1; returns its `stats --json` and `sim --like` of the
+/// volume, `--no-timing`. Both run the tiering crate's `plan_round` every
+/// 50 requests, right after the request that made the round due and
+/// before the next: live on the request path, simulated in the replay loop.
+fn tier_run(trace: &Path, capacity: &str) -> (Value, Value) {
+    let tmp = tempfile::tempdir().unwrap();
+    let fast = tmp.path().join("fast.img");
+    let slow = backing(tmp.path());
+    let tiers = format!("{},{}", fast.display(), slow.display());
+    tiercache(&[
+        "format",
+        "--mode",
+        "tier",
+        "--tiers",
+        &tiers,
+        "--size",
+        "33280KiB",
+        "--block-size",
+        "4KiB",
+        "--capacity",
+        capacity,
+        "--plan-every",
+        "50",
+        "--moves-per-round",
+        "16",
+        "--plan-clock",
+        "requests",
+    ]);
+    let sock = tmp.path().join("s.sock");
+    let srv = ServeProc::start_with(&fast, &sock, &tmp.path().join("serve.log"), &[]);
+    replay_qd1(trace, &sock);
+    let live = srv.stats();
+    drop(srv);
+    let sim = sim_json(
+        trace,
+        &[
+            "--like",
+            fast.to_str().unwrap(),
+            "--no-timing",
+            "--no-baseline",
+        ],
+    );
+    assert_eq!(live["policy"]["plan_clock"], "requests", "{live:#}");
+    assert_eq!(live["capacity"], capacity, "{live:#}");
+    (live, sim)
+}
+
+/// OODT's migrations up and down (and exchanges, rounds and the blocks
+/// accessed on the fast tier), live and simulated, in both capacity modes:
+/// `slow` (homes on the slow tier, single moves) and `sum` (every block in
+/// one place, moves are exchanges).
+#[test]
+fn tiered_volume_migrations_match_sim() {
+    let Some(trace) = sample_trace() else { return };
+    for capacity in ["slow", "sum"] {
+        let (live, sim) = tier_run(&trace, capacity);
+        let what = format!("tier {capacity}");
+        assert_eq!(sim["capacity"], capacity, "{sim:#}");
+        assert_eq!(sim["requests"], 1000, "{sim:#}");
+        assert_eq!(live["tiers"][0]["slots"], sim["fast_tier_blocks"], "{what}");
+        assert_eq!(live["blocks"], sim["volume_blocks"], "{what}");
+        assert_equal(
+            &live,
+            &sim,
+            &[
+                "migrations",
+                "promotions",
+                "demotions",
+                "exchanges",
+                "migrated_bytes",
+            ],
+            &what,
+        );
+        assert_eq!(
+            live["planner_rounds"], sim["planning_rounds"],
+            "{what}: planning rounds (live {live:#}\nsim {sim:#})"
+        );
+        assert_eq!(live["migration_errors"], 0, "{what}: {live:#}");
+        // Routing: the share of block accesses the fast tier served.
+        let hits = |t: usize| {
+            let x = &live["tiers"][t];
+            x["read_hits"].as_u64().unwrap() + x["write_hits"].as_u64().unwrap()
+        };
+        let share = hits(0) as f64 / (hits(0) + hits(1)) as f64;
+        assert_eq!(
+            share.to_bits(),
+            sim["fast_tier_access_share"].as_f64().unwrap().to_bits(),
+            "{what}: fast tier access share live {share}, sim {}",
+            sim["fast_tier_access_share"]
+        );
+        // The run exercised what it compares.
+        assert_eq!(live["planner_rounds"], 20, "{what}");
+        assert!(
+            live["promotions"].as_u64().unwrap() > 20,
+            "{what}: {live:#}"
+        );
+        assert!(live["demotions"].as_u64().unwrap() > 20, "{what}: {live:#}");
+        assert!(hits(0) > 0, "{what}: {live:#}");
+        if capacity == "sum" {
+            assert!(live["exchanges"].as_u64().unwrap() > 0, "{what}");
+        }
+        eprintln!(
+            "tier {capacity}: promotions {}, demotions {}, exchanges {}, rounds {}, fast-tier accesses {} of {} (live = sim)",
+            live["promotions"],
+            live["demotions"],
+            live["exchanges"],
+            live["planner_rounds"],
+            hits(0),
+            hits(0) + hits(1)
+        );
     }
 }

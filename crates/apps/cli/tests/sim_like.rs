@@ -102,7 +102,9 @@ fn like_a_tiered_volume() {
     for capacity in ["sum", "slow"] {
         let tmp = tempfile::tempdir().unwrap();
         let (fast, slow) = (tmp.path().join("fast.img"), tmp.path().join("slow.img"));
-        sized(&slow, 48 << 20);
+        // Sparse, past the sample's last byte: `--like` simulates the
+        // volume's size, which must hold the trace.
+        sized(&slow, 16 << 30);
         let tiers = format!("{},{}", fast.display(), slow.display());
         tiercache(&[
             "format",
@@ -136,6 +138,14 @@ fn like_a_tiered_volume() {
                 "64KiB",
                 "--capacity",
                 capacity,
+                "--plan-every",
+                "1000",
+                "--moves-per-round",
+                "64",
+                "--plan-clock",
+                "wall",
+                "--tier-volume-size",
+                &format!("{}B", sb.volume_bytes),
             ],
             ["--tier-policy", "oodt"],
         );

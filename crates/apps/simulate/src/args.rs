@@ -39,6 +39,24 @@ pub struct SimArgs {
     /// Tiering: data block size (4KiB to 4MiB).
     #[arg(long, default_value = "4KiB")]
     pub tier_block: String,
+    /// Tiering: run the planner every N requests (as `format --plan-every`).
+    #[arg(long, default_value_t = 1000)]
+    pub plan_every: u64,
+    /// Tiering: at most N block moves per planning round [default: 1/8 of
+    /// the fast tier's blocks, at least 32, at most 4096].
+    #[arg(long)]
+    pub moves_per_round: Option<usize>,
+    /// Tiering: wall (rounds every --plan-every requests and after 100 ms of
+    /// idle devices, in the trace's time) or requests (every --plan-every
+    /// requests only, as `format --plan-clock requests`); --no-timing
+    /// implies requests.
+    #[arg(long, default_value = "wall")]
+    pub plan_clock: String,
+    /// Tiering: volume size [default: the trace's extent]; requests must fall
+    /// inside it. With --capacity sum it decides which blocks start on the
+    /// fast tier (the volume's last ones).
+    #[arg(long)]
+    pub tier_volume_size: Option<String>,
     /// Flash modes: translation layer: hybrid (FAST-like, the paper's), page
     /// (page-mapped), or, with --mode ssc, log: the live log-structured store's
     /// policy (segments of --segment-size; --cache-size is the data area,
@@ -129,7 +147,8 @@ pub struct SimArgs {
         "cache_size", "line_size", "sub_block", "assoc", "eviction", "write_policy",
         "no_write_allocate", "admission", "seq_cutoff", "nhit_threshold", "nhit_trigger",
         "twolbs_levels", "twolbs_window", "dirty_target", "clean_rate", "timed_cleaning",
-        "tier_policy", "fast_tier_size", "capacity", "tier_block", "ftl", "segment_size",
+        "tier_policy", "fast_tier_size", "capacity", "tier_block", "plan_every",
+        "moves_per_round", "plan_clock", "tier_volume_size", "ftl", "segment_size",
         "victim", "tica_policy", "dram_size",
     ])]
     pub like: Option<PathBuf>,
@@ -138,7 +157,10 @@ pub struct SimArgs {
     /// ssd_write_ops ...) is the same as with timing. The flash modes have no timing
     /// model (accepted, no effect). --mode tica: each request's DRAM flushes complete
     /// before the next request and no idle tick flushes (the live cache's rule with
-    /// `format --timed-flush off`); timing figures are still computed.
+    /// `format --timed-flush off`); timing figures are still computed. --mode tier:
+    /// planning rounds every --plan-every requests only (--plan-clock requests, the
+    /// live volume's rule with `format --plan-clock requests`); timing figures are
+    /// still computed.
     #[arg(long)]
     pub no_timing: bool,
     /// Replay: open (at trace timestamps) or closed (as fast as possible at --queue-depth) [default: open when the trace has timestamps].

@@ -98,11 +98,11 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     }
     // The flash modes have no timing model: --no-timing changes nothing.
     // TICA: flushes complete with their request, no timed flushing.
-    if a.no_timing && !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v" | "tica") {
+    if a.no_timing && !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v" | "tica" | "tier") {
         return Err(bad(
             "no_timing",
             format!(
-                "applies to --mode cache, ssd, ssc, ssc-v and tica (--mode {} always runs its model)",
+                "applies to --mode cache, ssd, ssc, ssc-v, tica and tier (--mode {} always runs its model)",
                 a.mode
             ),
         ));

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use std::fmt::Write;
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
+use tiercache_tiering::planner::PlanClock;
 use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
 use tiercache_tiering::sim::{Replay, TierReport, TierSimConfig};
 
@@ -60,13 +61,51 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             ))
         }
     };
+    let clock: PlanClock = if a.no_timing {
+        PlanClock::Requests
+    } else {
+        a.plan_clock.parse().map_err(|e| bad("plan_clock", e))?
+    };
+    if a.plan_every == 0 || a.moves_per_round == Some(0) {
+        return Err(bad(
+            "plan_every",
+            "--plan-every and --moves-per-round must be at least 1",
+        ));
+    }
+    let volume_bytes = match &a.tier_volume_size {
+        None => stats.max_end,
+        Some(v) => {
+            let v = parse_bytes(v).map_err(|e| bad("tier_volume_size", e))?;
+            if v < stats.max_end {
+                return Err(bad(
+                    "tier_volume_size",
+                    format!(
+                        "{v} B is smaller than the trace's extent of {} B",
+                        stats.max_end
+                    ),
+                ));
+            }
+            v
+        }
+    };
+    let planner = |fast_tier_bytes: u64| {
+        let mut p = TierSimConfig::default_planner(fast_tier_bytes / u64::from(tier_block));
+        p.every_requests = a.plan_every;
+        if let Some(m) = a.moves_per_round {
+            p.max_moves_per_round = m;
+        }
+        if clock == PlanClock::Requests {
+            p.idle_ns = None;
+        }
+        p
+    };
     let base = |policy: PolicyKind, fast_tier_bytes: u64| TierSimConfig {
         policy,
         policy_cfg: PolicyConfig::default(),
         block_bytes: tier_block,
         fast_tier_bytes,
-        volume_bytes: stats.max_end,
-        planner: TierSimConfig::default_planner(fast_tier_bytes / u64::from(tier_block)),
+        volume_bytes,
+        planner: planner(fast_tier_bytes),
         profile: profile.clone(),
         replay,
         capacity_sum,

@@ -14,7 +14,86 @@
 //! for the disk arrive in address order (3.1).
 
 use crate::mapping::{BlockId, MappingTable, TierError, TierId};
-use crate::policy::Candidate;
+use crate::policy::{Candidate, TierPolicy};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// What clock planning rounds follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanClock {
+    /// Every `every_requests` requests, and after `idle_ns` without
+    /// requests (the live volume's wall clock, the simulator's virtual one).
+    #[default]
+    Wall,
+    /// Every `every_requests` requests only, the round run right after the
+    /// request that made it due, before the next: deterministic, the same
+    /// live and simulated.
+    Requests,
+}
+
+impl fmt::Display for PlanClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlanClock::Wall => "wall",
+            PlanClock::Requests => "requests",
+        })
+    }
+}
+
+impl FromStr for PlanClock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "wall" => Ok(PlanClock::Wall),
+            "requests" => Ok(PlanClock::Requests),
+            _ => Err(format!(
+                "unknown plan clock '{s}' (allowed: wall, requests)"
+            )),
+        }
+    }
+}
+
+/// The work of one planning round, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Round {
+    /// Block moves (a table with homes).
+    Moves(Vec<Move>),
+    /// Exchanges (a two-tier table without homes).
+    Exchanges(Vec<Pair>),
+}
+
+impl Round {
+    /// No work at all.
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Round::Moves(m) => m.is_empty(),
+            Round::Exchanges(p) => p.is_empty(),
+        }
+    }
+}
+
+/// One planning round (Algorithm 2), the one the simulator and the live
+/// volume both run: ask `policy` for its candidates (`cands` is a reused
+/// buffer), rank them and build the migration matrix for `table`, then
+/// schedule at most `budget` moves, as exchanges when the table has no
+/// homes.
+pub fn plan_round(
+    table: &MappingTable,
+    policy: &mut dyn TierPolicy,
+    cands: &mut Vec<Candidate>,
+    budget: usize,
+) -> Round {
+    cands.clear();
+    policy.candidates(table.slots(0).unwrap_or(0), cands);
+    let matrix = plan(table, cands);
+    if table.has_homes() {
+        Round::Moves(matrix.schedule(table, budget))
+    } else {
+        Round::Exchanges(matrix.schedule_exchanges(budget))
+    }
+}
 
 /// When to plan and how much to move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 use crate::dispatcher::{Dispatcher, SubRequest};
 use crate::mapping::{BlockId, Loc, MappingTable, TierError};
 use crate::migration::{Exchange, Steps, RECORD_BYTES};
-use crate::planner::{plan, Pair, PlannerConfig, Trigger};
+use crate::planner::{plan_round, Pair, PlannerConfig, Round, Trigger};
 use crate::policy::{build, Access, Candidate, PolicyConfig, PolicyKind, TierPolicy};
 use hdrhistogram::Histogram;
 use rustc_hash::FxHashMap;
@@ -155,15 +155,15 @@ impl State<'_> {
     /// One planning round at `now` (Algorithm 2), executed on the models.
     fn round(&mut self, now: u64) -> Result<(), SimError> {
         self.rounds += 1;
-        self.cands.clear();
-        let fast = self.table.slots(0).unwrap_or(0);
-        self.policy.candidates(fast, &mut self.cands);
-        let matrix = plan(&self.table, &mut self.cands);
-        if !self.table.has_homes() {
-            let pairs = matrix.schedule_exchanges(self.budget);
-            return self.exchange_round(now, &pairs);
-        }
-        let moves = matrix.schedule(&self.table, self.budget);
+        let moves = match plan_round(
+            &self.table,
+            self.policy.as_mut(),
+            &mut self.cands,
+            self.budget,
+        ) {
+            Round::Moves(m) => m,
+            Round::Exchanges(pairs) => return self.exchange_round(now, &pairs),
+        };
         if moves.is_empty() {
             return Ok(());
         }

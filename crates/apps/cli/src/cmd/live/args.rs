@@ -118,9 +118,20 @@ pub struct TierFormatArgs {
     /// Tiered volume: placement policy: oodt, frequency, hystor, raf.
     #[arg(long, default_value = "oodt")]
     pub tier_policy: String,
-    /// Tiered volume: run the planner every N requests (and when idle).
+    /// Tiered volume: run the planner every N requests (and, with
+    /// --plan-clock wall, when idle).
     #[arg(long, default_value_t = 1000)]
     pub plan_every: u64,
+    /// Tiered volume: wall (planning rounds every --plan-every requests and
+    /// after 200 ms without requests, run in the background) or requests
+    /// (every --plan-every requests only, each round run by the request
+    /// that made it due before that request is answered: deterministic, the
+    /// rounds of `sim --mode tier --no-timing`).
+    #[arg(long, default_value = "wall")]
+    pub plan_clock: String,
+    /// Tiered volume: at most N block moves per planning round.
+    #[arg(long, default_value_t = 64)]
+    pub moves_per_round: usize,
     /// Tiered volume: most bytes migrated per second.
     #[arg(long, default_value = "64MiB")]
     pub migrate_rate: String,

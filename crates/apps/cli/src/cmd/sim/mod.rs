@@ -150,6 +150,10 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
         a.tier_policy = cfg.policy;
         a.fast_tier_size = Some(format!("{}B", sb.layout.fast_slots * bs));
         a.tier_block = format!("{bs}B");
+        a.plan_every = cfg.plan_every;
+        a.moves_per_round = Some(cfg.max_moves_per_round);
+        a.plan_clock = cfg.plan_clock.to_string();
+        a.tier_volume_size = Some(format!("{}B", sb.volume_bytes));
         a.capacity = match sb.capacity {
             tiercache_tiered_volume::Capacity::Sum => "sum",
             tiercache_tiered_volume::Capacity::Slow => "slow",

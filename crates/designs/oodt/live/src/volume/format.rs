@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 use tiercache_store::BackingIdentity;
-use tiercache_tiering::planner::PlannerConfig;
+use tiercache_tiering::planner::{PlanClock, PlannerConfig};
 use tiercache_tiering::policy::PolicyKind;
 use tiercache_tiering::MappingTable;
 /// Placement policy and migration pacing, recorded in the superblock.
@@ -26,6 +26,13 @@ pub struct VolumeConfig {
     pub max_moves_per_round: usize,
     /// At most this many migrated bytes per second.
     pub migrate_rate: u64,
+    /// `wall` (default): rounds every `plan_every` requests and after
+    /// `idle_ms` idle, run by the worker; `requests`: every `plan_every`
+    /// requests only, run by the request that made one due before it is
+    /// answered (deterministic: `sim --mode tier --no-timing` runs the same
+    /// rounds).
+    #[serde(default)]
+    pub plan_clock: PlanClock,
 }
 
 impl VolumeConfig {
@@ -38,6 +45,7 @@ impl VolumeConfig {
             idle_ms: 200,
             max_moves_per_round: 64,
             migrate_rate: 64 << 20,
+            plan_clock: PlanClock::Wall,
         }
     }
 
@@ -53,7 +61,10 @@ impl VolumeConfig {
     pub(super) fn planner(&self) -> PlannerConfig {
         PlannerConfig {
             every_requests: self.plan_every,
-            idle_ns: Some(self.idle_ms.max(1) * 1_000_000),
+            idle_ns: match self.plan_clock {
+                PlanClock::Wall => Some(self.idle_ms.max(1) * 1_000_000),
+                PlanClock::Requests => None,
+            },
             max_moves_per_round: self.max_moves_per_round,
         }
     }

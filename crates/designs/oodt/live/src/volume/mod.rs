@@ -77,6 +77,9 @@ struct Core {
     planner: PlannerConfig,
     trigger: Trigger,
     plan_due: bool,
+    /// `--plan-clock requests`: a request made a round due; the request
+    /// runs it before it is answered.
+    request_round_due: bool,
     last_request: Instant,
     next_migration: u64,
     /// Why migrations stopped (a metadata write failed).
@@ -134,6 +137,8 @@ pub struct TieredVolume {
     wake: (Mutex<()>, Condvar),
     stop: AtomicBool,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Held while a round runs on the request path (one at a time).
+    request_round: Mutex<()>,
     counters: Counters,
     recovery: RecoveryReport,
     shut_down: AtomicBool,

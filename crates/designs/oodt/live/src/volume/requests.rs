@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_tiering::dispatcher::{split, ReqId};
+use tiercache_tiering::planner::PlanClock;
 use tiercache_tiering::policy::Access;
 
 impl TieredVolume {
@@ -123,8 +124,12 @@ impl TieredVolume {
         if kind != Kind::Trim {
             c.last_request = Instant::now();
             if c.trigger.on_request(&c.planner) {
-                c.plan_due = true;
-                self.wake_worker();
+                if self.cfg.plan_clock == PlanClock::Requests {
+                    c.request_round_due = true;
+                } else {
+                    c.plan_due = true;
+                    self.wake_worker();
+                }
             }
         }
         true
@@ -168,6 +173,7 @@ impl TieredVolume {
             })
             .await?;
         buf.copy_from_slice(&data);
+        self.round_after_request().await;
         Ok(())
     }
 
@@ -190,7 +196,9 @@ impl TieredVolume {
             drop(held);
             Ok(())
         })
-        .await
+        .await?;
+        self.round_after_request().await;
+        Ok(())
     }
 
     /// Discard `[offset, offset + len)` where its blocks live now (advisory).

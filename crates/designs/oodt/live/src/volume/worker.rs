@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_tiering::migration::{Action, Exchange, LogRecord, Migration, Phase, Steps};
-use tiercache_tiering::planner::{plan, Move, Pair};
+use tiercache_tiering::planner::{plan_round, Move, Pair, Round};
 use tiercache_tiering::{BlockId, TierError};
 
 /// One unit of work of a planning round.
@@ -93,6 +93,13 @@ impl TieredVolume {
             ));
         }
         lock(&self.core).plan_due = true;
+        self.run_round()
+    }
+
+    /// Plan a round now (when one is due) and run its jobs one after the
+    /// other in the caller's thread; the jobs completed, or the first
+    /// migration error.
+    fn run_round(&self) -> io::Result<usize> {
         let jobs = self.plan_round(Duration::MAX);
         let mut done = 0;
         for job in jobs {
@@ -112,6 +119,29 @@ impl TieredVolume {
             done += 1;
         }
         Ok(done)
+    }
+
+    /// With `--plan-clock requests`: the round a request made due, run after
+    /// the request's I/O and the release of its claims, before it is
+    /// answered (so at queue depth 1 before the next request arrives). One
+    /// round at a time; a migration error is logged and counted like the
+    /// worker's, the request itself succeeded.
+    pub(super) async fn round_after_request(self: &Arc<Self>) {
+        if !std::mem::take(&mut lock(&self.core).request_round_due) {
+            return;
+        }
+        let me = Arc::clone(self);
+        let r = tokio::task::spawn_blocking(move || {
+            let _one = lock(&me.request_round);
+            lock(&me.core).plan_due = true;
+            me.run_round()
+        })
+        .await;
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!("planning round after a request: {e}"),
+            Err(e) => tracing::error!("planning round after a request: {e}"),
+        }
     }
 
     /// Between migrations: checkpoint when the log lacks room for one more
@@ -145,15 +175,14 @@ impl TieredVolume {
         self.counters.planner_rounds.fetch_add(1, Ordering::Relaxed);
         let c = &mut *c;
         let mut cands = Vec::new();
-        let fast = c.table.slots(0).unwrap_or(0);
-        c.policy.candidates(fast, &mut cands);
-        let matrix = plan(&c.table, &mut cands);
-        if c.table.has_homes() {
-            let moves = matrix.schedule(&c.table, planner.max_moves_per_round);
-            moves.into_iter().map(Job::Move).collect()
-        } else {
-            let pairs = matrix.schedule_exchanges(planner.max_moves_per_round);
-            pairs.into_iter().map(Job::Pair).collect()
+        match plan_round(
+            &c.table,
+            c.policy.as_mut(),
+            &mut cands,
+            planner.max_moves_per_round,
+        ) {
+            Round::Moves(moves) => moves.into_iter().map(Job::Move).collect(),
+            Round::Exchanges(pairs) => pairs.into_iter().map(Job::Pair).collect(),
         }
     }
 

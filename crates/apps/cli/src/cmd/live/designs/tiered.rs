@@ -38,6 +38,8 @@ fn format_tiered(
     let policy: PolicyKind = a.tier_policy.parse().map_err(anyhow::Error::msg)?;
     let cfg = VolumeConfig {
         plan_every: a.plan_every,
+        plan_clock: a.plan_clock.parse().map_err(anyhow::Error::msg)?,
+        max_moves_per_round: a.moves_per_round,
         migrate_rate: parse_bytes(&a.migrate_rate).map_err(anyhow::Error::msg)?,
         ..VolumeConfig::new(policy)
     };
