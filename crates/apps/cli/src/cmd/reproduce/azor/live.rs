@@ -220,6 +220,10 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
             let _ = tiercache_runtime::control::request(&ctl, "detach").await?;
             srv.await??;
             let _ = std::fs::remove_file(&cache);
+            if name == "fa-upd" {
+                // The peer gets exactly the fully associative cache's data area.
+                res.cache_bytes = layout.slots as u64 * 4096;
+            }
             res.variants.push(Variant {
                 name,
                 what: format!(
@@ -240,6 +244,7 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
             let pid = dir.path().join("peer.pid");
             let cache_tmp = dir.path().join("peer-tmp");
             std::fs::create_dir_all(&cache_tmp)?;
+            let peer_bytes = res.cache_bytes;
             let mut child = Command::new("nbdkit")
                 .env("TMPDIR", &cache_tmp)
                 .args(["-f", "--exit-with-parent", "-U"])
@@ -251,7 +256,7 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
                 .arg("export=hdd")
                 .arg("cache=writeback")
                 .arg("cache-on-read=true")
-                .arg(format!("cache-max-size={cache_bytes}"))
+                .arg(format!("cache-max-size={peer_bytes}"))
                 .spawn()
                 .context("starting nbdkit")?;
             let mut up = false;
@@ -270,7 +275,7 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
                 res.variants.push(Variant {
                     name: "nbdkit-cache",
                     what: format!(
-                        "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={cache_bytes})"
+                        "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
                     ),
                     fio: f?,
                     hit_ratio: None,
@@ -304,7 +309,8 @@ impl LiveResults {
              each tiercache variant is formatted and served with that socket's URI as its backing device \
              (`format`/`serve --backing nbd+unix:///hdd?socket=...`, no `--emulate-hdd`: the delay is the shared \
              device's); the peer is `nbdkit --filter=cache nbd socket=... export=hdd` on the same socket. \
-             Every cache holds {} MiB (an eighth of the data), starts cold, and the fio job is the same \
+             Every cache holds {} MiB (tiercache: its data area, the line count shown; nbdkit: `cache-max-size` set to the \
+             fully associative cache's data area), starts cold, and the fio job is the same \
              (`--ioengine=nbd --rw=randrw --rwmixread=80 --bs=4k --iodepth=4 --random_distribution=zipf:1.1 \
              --randseed=42`, {} s).\n",
             mib(self.data_bytes),
