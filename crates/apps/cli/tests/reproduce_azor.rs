@@ -34,7 +34,10 @@ fn bad_traces_folder_is_a_clear_error() {
     ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("not found") && err.contains("no-such-folder"), "{err}");
+    assert!(
+        err.contains("not found") && err.contains("no-such-folder"),
+        "{err}"
+    );
     // A folder without any of the traces is an error too, naming them.
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
@@ -63,7 +66,12 @@ fn csv(p: &Path) -> Vec<HashMap<String, String>> {
         .map(str::to_string)
         .collect();
     lines
-        .map(|l| head.iter().cloned().zip(l.split(',').map(str::to_string)).collect())
+        .map(|l| {
+            head.iter()
+                .cloned()
+                .zip(l.split(',').map(str::to_string))
+                .collect()
+        })
         .collect()
 }
 
@@ -151,11 +159,18 @@ fn simulated_studies_match_sim() {
     assert_eq!(v["hdd_ops"].as_u64().unwrap() as f64, f(full, "hdd_ops"));
     assert!((v["hit_ratio"].as_f64().unwrap() - f(full, "hit_ratio")).abs() < 1e-6);
     let sp = v["speedup"].as_f64().unwrap();
-    assert!((sp - f(full, "speedup")).abs() / sp < 1e-3, "{sp} vs {}", full["speedup"]);
+    assert!(
+        (sp - f(full, "speedup")).abs() / sp < 1e-3,
+        "{sp} vs {}",
+        full["speedup"]
+    );
     // The metadata table: fully associative needs more per GiB than
     // direct-mapped, and larger lines need less.
     let meta = csv(&out.join("azor-metadata.csv"));
-    let (dm4, fa4) = (f(&meta[0], "direct_mb_per_gib"), f(&meta[0], "full_mb_per_gib"));
+    let (dm4, fa4) = (
+        f(&meta[0], "direct_mb_per_gib"),
+        f(&meta[0], "full_mb_per_gib"),
+    );
     let last = meta.last().unwrap();
     assert!(fa4 > dm4);
     assert!(f(last, "full_mb_per_gib") < fa4);

@@ -300,7 +300,10 @@ impl LiveResults {
     /// The live section of azor.md.
     pub fn markdown(&self, md: &mut String) {
         let mib = |b: u64| b >> 20;
-        let _ = writeln!(md, "## Live part: fio zipf through the live cache and the peer\n");
+        let _ = writeln!(
+            md,
+            "## Live part: fio zipf through the live cache and the peer\n"
+        );
         let _ = writeln!(
             md,
             "**Same slow device for every variant:** one sparse {} MiB file behind the HDD model \
@@ -333,7 +336,11 @@ impl LiveResults {
                 v.name,
                 v.what,
                 v.fio.iops(),
-                if base > 0.0 { v.fio.iops() / base } else { f64::NAN },
+                if base > 0.0 {
+                    v.fio.iops() / base
+                } else {
+                    f64::NAN
+                },
                 v.fio.read_mean_us,
                 v.fio.write_mean_us,
                 v.hit_ratio
@@ -342,7 +349,12 @@ impl LiveResults {
             );
         }
         md.push('\n');
-        let g = |n: &str| self.variants.iter().find(|v| v.name == n).map(|v| v.fio.iops());
+        let g = |n: &str| {
+            self.variants
+                .iter()
+                .find(|v| v.name == n)
+                .map(|v| v.fio.iops())
+        };
         let mut cmp = Vec::new();
         let mut ratio = |label: &str, a: &str, b: &str| {
             if let (Some(x), Some(y)) = (g(a), g(b)) {
@@ -351,13 +363,37 @@ impl LiveResults {
                 }
             }
         };
-        ratio("fully associative over direct-mapped (write-hdd-upd)", "fa-upd", "dm-upd");
-        ratio("write-hdd-upd over write-back (fully associative)", "fa-upd", "fa-wb");
-        ratio("write-hdd-upd over write-back (direct-mapped)", "dm-upd", "dm-wb");
+        ratio(
+            "fully associative over direct-mapped (write-hdd-upd)",
+            "fa-upd",
+            "dm-upd",
+        );
+        ratio(
+            "write-hdd-upd over write-back (fully associative)",
+            "fa-upd",
+            "fa-wb",
+        );
+        ratio(
+            "write-hdd-upd over write-back (direct-mapped)",
+            "dm-upd",
+            "dm-wb",
+        );
         ratio("2LBS on over off (direct-mapped)", "dm-upd-2lbs", "dm-upd");
-        ratio("2LBS on over off (fully associative)", "fa-upd-2lbs", "fa-upd");
-        ratio("best tiercache (fa-wb) over nbdkit's cache filter", "fa-wb", "nbdkit-cache");
-        ratio("tiercache fa-upd over nbdkit's cache filter", "fa-upd", "nbdkit-cache");
+        ratio(
+            "2LBS on over off (fully associative)",
+            "fa-upd-2lbs",
+            "fa-upd",
+        );
+        ratio(
+            "best tiercache (fa-wb) over nbdkit's cache filter",
+            "fa-wb",
+            "nbdkit-cache",
+        );
+        ratio(
+            "tiercache fa-upd over nbdkit's cache filter",
+            "fa-upd",
+            "nbdkit-cache",
+        );
         for c in cmp {
             let _ = writeln!(md, "- {c}");
         }
