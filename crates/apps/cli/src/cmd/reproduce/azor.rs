@@ -637,7 +637,7 @@ fn report(
             }) {
                 if let Some(b) = base.first() {
                     let g = r.speedup() / b.speedup() - 1.0;
-                    if !(best.0 >= g) {
+                    if best.0.is_nan() || g > best.0 {
                         best = (g, format!("{assoc}, {}", r.twolbs));
                     }
                 }
@@ -698,7 +698,7 @@ fn report(
         let fa = find(rows, "assoc", t.name, |r| r.r().assoc == "full");
         if let (Some(d), Some(f)) = (dm.first(), fa.first()) {
             let g = f.speedup() / d.speedup() - 1.0;
-            if !(assoc_best.0.abs() >= g.abs()) {
+            if assoc_best.0.is_nan() || g.abs() > assoc_best.0.abs() {
                 assoc_best = (g, t.name.to_string());
             }
         }
