@@ -4,11 +4,14 @@ use anyhow::{bail, Result};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
+pub mod azor;
 pub mod flashtier;
 pub mod tica;
 
 #[derive(Subcommand, Debug)]
 pub enum ReproduceCmd {
+    /// Azor thesis: parameter studies (simulated) and a live run beside nbdkit's cache filter.
+    Azor(azor::Args),
     /// FlashTier Tables VI and VII: SSD against SSC against SSC-V.
     Flashtier(flashtier::Args),
     /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
@@ -45,6 +48,7 @@ pub fn find_traces<'a>(dir: &Path, rels: &[&'a str]) -> Result<Vec<(&'a str, Pat
 
 pub fn run(c: ReproduceCmd) -> Result<()> {
     match c {
+        ReproduceCmd::Azor(a) => azor::run(a),
         ReproduceCmd::Flashtier(a) => flashtier::run(a),
         ReproduceCmd::Tica(a) => tica::run(a),
     }

@@ -1,0 +1,829 @@
+//! `tiercache reproduce azor`: the Azor thesis's parameter studies
+//! (associativity, cache size, line size with its metadata footprint, write
+//! policy, 2LBS levels) simulated on the shared traces, then a live part: a
+//! fio zipf workload through the live SSD cache and through nbdkit's cache
+//! filter, all over one emulated HDD. Writes DIR/azor.md, one CSV per study
+//! and SVG figures.
+
+use anyhow::{bail, Context, Result};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tiercache_core::Engine;
+use tiercache_plot::{Figure, Panel, Series};
+use tiercache_sim::{Replay, SimOptions, SimReport};
+use tiercache_simulate::PolicySpec;
+use tiercache_trace::{Format, ReadOptions};
+
+mod live;
+
+/// Options.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder of the shared traces.
+    #[arg(long, default_value = "../shared/traces")]
+    pub traces: PathBuf,
+    /// Folder for azor.md, the CSV tables and the figures (created if absent).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A short run (fewer traces and sizes, short live runs): under 10 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip the live part (simulation only).
+    #[arg(long)]
+    pub no_live: bool,
+    /// Seconds of fio per live variant [default: 12 with --quick, else 60].
+    #[arg(long)]
+    pub live_seconds: Option<u32>,
+    /// Size of the emulated HDD's data set in the live part [default: 256MiB
+    /// with --quick, else 1GiB]; each cache holds an eighth of it.
+    #[arg(long)]
+    pub live_data: Option<String>,
+    /// Parallel simulations [default: number of CPUs].
+    #[arg(long)]
+    pub jobs: Option<usize>,
+}
+
+/// A shared trace: short name, path under the traces folder, format, the
+/// thesis workload it stands in for, in the quick run or not.
+struct TraceDef {
+    name: &'static str,
+    rel: &'static str,
+    format: &'static str,
+    analog: &'static str,
+    quick: bool,
+    /// Bytes per block id (arc-lis): OLTP's one-page requests are read as
+    /// 4 KiB database pages, or no 512-B read would ever fill a 4 KiB line.
+    block: u32,
+}
+
+const TRACES: [TraceDef; 6] = [
+    TraceDef {
+        name: "postmark",
+        rel: "disksim/ssd-postmark-aligned2.trace",
+        format: "disksim",
+        analog: "PostMark",
+        quick: true,
+        block: 512,
+    },
+    TraceDef {
+        name: "msr-hm",
+        rel: "samples/msr-cambridge1-sample.csv",
+        format: "msr",
+        analog: "SPECsfs2008 (file server)",
+        quick: true,
+        block: 512,
+    },
+    TraceDef {
+        name: "cloudphysics",
+        rel: "samples/cloudPhysicsIO.vscsi",
+        format: "vscsi",
+        analog: "SPECsfs2008 (VM server)",
+        quick: false,
+        block: 512,
+    },
+    TraceDef {
+        name: "oltp",
+        rel: "arc/OLTP.lis.zst",
+        format: "arc-lis",
+        analog: "Hammerora (OLTP)",
+        quick: false,
+        block: 4096,
+    },
+    TraceDef {
+        name: "p3",
+        rel: "arc/P3.lis.zst",
+        format: "arc-lis",
+        analog: "TPC-H (read-only, scans)",
+        quick: false,
+        block: 512,
+    },
+    TraceDef {
+        name: "iozone",
+        rel: "disksim/ssd-iozone-aligned2-100K.trace",
+        format: "disksim",
+        analog: "(write-only stress)",
+        quick: false,
+        block: 512,
+    },
+];
+
+/// One simulated point of a study.
+#[derive(Clone)]
+struct Row {
+    study: &'static str,
+    trace: &'static str,
+    /// Cache size as a share of the footprint at 4 KiB lines.
+    size_pct: f64,
+    spec: PolicySpec,
+    /// The 2LBS label: none, metadata, frequency, both.
+    twolbs: &'static str,
+    report: Option<SimReport>,
+    baseline_us: f64,
+}
+
+impl Row {
+    fn r(&self) -> &SimReport {
+        self.report.as_ref().expect("row simulated")
+    }
+    fn speedup(&self) -> f64 {
+        match self.r().mean_response_us {
+            Some(m) if m > 0.0 => self.baseline_us / m,
+            _ => f64::NAN,
+        }
+    }
+}
+
+fn spec(assoc: &str, line: &str, wp: &str, twolbs: &'static str) -> PolicySpec {
+    let mut s = PolicySpec {
+        assoc: assoc.into(),
+        line_size: line.into(),
+        write_policy: wp.into(),
+        ..PolicySpec::default()
+    };
+    match twolbs {
+        "none" => {}
+        lv => {
+            s.admission = "2lbs".into();
+            s.twolbs_levels = match lv {
+                "both" => vec!["metadata".into(), "frequency".into()],
+                x => vec![x.into()],
+            };
+        }
+    }
+    s
+}
+
+/// The rows of every study for one trace.
+fn study_rows(t: &'static str, quick: bool) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let base = 10.0;
+    let row = |study, size_pct, spec, twolbs| Row {
+        study,
+        trace: t,
+        size_pct,
+        spec,
+        twolbs,
+        report: None,
+        baseline_us: 0.0,
+    };
+    for a in ["direct", "2-way", "8-way", "full"] {
+        rows.push(row(
+            "assoc",
+            base,
+            spec(a, "4KiB", "write-hdd-upd", "none"),
+            "none",
+        ));
+    }
+    let sizes: &[f64] = if quick {
+        &[5.0, 25.0, 100.0]
+    } else {
+        &[2.5, 5.0, 10.0, 25.0, 50.0, 100.0]
+    };
+    for &p in sizes {
+        for a in ["direct", "full"] {
+            rows.push(row(
+                "size",
+                p,
+                spec(a, "4KiB", "write-hdd-upd", "none"),
+                "none",
+            ));
+        }
+    }
+    let lines: &[&str] = if quick {
+        &["4KiB", "16KiB", "64KiB"]
+    } else {
+        &["4KiB", "8KiB", "16KiB", "32KiB", "64KiB"]
+    };
+    for &l in lines {
+        for a in ["direct", "full"] {
+            rows.push(row(
+                "line",
+                base,
+                spec(a, l, "write-hdd-upd", "none"),
+                "none",
+            ));
+        }
+    }
+    for wp in [
+        "write-back",
+        "write-through",
+        "write-hdd-upd",
+        "write-hdd-inv",
+        "read-only",
+    ] {
+        for a in ["direct", "full"] {
+            rows.push(row("write", base, spec(a, "4KiB", wp, "none"), "none"));
+        }
+    }
+    for lv in ["none", "metadata", "frequency", "both"] {
+        for a in ["direct", "full"] {
+            rows.push(row("2lbs", base, spec(a, "4KiB", "write-hdd-upd", lv), lv));
+        }
+    }
+    rows
+}
+
+/// Cache bytes for `pct` % of `footprint`, a whole number of 8-line sets.
+fn cache_bytes(pct: f64, footprint: u64, line: u64) -> u64 {
+    let b = (footprint as f64 * pct / 100.0) as u64;
+    let unit = line * 8;
+    (b / unit).max(8) * unit
+}
+
+/// Parse a trace format name.
+fn fmt(s: &str) -> Result<Format> {
+    s.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Simulate `rows` of one trace (closed loop, queue depth 1), `jobs` at once.
+fn simulate(path: &Path, format: Format, block: u32, rows: &mut [Row], jobs: usize) -> Result<()> {
+    let ropts = ReadOptions {
+        block_size: block,
+        ..ReadOptions::default()
+    };
+    let open = || tiercache_trace::open(path, Some(format), &ropts);
+    let st = tiercache_trace::stats::trace_stats(open()?, 4096)?;
+    let footprint = st.footprint_bytes.max(4096);
+    let base = SimOptions {
+        cache: PolicySpec::default().config(cache_bytes(10.0, footprint, 4096))?,
+        timing: true,
+        replay: Replay::Closed { queue_depth: 1 },
+        profile: tiercache_model::Profile::default(),
+        baseline: true,
+    };
+    // The HDD-only baseline once: it is the same for every configuration.
+    let b = tiercache_sim::run(open()?, open, &base, &mut |_| {})?;
+    let baseline_us = b
+        .baseline
+        .as_ref()
+        .map(|x| x.mean_response_us)
+        .context("baseline missing")?;
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let cells: Vec<std::sync::Mutex<&mut Row>> =
+        rows.iter_mut().map(std::sync::Mutex::new).collect();
+    let err: std::sync::Mutex<Option<anyhow::Error>> = std::sync::Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, cells.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(cell) = cells.get(i) else { break };
+                let mut row = cell.lock().expect("row");
+                let res = (|| -> Result<SimReport> {
+                    let line = u64::from(tiercache_simulate::policy::parse_line_size(
+                        &row.spec.line_size,
+                    )?);
+                    let cfg = row
+                        .spec
+                        .config(cache_bytes(row.size_pct, footprint, line))
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let mut o = base.clone();
+                    o.cache = cfg;
+                    o.baseline = false;
+                    Ok(tiercache_sim::run(open()?, open, &o, &mut |_| {})?)
+                })();
+                match res {
+                    Ok(r) => {
+                        row.report = Some(r);
+                        row.baseline_us = baseline_us;
+                    }
+                    Err(e) => {
+                        err.lock().expect("err").get_or_insert(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = err.into_inner().expect("err") {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Metadata per GiB of cache (line table and replacement state) for an
+/// associativity and line size, from the engine itself.
+fn metadata_per_gib(assoc: &str, line: &str) -> Result<f64> {
+    let cfg = spec(assoc, line, "write-hdd-upd", "none")
+        .config(1 << 30)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let e = Engine::new(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(e.metadata_bytes_per_gib())
+}
+
+const CSV_HEAD: &str = "study,trace,cache_pct,cache_bytes,line_size,assoc,write_policy,twolbs,hit_ratio,read_hit_ratio,mean_response_us,baseline_us,speedup,hdd_ops,ssd_write_ops,metadata_bytes_per_gib";
+
+fn csv_line(r: &Row) -> String {
+    let x = r.r();
+    format!(
+        "{},{},{},{},{},{},{},{},{:.6},{:.6},{:.3},{:.3},{:.4},{},{},{:.0}",
+        r.study,
+        r.trace,
+        r.size_pct,
+        x.cache_size_bytes,
+        x.line_size,
+        x.assoc,
+        x.write_policy,
+        r.twolbs,
+        x.hit_ratio,
+        x.read_hit_ratio,
+        x.mean_response_us.unwrap_or(f64::NAN),
+        r.baseline_us,
+        r.speedup(),
+        x.hdd_ops,
+        x.ssd_write_ops,
+        x.metadata_bytes_per_gib
+    )
+}
+
+fn write(path: &Path, s: &str) -> Result<()> {
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+/// A figure of `study`: one panel of speedup, x = the study's parameter,
+/// one series per trace and associativity.
+fn figure(rows: &[Row], study: &str, title: &str, x_label: &str) -> Figure {
+    let sel: Vec<&Row> = rows.iter().filter(|r| r.study == study).collect();
+    let xkey = |r: &Row| -> String {
+        match study {
+            "size" => format!("{}%", r.size_pct),
+            "line" => format!("{}K", r.r().line_size / 1024),
+            "write" => r.r().write_policy.clone(),
+            "2lbs" => r.twolbs.to_string(),
+            _ => r.r().assoc.clone(),
+        }
+    };
+    let mut ticks: Vec<String> = Vec::new();
+    for r in &sel {
+        let k = xkey(r);
+        if !ticks.contains(&k) {
+            ticks.push(k);
+        }
+    }
+    let mut series: Vec<Series> = Vec::new();
+    for r in &sel {
+        let label = if study == "assoc" {
+            r.trace.to_string()
+        } else {
+            format!("{} {}", r.trace, r.r().assoc)
+        };
+        let x = ticks.iter().position(|t| *t == xkey(r)).unwrap_or(0) as f64;
+        let y = r.speedup();
+        if !y.is_finite() {
+            continue;
+        }
+        match series.iter_mut().find(|s| s.label == label) {
+            Some(s) => {
+                s.x.push(x);
+                s.y.push(y);
+            }
+            None => series.push(Series {
+                label,
+                x: vec![x],
+                y: vec![y],
+                ..Default::default()
+            }),
+        }
+    }
+    Figure {
+        title: title.into(),
+        panels: vec![Panel {
+            x_label: x_label.into(),
+            y_label: "speedup over the HDD alone (x)".into(),
+            x_ticks: Some(ticks),
+            series,
+            ..Default::default()
+        }],
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let t0 = Instant::now();
+    if !a.traces.is_dir() {
+        bail!(
+            "traces folder {} not found; run from the repository root (the traces live in ../shared/traces) or pass --traces DIR",
+            a.traces.display()
+        );
+    }
+    let out = &a.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut md = String::new();
+    let mut notes: Vec<String> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut present = 0;
+    for t in TRACES.iter().filter(|t| t.quick || !a.quick) {
+        let p = a.traces.join(t.rel);
+        if !p.exists() {
+            let m = format!(
+                "skipped {} ({}): {} not found",
+                t.name,
+                t.analog,
+                p.display()
+            );
+            eprintln!("reproduce azor: {m}");
+            notes.push(m);
+            continue;
+        }
+        present += 1;
+        let mut rs = study_rows(t.name, a.quick);
+        let ts = Instant::now();
+        eprintln!(
+            "reproduce azor: simulating {} ({} configurations)...",
+            t.name,
+            rs.len()
+        );
+        simulate(&p, fmt(t.format)?, t.block, &mut rs, jobs)
+            .with_context(|| format!("simulating {}", p.display()))?;
+        eprintln!(
+            "reproduce azor: {} done in {:.0} s",
+            t.name,
+            ts.elapsed().as_secs_f64()
+        );
+        rows.extend(rs);
+    }
+    if present == 0 {
+        bail!(
+            "none of the expected traces ({}) is under {}; pass --traces DIR with the shared traces",
+            TRACES
+                .iter()
+                .filter(|t| t.quick || !a.quick)
+                .map(|t| t.rel)
+                .collect::<Vec<_>>()
+                .join(", "),
+            a.traces.display()
+        );
+    }
+    // CSV per study and figures.
+    let studies = [
+        (
+            "assoc",
+            "Associativity (cache 10 % of footprint, write-hdd-upd)",
+            "associativity",
+        ),
+        (
+            "size",
+            "Cache size (write-hdd-upd)",
+            "cache size, % of the 4 KiB footprint",
+        ),
+        (
+            "line",
+            "Cache line size (cache 10 %, write-hdd-upd)",
+            "line size",
+        ),
+        ("write", "Write policy (cache 10 %)", "write policy"),
+        (
+            "2lbs",
+            "2LBS levels (cache 10 %, write-hdd-upd)",
+            "2LBS levels",
+        ),
+    ];
+    for (s, title, xl) in studies {
+        let mut c = String::from(CSV_HEAD);
+        c.push('\n');
+        for r in rows.iter().filter(|r| r.study == s) {
+            c.push_str(&csv_line(r));
+            c.push('\n');
+        }
+        write(&out.join(format!("azor-{s}.csv")), &c)?;
+        figure(&rows, s, title, xl)
+            .save(&out.join(format!("azor-{s}.svg")))
+            .map_err(|e| anyhow::anyhow!("azor-{s}.svg: {e}"))?;
+    }
+    // Metadata footprint table (independent of the traces).
+    let lines = ["4KiB", "8KiB", "16KiB", "32KiB", "64KiB"];
+    let mut meta = String::from("line_size,direct_mb_per_gib,full_mb_per_gib\n");
+    let mut meta_rows = Vec::new();
+    for l in lines {
+        let dm = metadata_per_gib("direct", l)? / 1048576.0;
+        let fa = metadata_per_gib("full", l)? / 1048576.0;
+        let _ = writeln!(meta, "{l},{dm:.4},{fa:.4}");
+        meta_rows.push((l, dm, fa));
+    }
+    write(&out.join("azor-metadata.csv"), &meta)?;
+
+    // Live part.
+    let live = if a.no_live {
+        notes.push("live part skipped (--no-live)".into());
+        None
+    } else {
+        match live::run(&a, out) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                let m = format!("live part not run: {e:#}");
+                eprintln!("reproduce azor: {m}");
+                notes.push(m);
+                None
+            }
+        }
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    report(&mut md, &a, &rows, &meta_rows, live.as_ref(), &notes, secs);
+    write(&out.join("azor.md"), &md)?;
+    print!("{md}");
+    eprintln!(
+        "reproduce azor: wrote {}/azor.md in {secs:.0} s",
+        out.display()
+    );
+    Ok(())
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:+.0} %", x * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+fn find<'a>(rows: &'a [Row], study: &str, trace: &str, f: impl Fn(&Row) -> bool) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|r| r.study == study && r.trace == trace && f(r))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    md: &mut String,
+    a: &Args,
+    rows: &[Row],
+    meta: &[(&str, f64, f64)],
+    live: Option<&live::LiveResults>,
+    notes: &[String],
+    secs: f64,
+) {
+    let traces: Vec<&TraceDef> = TRACES
+        .iter()
+        .filter(|t| rows.iter().any(|r| r.trace == t.name))
+        .collect();
+    let _ = writeln!(
+        md,
+        "# Azor reproduction{}\n",
+        if a.quick { " (--quick)" } else { "" }
+    );
+    let _ = writeln!(
+        md,
+        "Simulated part: the shared traces replayed closed-loop at queue depth 1 through the SSD cache model \
+         (LRU, 4 KiB lines unless varied, cache 10 % of the trace's 4 KiB footprint unless varied, default device profile). \
+         Speedup = mean response time of the HDD alone / with the cache. Traces: {}. Run time {secs:.0} s.\n",
+        traces
+            .iter()
+            .map(|t| format!("{} ({}, stand-in for {})", t.name, t.rel, t.analog))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    // Claims.
+    let _ = writeln!(md, "## Thesis claims beside ours\n");
+    let _ = writeln!(
+        md,
+        "| Thesis claim | Our figure | Agrees? | Why not / note |\n|---|---|---|---|"
+    );
+    let best = |trace: &str| -> f64 {
+        find(rows, "size", trace, |r| r.r().assoc == "full")
+            .iter()
+            .map(|r| r.speedup())
+            .fold(f64::NAN, f64::max)
+    };
+    let claims: [(&str, &str, f64); 4] = [
+        ("TPC-H", "p3", 14.02),
+        ("SPECsfs2008", "msr-hm", 1.63),
+        ("PostMark", "postmark", 1.72),
+        ("Hammerora", "oltp", 1.55),
+    ];
+    for (w, t, x) in claims {
+        let ours = best(t);
+        let (fig, agree, why) = if ours.is_finite() {
+            let ok = (ours - x).abs() / x < 0.3;
+            (
+                format!("{ours:.2}x ({t}, fully associative, best cache size)"),
+                if ok { "yes (within 30 %)" } else { "no" },
+                if ok {
+                    String::new()
+                } else {
+                    format!("a trace of another workload ({t}) under a modelled HDD/SSD, not the thesis's 12-disk RAID-0 and X25-E; the gain depends on how much of the run the cache can absorb")
+                },
+            )
+        } else {
+            (
+                "not run".into(),
+                "-",
+                format!(
+                    "trace {t} absent from this run (quick mode runs postmark and msr-hm only)"
+                ),
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {w}: SSD caching up to {x}x over the HDD | {fig} | {agree} | {why} |"
+        );
+    }
+    // 2LBS.
+    let gains2: [(&str, &str, f64); 4] = [
+        ("TPC-H", "p3", 0.95),
+        ("SPECsfs2008", "msr-hm", 0.16),
+        ("PostMark", "postmark", 0.28),
+        ("Hammerora", "oltp", 0.34),
+    ];
+    for (w, t, x) in gains2 {
+        let mut best = (f64::NAN, String::new());
+        for assoc in ["direct", "full"] {
+            let base = find(rows, "2lbs", t, |r| {
+                r.twolbs == "none" && r.r().assoc == assoc
+            });
+            for r in find(rows, "2lbs", t, |r| {
+                r.twolbs != "none" && r.r().assoc == assoc
+            }) {
+                if let Some(b) = base.first() {
+                    let g = r.speedup() / b.speedup() - 1.0;
+                    if best.0.is_nan() || g > best.0 {
+                        best = (g, format!("{assoc}, {}", r.twolbs));
+                    }
+                }
+            }
+        }
+        let (fig, agree, why) = if best.0.is_finite() {
+            let ok = best.0 > 0.0 && (best.0 - x).abs() <= x.max(0.1);
+            (
+                format!("{} ({t}, {})", pct(best.0), best.1),
+                if ok { "partly" } else { "no" },
+                "the shared traces carry no filesystem metadata class, so level 1 (metadata first) has nothing to prefer; only level 2 (frequency) acts, and only where conflicts evict hot blocks".to_string(),
+            )
+        } else {
+            (
+                "not run".into(),
+                "-",
+                format!("trace {t} absent from this run"),
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {w}: 2LBS adds up to {} | {fig} | {agree} | {why} |",
+            pct(x)
+        );
+    }
+    // Write policy.
+    let mut wins = Vec::new();
+    for t in &traces {
+        for assoc in ["direct", "full"] {
+            let rs = find(rows, "write", t.name, |r| {
+                r.r().assoc == assoc
+                    && r.r().write_policy != "write-back"
+                    && r.r().write_policy != "read-only"
+            });
+            if let Some(b) = rs.iter().max_by(|x, y| x.speedup().total_cmp(&y.speedup())) {
+                // Within 0.5 % of the best counts as a tie, won by write-hdd-upd if it is in it.
+                let upd = rs
+                    .iter()
+                    .find(|r| r.r().write_policy == "write-hdd-upd")
+                    .filter(|u| u.speedup() >= b.speedup() * 0.995);
+                let w = upd.map_or(b.r().write_policy.clone(), |_| "write-hdd-upd".to_string());
+                wins.push(format!("{} {assoc}: {w}", t.name));
+            }
+        }
+    }
+    let upd = wins.iter().filter(|w| w.ends_with("write-hdd-upd")).count();
+    let _ = writeln!(
+        md,
+        "| write-hdd-upd is the best write policy (of the write-through family) | best in {upd} of {}: {} | {} | ties are common: on read-heavy traces the three policies differ only on write hits; write-back (not in Azor) is in the table below |",
+        wins.len(),
+        wins.join("; "),
+        if upd * 2 >= wins.len() && !wins.is_empty() { "yes" } else { "no" }
+    );
+    // Associativity.
+    let mut assoc_best = (f64::NAN, String::new());
+    for t in &traces {
+        let dm = find(rows, "assoc", t.name, |r| r.r().assoc == "direct");
+        let fa = find(rows, "assoc", t.name, |r| r.r().assoc == "full");
+        if let (Some(d), Some(f)) = (dm.first(), fa.first()) {
+            let g = f.speedup() / d.speedup() - 1.0;
+            if assoc_best.0.is_nan() || g.abs() > assoc_best.0.abs() {
+                assoc_best = (g, t.name.to_string());
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "| Associativity changes performance by up to 25 % (FA over DM, SPECsfs2008) | largest FA/DM difference {} ({}) | {} | the thesis's figure is at a cache far smaller than SPECsfs's file set; ours at 10 % of each trace's footprint |",
+        pct(assoc_best.0),
+        assoc_best.1,
+        if assoc_best.0.abs() <= 0.35 && assoc_best.0.abs() >= 0.05 { "yes" } else { "no" }
+    );
+    // Metadata.
+    let (dm4, fa4) = (meta[0].1, meta[0].2);
+    let (dm64, fa64) = (meta[meta.len() - 1].1, meta[meta.len() - 1].2);
+    let _ = writeln!(
+        md,
+        "| Metadata: DM 1.28 MB and FA 6.04 MB per GB of SSD (4.7x) at 4 KiB lines | DM {dm4:.2} MB, FA {fa4:.2} MB per GiB ({:.1}x) | {} | our FA table holds the tag, state bits, LRU links as 32-bit indices and a hash chain; the thesis's DM keeps a 64-bit tag per block |",
+        fa4 / dm4,
+        if (dm4 - 1.28).abs() / 1.28 < 0.5 && (fa4 - 6.04).abs() / 6.04 < 0.5 { "yes (within 50 %)" } else { "no" }
+    );
+    let _ = writeln!(
+        md,
+        "| 64 KiB lines cut metadata by up to 1.90x (DM) and 6.87x (FA) | {:.2}x (DM), {:.2}x (FA) | {} | ours falls almost in proportion to the number of lines (per-line state dominates; the per-4 KiB valid/dirty bits are small); the thesis's 1.90x for DM says most of its metadata stays per 4 KiB block |",
+        dm4 / dm64,
+        fa4 / fa64,
+        if (dm4 / dm64) > 1.0 && (fa4 / fa64) > 1.0 { "in direction" } else { "no" }
+    );
+    let mut degr = 0;
+    let mut total = 0;
+    for t in &traces {
+        for assoc in ["direct", "full"] {
+            let rs = find(rows, "line", t.name, |r| r.r().assoc == assoc);
+            if let (Some(f), Some(l)) = (rs.first(), rs.last()) {
+                total += 1;
+                if l.speedup() < f.speedup() {
+                    degr += 1;
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "| Larger lines always degrade performance | 64 KiB slower than 4 KiB in {degr} of {total} trace/associativity pairs | {} | a trace with sequential runs (PostMark, IOzone) gains from larger lines' prefetch |\n",
+        if degr == total { "yes" } else { "partly" }
+    );
+    // Study tables.
+    let _ = writeln!(md, "## Simulated studies (speedup x / hit ratio %)\n");
+    for (s, title) in [
+        ("assoc", "Associativity, cache 10 %, write-hdd-upd"),
+        (
+            "size",
+            "Cache size (% of the 4 KiB footprint), write-hdd-upd",
+        ),
+        ("line", "Line size, cache 10 %, write-hdd-upd"),
+        ("write", "Write policy, cache 10 %"),
+        ("2lbs", "2LBS levels, cache 10 %, write-hdd-upd"),
+    ] {
+        let _ = writeln!(md, "### {title} (azor-{s}.csv, azor-{s}.svg)\n");
+        let _ = writeln!(
+            md,
+            "| trace | configuration | speedup | hit % | HDD ops |\n|---|---|---|---|---|"
+        );
+        for r in rows.iter().filter(|r| r.study == s) {
+            let x = r.r();
+            let conf = match s {
+                "size" => format!("{} % {}", r.size_pct, x.assoc),
+                "line" => format!("{} KiB {}", x.line_size / 1024, x.assoc),
+                "write" => format!("{} {}", x.write_policy, x.assoc),
+                "2lbs" => format!("2LBS {} {}", r.twolbs, x.assoc),
+                _ => x.assoc.clone(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {conf} | {:.2} | {:.1} | {} |",
+                r.trace,
+                r.speedup(),
+                x.hit_ratio * 100.0,
+                x.hdd_ops
+            );
+        }
+        md.push('\n');
+    }
+    for t in &traces {
+        let full = find(rows, "assoc", t.name, |r| r.r().assoc == "full");
+        for r in find(rows, "assoc", t.name, |r| r.r().assoc.ends_with("-way")) {
+            if let Some(f) = full.first() {
+                if r.r().hdd_ops > 3 * f.r().hdd_ops.max(1) {
+                    let _ = writeln!(
+                        md,
+                        "Finding: on {} the {} cache sends {} HDD requests against {} for the fully associative one at a similar hit ratio: \
+                         the set-associative model issues its misses line by line where the direct-mapped and fully associative ones \
+                         coalesce a request's contiguous misses, so its speedup here understates the associativity.\n",
+                        t.name,
+                        r.r().assoc,
+                        r.r().hdd_ops,
+                        f.r().hdd_ops
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        md,
+        "### Metadata footprint per GiB of cache (azor-metadata.csv)\n"
+    );
+    let _ = writeln!(md, "| line | direct-mapped MB/GiB | fully associative MB/GiB | thesis DM / FA at 4 KiB |\n|---|---|---|---|");
+    for (l, dm, fa) in meta {
+        let _ = writeln!(
+            md,
+            "| {l} | {dm:.3} | {fa:.3} | {} |",
+            if *l == "4KiB" { "1.28 / 6.04" } else { "" }
+        );
+    }
+    md.push('\n');
+    match live {
+        Some(l) => l.markdown(md),
+        None => {
+            let _ = writeln!(md, "## Live part\n\nNot run (see the notes).\n");
+        }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(md, "## Notes\n");
+        for n in notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        md.push('\n');
+    }
+}
