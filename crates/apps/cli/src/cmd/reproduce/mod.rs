@@ -5,12 +5,15 @@ use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
 pub mod flashtier;
+pub mod oodt;
 pub mod tica;
 
 #[derive(Subcommand, Debug)]
 pub enum ReproduceCmd {
     /// FlashTier Tables VI and VII: SSD against SSC against SSC-V.
     Flashtier(flashtier::Args),
+    /// OODT: OODT against frequency-only, Hystor and RAF, simulated and live.
+    Oodt(oodt::Args),
     /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
     Tica(tica::Args),
 }
@@ -46,6 +49,7 @@ pub fn find_traces<'a>(dir: &Path, rels: &[&'a str]) -> Result<Vec<(&'a str, Pat
 pub fn run(c: ReproduceCmd) -> Result<()> {
     match c {
         ReproduceCmd::Flashtier(a) => flashtier::run(a),
+        ReproduceCmd::Oodt(a) => oodt::run(a),
         ReproduceCmd::Tica(a) => tica::run(a),
     }
 }
