@@ -1041,7 +1041,7 @@ The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --
                 fio(&ns, "warm", warmup, size)?;
                 let f = fio(&ns, "nbdkit-cache", runtime, size)?;
                 rows.push((
-                    format!("nbdkit cache filter, {mib} MiB"),
+                    format!("nbdkit cache filter {mib} MiB"),
                     p,
                     f,
                     String::new(),
@@ -1112,7 +1112,7 @@ The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --
         let slow_reads = th(&s1, 1) - th(&s0, 1);
         let share = fast_reads as f64 / (fast_reads + slow_reads).max(1) as f64;
         let info = format!(
-            "migrations {} during warm-up, {} during the run; {:.1} % of reads from the fast tier in the run",
+            "migrations {} during warm-up; {} during the run; {:.1} % of reads from the fast tier in the run",
             n(&s0, "migrations"),
             n(&s1, "migrations") - n(&s0, "migrations"),
             share * 100.0
@@ -1145,7 +1145,8 @@ The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --
         )?;
         writeln!(
             csv,
-            "\"{name}\",{p},{:.1},{:.1},{:.1},{:.4},\"{info}\"",
+            // No field holds a comma: plain CSV.
+            "{name},{p},{:.1},{:.1},{:.1},{:.4},{info}",
             f.iops,
             f.mean_lat_us,
             f.read_p99_us,
