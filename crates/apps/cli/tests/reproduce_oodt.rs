@@ -184,7 +184,7 @@ fn reproduce_oodt_live_tiny() {
             "--live-warmup",
             "1",
             "--live-size-mib",
-            "16",
+            "32",
             "--live-fast",
             "10",
         ])

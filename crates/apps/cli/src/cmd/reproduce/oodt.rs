@@ -1057,7 +1057,8 @@ The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --
     for &p in &fasts {
         let hdd = fresh_hdd(&format!("tier{p}"))?;
         let fast = d.join(format!("tier{p}-fast.img"));
-        let fast_bytes = (size as f64 * p / 100.0) as u64 + (1 << 20);
+        // Room for the volume's metadata (mapping, log) beside the data blocks.
+        let fast_bytes = (size as f64 * p / 100.0) as u64 + (4 << 20);
         let st = Command::new(&exe)
             .args([
                 "format",
