@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 pub mod azor;
 pub mod flashtier;
+pub mod oodt;
 pub mod tica;
 
 #[derive(Subcommand, Debug)]
@@ -14,6 +15,8 @@ pub enum ReproduceCmd {
     Azor(azor::Args),
     /// FlashTier Tables VI and VII: SSD against SSC against SSC-V.
     Flashtier(flashtier::Args),
+    /// OODT: OODT against frequency-only, Hystor and RAF, simulated and live.
+    Oodt(oodt::Args),
     /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
     Tica(tica::Args),
 }
@@ -50,6 +53,7 @@ pub fn run(c: ReproduceCmd) -> Result<()> {
     match c {
         ReproduceCmd::Azor(a) => azor::run(a),
         ReproduceCmd::Flashtier(a) => flashtier::run(a),
+        ReproduceCmd::Oodt(a) => oodt::run(a),
         ReproduceCmd::Tica(a) => tica::run(a),
     }
 }
