@@ -32,22 +32,25 @@ fn ls(codec: &str, extra: &[&str]) -> Vec<&'static str> {
     v
 }
 
-/// Compressible bytes (about 3:1 with lz4): words from a small vocabulary
-/// with a unique stamp every 64 bytes, so no two blocks are alike.
+/// Compressible bytes (about 4:1 with lz4): lines from a small set of
+/// 64-byte lines with a unique stamp every 512 bytes, so no two blocks are
+/// alike.
 fn text(len: usize, seed: u64) -> Vec<u8> {
-    let words: [&[u8]; 8] = [
-        b"select ", b"from ", b"where ", b"cache ", b"block ", b"index ", b"table ", b"join ",
-    ];
-    let mut v = Vec::with_capacity(len + 64);
+    let lines: Vec<Vec<u8>> = (0..8)
+        .map(|i| {
+            format!("{i}: select id, name from cache_blocks where segment = {i};\n").into_bytes()
+        })
+        .collect();
+    let mut v = Vec::with_capacity(len + 128);
     let mut x = seed | 1;
     while v.len() < len {
-        if v.len() % 64 < 8 {
-            v.extend_from_slice(format!("{:08x}", (v.len() as u64) ^ seed).as_bytes());
+        if v.len() % 512 < 64 {
+            v.extend_from_slice(format!("{:016x}", (v.len() as u64) ^ seed).as_bytes());
         }
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        v.extend_from_slice(words[(x % 8) as usize]);
+        v.extend_from_slice(&lines[(x % 8) as usize]);
     }
     v.truncate(len);
     v
