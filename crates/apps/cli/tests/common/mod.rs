@@ -280,6 +280,12 @@ fn fnv1a(data: &[u8]) -> u64 {
     h
 }
 
+/// Set (once, by a test binary) to make [`make_block`]'s fill compressible
+/// for even blocks (each random word repeated four times): the compressed
+/// cache then stores both compressed and raw records.
+pub static COMPRESSIBLE_BLOCKS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// The content of `block` at `version`: magic, block number, version, a
 /// fill derived from both, and a checksum of everything before it.
 pub fn make_block(block: u64, version: u64) -> Vec<u8> {
@@ -288,8 +294,20 @@ pub fn make_block(block: u64, version: u64) -> Vec<u8> {
     v.extend_from_slice(&block.to_le_bytes());
     v.extend_from_slice(&version.to_le_bytes());
     let mut r = Rng(block.wrapping_mul(0x1000_0001) ^ version.rotate_left(32));
+    let repeat = if block.is_multiple_of(2)
+        && COMPRESSIBLE_BLOCKS.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        4
+    } else {
+        1
+    };
     while v.len() < BLOCK - 8 {
-        v.extend_from_slice(&r.next().to_le_bytes());
+        let w = r.next().to_le_bytes();
+        for _ in 0..repeat {
+            if v.len() < BLOCK - 8 {
+                v.extend_from_slice(&w);
+            }
+        }
     }
     let c = fnv1a(&v);
     v.extend_from_slice(&c.to_le_bytes());

@@ -15,11 +15,17 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 
+use crate::compress::Codec;
 use crate::segment::{Geometry, BLOCK};
 
 /// First 8 bytes of a log-structured cache's superblock.
 pub const MAGIC: &[u8; 8] = b"TCLOGSEG";
 const VERSION: u32 = 1;
+/// The version of a compressed layout (`--compress`): it records the codec;
+/// a binary that predates it refuses the device (no valid superblock).
+const VERSION_COMPRESSED: u32 = 2;
+/// Where a compressed layout's superblock keeps its codec and level.
+const CODEC_AT: usize = 4080;
 
 /// How client writes reach the backing device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,12 +77,14 @@ pub struct Superblock {
     pub seg_off: u64,
     pub backing_size: u64,
     pub backing_path: String,
+    /// How blocks are stored: raw slots, or compressed records.
+    pub compress: Codec,
 }
 
 impl Superblock {
     /// Segment geometry.
     pub fn geometry(&self) -> Geometry {
-        Geometry::new(self.seg_bytes).expect("validated at decode")
+        geometry(self.seg_bytes, self.compress).expect("validated at decode")
     }
     /// Data slots of the whole cache.
     pub fn slots(&self) -> u64 {
@@ -91,7 +99,12 @@ impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(4096);
         b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        let version = if self.compress.is_on() {
+            VERSION_COMPRESSED
+        } else {
+            VERSION
+        };
+        b.extend_from_slice(&version.to_le_bytes());
         b.extend_from_slice(&self.generation.to_le_bytes());
         b.push(self.clean as u8);
         b.push(match self.write_policy {
@@ -116,6 +129,10 @@ impl Superblock {
         b.extend_from_slice(&(p.len() as u16).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(4096, 0);
+        if self.compress.is_on() {
+            b[CODEC_AT] = self.compress.id();
+            b[CODEC_AT + 1..CODEC_AT + 5].copy_from_slice(&self.compress.level().to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b[..4092]);
         b[4092..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -129,9 +146,15 @@ impl Superblock {
         {
             return None;
         }
-        if u32::from_le_bytes(b[8..12].try_into().ok()?) != VERSION {
-            return None;
-        }
+        let compress = match u32::from_le_bytes(b[8..12].try_into().ok()?) {
+            VERSION => Codec::Off,
+            VERSION_COMPRESSED => Codec::from_id(
+                b[CODEC_AT],
+                i32::from_le_bytes(b[CODEC_AT + 1..CODEC_AT + 5].try_into().ok()?),
+            )
+            .filter(Codec::is_on)?,
+            _ => return None,
+        };
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let generation = u64_at(12);
         let clean = b[20] != 0;
@@ -142,7 +165,7 @@ impl Superblock {
         };
         let v: Vec<u64> = (0..10).map(|i| u64_at(22 + 8 * i)).collect();
         let plen = u16::from_le_bytes(b[102..104].try_into().ok()?) as usize;
-        if 104 + plen > 4092 {
+        if 104 + plen > CODEC_AT {
             return None;
         }
         let backing_path = String::from_utf8(b[104..104 + plen].to_vec()).ok()?;
@@ -160,8 +183,9 @@ impl Superblock {
             seg_off: v[8],
             backing_size: v[9],
             backing_path,
+            compress,
         };
-        Geometry::new(sb.seg_bytes).ok()?;
+        geometry(sb.seg_bytes, compress).ok()?;
         Some(sb)
     }
 
@@ -246,6 +270,15 @@ impl Superblock {
     }
 }
 
+/// The segment geometry of a layout with segments of `seg_bytes` and codec `c`.
+pub fn geometry(seg_bytes: u64, c: Codec) -> Result<Geometry, String> {
+    if c.is_on() {
+        Geometry::compressed(seg_bytes)
+    } else {
+        Geometry::new(seg_bytes)
+    }
+}
+
 /// Whether `path` holds a log-structured cache.
 pub fn detect(path: &Path) -> bool {
     let Ok(f) = FileDev::open(path, FileDevOptions::default()) else {
@@ -267,11 +300,18 @@ pub struct FormatOptions {
     pub seg_bytes: u64,
     /// Overwrite an existing cache or filesystem.
     pub force: bool,
+    /// Compress cached blocks (the compressed variant, superblock version 2).
+    pub compress: Codec,
 }
 
 /// Place journal, checkpoints and segments on a device of `len` bytes.
 pub fn plan(len: u64, seg_bytes: u64) -> Result<Superblock> {
-    let g = Geometry::new(seg_bytes).map_err(anyhow::Error::msg)?;
+    plan_with(len, seg_bytes, Codec::Off)
+}
+
+/// [`plan`] for a layout storing blocks with codec `compress`.
+pub fn plan_with(len: u64, seg_bytes: u64, compress: Codec) -> Result<Superblock> {
+    let g = geometry(seg_bytes, compress).map_err(anyhow::Error::msg)?;
     let journal_off = 8192u64;
     let guess = (len / seg_bytes) as u32;
     let journal_records = (guess / 4).clamp(16, 512);
@@ -307,6 +347,7 @@ pub fn plan(len: u64, seg_bytes: u64) -> Result<Superblock> {
         seg_off,
         backing_size: 0,
         backing_path: String::new(),
+        compress,
     })
 }
 
@@ -383,7 +424,7 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
             );
         }
     }
-    let mut sb = plan(dev.len(), o.seg_bytes)?;
+    let mut sb = plan_with(dev.len(), o.seg_bytes, o.compress)?;
     sb.write_policy = o.write_policy;
     sb.dirty_target = o.dirty_target;
     sb.backing_size = backing_size;
@@ -437,5 +478,30 @@ mod tests {
         let mut bad = b.clone();
         bad[200] = 1;
         assert_eq!(Superblock::decode(&bad), None);
+    }
+
+    #[test]
+    fn compressed_superblock_round_trip_and_versions() {
+        let plain = plan(64 << 20, 1 << 20).unwrap();
+        let mut sb = plan_with(64 << 20, 1 << 20, Codec::Zstd(5)).unwrap();
+        sb.backing_path = "/tmp/x".into();
+        sb.backing_size = 1 << 30;
+        assert_eq!(sb.slots(), 4 * sb.nsegs as u64 * 252);
+        assert!(sb.slots() > 3 * plain.slots());
+        let b = sb.encode();
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+        assert_eq!(Superblock::decode(&b), Some(sb.clone()));
+        // A plain layout keeps version 1 (older binaries still open it).
+        let mut p = plain.clone();
+        p.backing_size = 1 << 30;
+        assert_eq!(u32::from_le_bytes(p.encode()[8..12].try_into().unwrap()), 1);
+        // An unknown codec or version is no superblock.
+        for (at, v) in [(CODEC_AT, 7u8), (8, 3u8)] {
+            let mut bad = b.clone();
+            bad[at] = v;
+            let crc = crc32c::crc32c(&bad[..4092]);
+            bad[4092..].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(Superblock::decode(&bad), None);
+        }
     }
 }

@@ -16,6 +16,8 @@
 //! - [`cache`]: requests, appends, segment cleaning with silent eviction of
 //!   clean blocks, write-back cleaning at a dirty target, FLUSH and FUA,
 //!   device failures.
+//! - [`compress`]: the compressed variant's records (`--compress lz4|zstd`):
+//!   blocks packed as variable-size records with a checksum.
 //! - [`recovery`]: open after a clean shutdown or a crash.
 //! - [`design`]: the store as a design of the live runtime (`tiercache-runtime`
 //!   serves it: NBD export, control socket, lifecycle).
@@ -28,6 +30,7 @@
 pub mod cache;
 pub mod checkpoint;
 pub mod cleaning;
+pub mod compress;
 pub mod design;
 pub mod layout;
 /// The unified sparse map: the FlashTier policy crate's.
@@ -38,6 +41,7 @@ pub mod segment;
 
 pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
 pub use cleaning::VictimPolicy;
+pub use compress::Codec;
 pub use design::LogStructured;
 pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
 pub use recovery::{check, open, open_with_devices, CheckReport, OpenOptions};

@@ -31,7 +31,7 @@ use crate::checkpoint::{read_journal, Checkpoint, NONE};
 use crate::cleaning::{SegInfo, SegState};
 use crate::layout::Superblock;
 use crate::map::{Entry, SparseMap};
-use crate::segment::{decode_entry, Summary, BLOCK};
+use crate::segment::{Summary, BLOCK};
 
 /// Where the cache is.
 #[derive(Clone, Debug, Default)]
@@ -94,6 +94,9 @@ pub fn open_with_devices(
     // Older copies that replayed entries supersede stay in the log: the
     // first segment opened checkpoints before one of them can be reused.
     st.ckpt_before_reuse = r.superseded;
+    if !r.loc.is_empty() {
+        st.loc = r.loc;
+    }
     let lc = LogCache::new(
         Arc::clone(&cache),
         backing,
@@ -117,6 +120,8 @@ pub(crate) struct Rebuilt {
     /// the next recovery replays again, before it).
     pub(crate) superseded: bool,
     pub(crate) info: RecoveryInfo,
+    /// Compressed layout: per slot its record's place (see `cache::Ext::loc`).
+    pub(crate) loc: Vec<u32>,
 }
 
 /// Rebuild the map from the newest checkpoint and the summaries written after it (read only).
@@ -173,7 +178,7 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
         };
         info.replayed_segments += (s.entries.len() > from) as u64;
         for (k, &e) in s.entries.iter().enumerate().skip(from) {
-            let Some((lba, dirty)) = decode_entry(e) else {
+            let Some((lba, dirty, _)) = geo.decode(e) else {
                 continue;
             };
             info.replayed_entries += 1;
@@ -187,6 +192,11 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
             superseded |= old.is_some();
         }
     }
+    let loc = if geo.is_compressed() {
+        record_places(cache, sb, &seqs, &mut map, &mut info)?
+    } else {
+        Vec::new()
+    };
     let segs = segment_table(&seqs, &map, d);
     info.mapped_blocks = map.len() as u64;
     info.dirty_blocks = map.dirty() as u64;
@@ -198,7 +208,64 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
         journal_len: journal.len() as u32,
         superseded,
         info,
+        loc,
     })
+}
+
+/// Compressed layout: each mapped slot's record place (`first unit << 4 |
+/// units`), from the summaries of the segments the map points into (records
+/// are packed in slot order). A mapped slot its segment's summary does not
+/// name with the same block is dropped if clean, an error if dirty.
+fn record_places(
+    cache: &dyn BlockDev,
+    sb: &Superblock,
+    seqs: &[u64],
+    map: &mut SparseMap,
+    info: &mut RecoveryInfo,
+) -> Result<Vec<u32>> {
+    let geo = sb.geometry();
+    let d = geo.data_blocks();
+    let mut loc = vec![0u32; sb.slots() as usize];
+    let mut known = vec![false; sb.slots() as usize];
+    let mut segs: Vec<u32> = map.iter().map(|(_, e)| e.slot / d).collect();
+    segs.sort_unstable();
+    segs.dedup();
+    let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
+    for seg in segs {
+        cache
+            .read_at(&mut head, sb.seg_off + seg as u64 * sb.seg_bytes)
+            .with_context(|| format!("reading the summary of segment {seg}"))?;
+        let Some(s) = Summary::pick(&head, seg, &geo).filter(|s| s.seq == seqs[seg as usize])
+        else {
+            continue;
+        };
+        let mut unit = 0u32;
+        for (k, &e) in s.entries.iter().enumerate() {
+            let Some((_, _, units)) = geo.decode(e) else {
+                break; // burnt: nothing after it has a known place
+            };
+            if unit + units > geo.data_units() {
+                break;
+            }
+            let slot = seg * d + k as u32;
+            loc[slot as usize] = unit << 4 | units;
+            known[slot as usize] = true;
+            unit += units;
+        }
+    }
+    let bad: Vec<(u64, bool)> = map
+        .iter()
+        .filter(|(_, e)| !known[e.slot as usize])
+        .map(|(l, e)| (l, e.dirty))
+        .collect();
+    for (lba, dirty) in bad {
+        if dirty {
+            bail!("corrupt metadata: dirty block {lba} is mapped to a record no summary places");
+        }
+        map.remove(lba);
+        info.dropped_clean += 1;
+    }
+    Ok(loc)
 }
 
 /// The map the checkpoint describes; after an unclean shutdown without its
@@ -328,8 +395,8 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             continue;
         };
         for (k, lba) in entries {
-            match s.entries.get(k as usize).and_then(|&e| decode_entry(e)) {
-                Some((l, _)) if l == lba => {}
+            match s.entries.get(k as usize).and_then(|&e| geo.decode(e)) {
+                Some((l, _, _)) if l == lba => {}
                 other => rep.problems.push(format!(
                     "block {lba} is mapped to segment {seg} slot {k}, whose summary says {other:?}"
                 )),

@@ -15,6 +15,7 @@ pub const BLOCK: u64 = 4096;
 /// A summary entry of a slot that holds nothing (a write that failed).
 pub const EMPTY: u64 = u64::MAX;
 
+use crate::compress::{RAW_UNITS, SLOT_RATIO};
 use tiercache_flash::logstore;
 
 const MAGIC: &[u8; 4] = b"LSSM";
@@ -27,6 +28,9 @@ pub struct Geometry {
     pub seg_blocks: u32,
     /// Blocks of one summary copy.
     pub summary_blocks: u32,
+    /// Slots per 4 KiB block of data area: 1, or
+    /// [`crate::compress::SLOT_RATIO`] in a compressed layout.
+    pub ratio: u32,
 }
 
 impl Geometry {
@@ -39,11 +43,60 @@ impl Geometry {
         Ok(Geometry {
             seg_blocks,
             summary_blocks,
+            ratio: 1,
         })
     }
-    /// Data blocks (slots) per segment.
+    /// The geometry of a compressed layout's segments: [`SLOT_RATIO`] slots
+    /// per 4 KiB of data area, summaries sized for all of them.
+    pub fn compressed(seg_bytes: u64) -> Result<Geometry, String> {
+        let plain = Geometry::new(seg_bytes)?;
+        let mut summary_blocks = plain.summary_blocks;
+        while HEADER as u64 + 8 * SLOT_RATIO as u64 * (plain.seg_blocks - 2 * summary_blocks) as u64
+            > summary_blocks as u64 * BLOCK
+        {
+            summary_blocks += 1;
+        }
+        Ok(Geometry {
+            seg_blocks: plain.seg_blocks,
+            summary_blocks,
+            ratio: SLOT_RATIO,
+        })
+    }
+    /// Whether records are compressed (variable size).
+    pub fn is_compressed(&self) -> bool {
+        self.ratio > 1
+    }
+    /// Slots per segment (blocks it can map).
     pub fn data_blocks(&self) -> u32 {
+        self.phys_blocks() * self.ratio
+    }
+    /// 4 KiB blocks of data area per segment.
+    pub fn phys_blocks(&self) -> u32 {
         self.seg_blocks - 2 * self.summary_blocks
+    }
+    /// Units of 512 bytes of data area per segment (compressed layout).
+    pub fn data_units(&self) -> u32 {
+        self.phys_blocks() * RAW_UNITS
+    }
+    /// A summary entry for `lba` held in a record of `units` units (the
+    /// unit count is only recorded in a compressed layout).
+    pub fn entry(&self, lba: u64, dirty: bool, units: u32) -> u64 {
+        if self.is_compressed() {
+            debug_assert!((1..=RAW_UNITS).contains(&units));
+            (lba << 4) | ((units as u64 - 1) << 1) | dirty as u64
+        } else {
+            entry(lba, dirty)
+        }
+    }
+    /// Block, dirty flag and unit count of a summary entry (`None` for [`EMPTY`]).
+    pub fn decode(&self, e: u64) -> Option<(u64, bool, u32)> {
+        if e == EMPTY {
+            None
+        } else if self.is_compressed() {
+            Some((e >> 4, e & 1 != 0, ((e >> 1) & 7) as u32 + 1))
+        } else {
+            Some((e >> 1, e & 1 != 0, RAW_UNITS))
+        }
     }
     /// Bytes of a segment.
     pub fn seg_bytes(&self) -> u64 {
@@ -160,6 +213,17 @@ mod tests {
         assert_eq!(g.summary_blocks, 3);
         assert!(HEADER + 8 * g.data_blocks() as usize <= 3 * 4096);
         assert!(Geometry::new(1000).is_err());
+        let c = Geometry::compressed(1 << 20).unwrap();
+        assert_eq!((c.summary_blocks, c.data_blocks()), (2, 4 * 252));
+        assert!(HEADER + 8 * c.data_blocks() as usize <= 2 * 4096);
+        let c = Geometry::compressed(64 << 10).unwrap();
+        assert!(HEADER + 8 * c.data_blocks() as usize <= c.summary_blocks as usize * 4096);
+        assert_eq!(
+            c.decode(c.entry(1 << 40, true, 3)),
+            Some((1 << 40, true, 3))
+        );
+        assert_eq!(c.decode(c.entry(5, false, 8)), Some((5, false, 8)));
+        assert_eq!(g.decode(g.entry(5, true, 8)), Some((5, true, 8)));
         assert!(Geometry::new(4096).is_err());
     }
 

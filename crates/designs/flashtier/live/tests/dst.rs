@@ -46,6 +46,7 @@ fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
         dirty_target: 0.5,
         seg_bytes: SEG,
         force: false,
+        compress: Default::default(),
     })
     .unwrap();
     (std::fs::read(dir.path().join("cache")).unwrap(), backing)

@@ -100,6 +100,7 @@ fn setup(
         dirty_target: 0.3,
         seg_bytes: seg,
         force: false,
+        compress: Default::default(),
     })
     .unwrap();
     (cache, backing)
@@ -512,6 +513,7 @@ fn bad_input_is_refused() {
         dirty_target: 0.3,
         seg_bytes: 64 << 10,
         force: false,
+        compress: Default::default(),
     };
     let e = format(&again).unwrap_err().to_string();
     assert!(e.contains("already holds"), "{e}");

@@ -117,6 +117,21 @@ pub trait LogIo: Sized {
         data: &[u8],
         dirty: bool,
     ) -> Result<bool, Self::Error>;
+    /// How many of the first `n` blocks `lbas` (bytes in `data`) fit the
+    /// open segment's data area, which has at least `n` free slots. A driver
+    /// that stores variable-size records (a compressed layout) can fill the
+    /// area before the slots run out: it returns 0 only after [`Log::burn`]ing
+    /// the open segment's remaining slots, so that the next append rolls.
+    /// Default: all `n`.
+    fn fits(
+        _log: &mut Log<Self>,
+        _ctx: &Self::Ctx,
+        _lbas: &[u64],
+        _data: &[u8],
+        n: usize,
+    ) -> usize {
+        n
+    }
     /// The live blocks of sealed segment `seg` as `(block, slot)` in slot
     /// order ([`Log::live_by_scan`] does it from the map).
     fn live_blocks(log: &mut Log<Self>, ctx: &Self::Ctx, seg: u32) -> Vec<(u64, u32)>;
@@ -408,6 +423,17 @@ impl<X: LogIo> Log<X> {
                 }
             }
             let n = self.room().min(lbas.len() - done);
+            let n = X::fits(
+                self,
+                ctx,
+                &lbas[done..done + n],
+                blocks_of(data, done, done + n),
+                n,
+            );
+            if n == 0 {
+                debug_assert_eq!(self.room(), 0, "fits returned 0 without burning");
+                continue;
+            }
             if !X::append_open(
                 self,
                 ctx,

@@ -171,6 +171,11 @@ pub struct LsFormatArgs {
     /// Log-structured layout: segment size (erase-block sized), 64KiB to 64MiB.
     #[arg(long, default_value = "1MiB")]
     pub segment_size: String,
+    /// Log-structured layout: compress cached blocks (lz4, zstd, zstd:LEVEL
+    /// or off): variable-size records with a checksum, up to 4 times more
+    /// blocks in the same device when the data compresses.
+    #[arg(long, default_value = "off")]
+    pub compress: String,
 }
 /// `tiercache serve`: export a cache over NBD.
 #[derive(Args, Debug)]

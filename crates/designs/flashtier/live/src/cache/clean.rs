@@ -6,7 +6,7 @@ use super::LogCache;
 use super::{err, evicted, set_shadows, shadows, CacheError, Ext, Res, State};
 use crate::checkpoint::{Checkpoint, NONE};
 use crate::map::Entry;
-use crate::segment::{decode_entry, Summary, BLOCK};
+use crate::segment::{Summary, BLOCK};
 use tiercache_flash::logstore::LogIo;
 
 /// The live store drives the policy's [`tiercache_flash::logstore::Log`]:
@@ -34,6 +34,10 @@ impl LogIo for Ext {
         c.append_into_open(st, lbas, data, dirty)
     }
 
+    fn fits(st: &mut State, c: &LogCache, lbas: &[u64], data: &[u8], n: usize) -> usize {
+        c.fits(st, lbas, data, n)
+    }
+
     fn live_blocks(st: &mut State, c: &LogCache, seg: u32) -> Vec<(u64, u32)> {
         c.live_blocks(st, seg)
     }
@@ -41,6 +45,11 @@ impl LogIo for Ext {
     fn read_slots(st: &mut State, c: &LogCache, blocks: &[(u64, u32)]) -> Res<Vec<u8>> {
         let mut data = vec![0u8; blocks.len() * BLOCK as usize];
         for (i, &(lba, slot)) in blocks.iter().enumerate() {
+            if c.geo.is_compressed() {
+                let out = &mut data[i * BLOCK as usize..(i + 1) * BLOCK as usize];
+                c.read_decoded(st, lba, slot, out)?;
+                continue;
+            }
             let off = c.slot_offset(st, slot);
             if let Err(e) = c
                 .cache
@@ -114,7 +123,7 @@ impl LogCache {
             .iter()
             .enumerate()
             .filter_map(|(k, &e)| {
-                let (lba, _) = decode_entry(e)?;
+                let (lba, _, _) = self.geo.decode(e)?;
                 let slot = v * self.data_blocks + k as u32;
                 (st.map.get(lba)?.slot == slot).then_some((lba, slot))
             })
@@ -146,6 +155,25 @@ impl LogCache {
                 n += 1;
             }
             let mut buf = vec![0u8; n * BLOCK as usize];
+            if self.geo.is_compressed() {
+                // One record per block; consecutive blocks, one backing write.
+                let mut n = 1;
+                while i + n < lbas.len() && lbas[i + n] == lbas[i] + n as u64 && n < 256 {
+                    n += 1;
+                }
+                let mut buf = vec![0u8; n * BLOCK as usize];
+                for (j, b) in buf.chunks_exact_mut(BLOCK as usize).enumerate() {
+                    let lba = lbas[i + j];
+                    let slot = st.map.get(lba).expect("dirty block is mapped").slot;
+                    self.read_decoded(st, lba, slot, b)?;
+                }
+                if let Err(e) = self.backing.write_at(&buf, lbas[i] * BLOCK) {
+                    return Err(self.backing_error(st, "writing back", e));
+                }
+                st.backing_dirty = true;
+                i += n;
+                continue;
+            }
             if let Err(e) = self
                 .cache
                 .read_at(&mut buf, self.slot_offset(st, first.slot))
@@ -177,7 +205,9 @@ impl LogCache {
         let limit = if st.degraded.is_some() {
             0
         } else {
-            State::dirty_limit(st.sb.dirty_target, st.sb.slots())
+            // Compressed layout: the target is a share of the data area
+            // (dirty blocks that do not compress fill it at one per block).
+            State::dirty_limit(st.sb.dirty_target, st.sb.slots() / self.geo.ratio as u64)
         };
         st.clean_to(self, limit)
     }
@@ -228,5 +258,31 @@ impl LogCache {
         st.ckpt_before_reuse = false;
         st.stats.checkpoints += 1;
         Ok(())
+    }
+}
+
+impl LogCache {
+    /// Compressed layout: read and decode the record of `lba` in `slot`
+    /// into `out` (under the lock: cleaning and write-back). A record that
+    /// fails its checksum is an error.
+    pub(super) fn read_decoded(
+        &self,
+        st: &mut State,
+        lba: u64,
+        slot: u32,
+        out: &mut [u8],
+    ) -> Res<()> {
+        let units = self.slot_units(st, slot);
+        let rec = match self.read_record(st, slot) {
+            Ok(r) => r,
+            Err(e) => {
+                self.cache_error(st, "reading a cached record", &e);
+                return Err(err(format!("cache device: reading block {lba}: {e}")));
+            }
+        };
+        crate::compress::decode(&rec, units, lba, out).map_err(|e| {
+            st.stats.checksum_errors += 1;
+            err(format!("cache device: {e}"))
+        })
     }
 }

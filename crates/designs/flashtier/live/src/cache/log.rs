@@ -4,6 +4,7 @@
 use super::LogCache;
 use super::{err, set_shadows, OpenSeg, Res, State};
 use crate::checkpoint::JournalRecord;
+use crate::compress::{self, Record, UNIT};
 use crate::segment::{entry, Summary, BLOCK, EMPTY};
 
 impl LogCache {
@@ -128,6 +129,7 @@ impl LogCache {
             entries: Vec::new(),
             version: 1,
             durable: 0,
+            units: 0,
         });
         Ok(())
     }
@@ -161,6 +163,9 @@ impl LogCache {
             st.used as usize,
             "summary and policy disagree"
         );
+        if self.geo.is_compressed() {
+            return self.append_records(st, lbas, data, dirty);
+        }
         let slot0 = o.seg * self.data_blocks + o.entries.len() as u32;
         let off = self.slot_offset(st, slot0);
         if let Err(e) = self.cache.write_at(data, off) {
@@ -187,6 +192,101 @@ impl LogCache {
                 .entries
                 .push(entry(lba, dirty));
         }
+        Ok(true)
+    }
+}
+
+impl LogCache {
+    /// The records of `lbas` (bytes in `data`): those `fits` staged for
+    /// this address, else encoded now.
+    fn records(&self, st: &mut State, lbas: &[u64], data: &[u8]) -> Vec<Record> {
+        if let Some((at, recs)) = st.staged.take() {
+            if at == data.as_ptr() as usize && recs.len() >= lbas.len() {
+                return recs.into_iter().take(lbas.len()).collect();
+            }
+        }
+        lbas.iter()
+            .zip(data.chunks_exact(BLOCK as usize))
+            .map(|(&lba, b)| compress::encode(self.codec, lba, b))
+            .collect()
+    }
+
+    /// Compressed layout: how many of the first `n` blocks fit the open
+    /// segment's data area (see `LogIo::fits`); when none does, its
+    /// remaining slots are burnt so that the next append rolls.
+    pub(super) fn fits(&self, st: &mut State, lbas: &[u64], data: &[u8], n: usize) -> usize {
+        if !self.geo.is_compressed() || data.is_empty() {
+            return n;
+        }
+        let recs = self.records(st, &lbas[..n], &data[..n * BLOCK as usize]);
+        let Some(o) = st.open_seg.as_ref() else {
+            return n;
+        };
+        let mut free = self.geo.data_units() - o.units;
+        let mut k = 0;
+        while k < n && recs[k].units <= free {
+            free -= recs[k].units;
+            k += 1;
+        }
+        if k == 0 {
+            self.burn_open(st);
+        } else {
+            st.staged = Some((data.as_ptr() as usize, recs));
+        }
+        k
+    }
+
+    /// Give up the open segment's remaining slots (entries EMPTY).
+    fn burn_open(&self, st: &mut State) {
+        let room = st.room();
+        st.open_seg
+            .as_mut()
+            .expect("open")
+            .entries
+            .extend(std::iter::repeat_n(EMPTY, room));
+        st.burn(room);
+    }
+
+    /// Compressed layout: append `lbas` as records packed after the open
+    /// segment's last one. `Ok(false)` when they do not all fit (nothing
+    /// written: segment cleaning then writes moved blocks back) or the
+    /// write failed (the segment's remaining slots are burnt: no record
+    /// may follow one whose place is unknown).
+    fn append_records(&self, st: &mut State, lbas: &[u64], data: &[u8], dirty: bool) -> Res<bool> {
+        let recs = self.records(st, lbas, data);
+        let o = st.open_seg.as_ref().expect("open segment");
+        let (seg, unit0) = (o.seg, o.units);
+        let total: u32 = recs.iter().map(|r| r.units).sum();
+        if total > self.geo.data_units() - unit0 {
+            return Ok(false);
+        }
+        let mut buf = Vec::with_capacity(total as usize * UNIT);
+        for r in &recs {
+            buf.extend_from_slice(&r.bytes);
+        }
+        let off = self.seg_offset(st, seg) + self.geo.data_offset(0) + unit0 as u64 * UNIT as u64;
+        if let Err(e) = self.cache.write_at(&buf, off) {
+            self.burn_open(st);
+            self.cache_error(st, "appending to a segment", &e);
+            return Ok(false);
+        }
+        let placed = st.place(lbas, dirty).map_err(err)?;
+        let mut unit = unit0;
+        for ((&lba, (slot, old)), r) in lbas.iter().zip(placed).zip(&recs) {
+            set_shadows(st, slot, old.is_some());
+            st.loc[slot as usize] = unit << 4 | r.units;
+            unit += r.units;
+            if r.is_raw() {
+                st.stats.stored_raw += 1;
+            } else {
+                st.stats.stored_compressed += 1;
+                st.stats.stored_compressed_bytes += r.units as u64 * UNIT as u64;
+            }
+            let e = self.geo.entry(lba, dirty, r.units);
+            let o = st.open_seg.as_mut().expect("open");
+            o.entries.push(e);
+        }
+        st.open_seg.as_mut().expect("open").units = unit;
         Ok(true)
     }
 }

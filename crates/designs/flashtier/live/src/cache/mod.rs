@@ -39,6 +39,7 @@ use std::time::Duration;
 use tiercache_io::BlockDev;
 
 use crate::cleaning::{SegInfo, VictimPolicy};
+use crate::compress::{Codec, RAW_UNITS, UNIT};
 use crate::layout::{Superblock, WritePolicy};
 use crate::map::{Entry, SparseMap};
 use crate::segment::Geometry;
@@ -112,6 +113,13 @@ pub struct Counters {
     pub bypassed: u64,
     pub cache_errors: u64,
     pub backing_errors: u64,
+    /// Compressed layout: blocks appended as compressed records, and their bytes on the device.
+    pub stored_compressed: u64,
+    pub stored_compressed_bytes: u64,
+    /// Compressed layout: blocks appended raw (they did not compress).
+    pub stored_raw: u64,
+    /// Compressed layout: records whose checksum or decompression failed on read.
+    pub checksum_errors: u64,
 }
 
 /// How many blocks the cache holds ([`LogCache::occupancy`]).
@@ -143,6 +151,8 @@ struct OpenSeg {
     version: u64,
     /// Entries covered by a durable summary.
     durable: usize,
+    /// Compressed layout: units of the data area used so far.
+    units: u32,
 }
 
 /// Mutable state, under the cache's lock: the FlashTier policy crate's
@@ -180,6 +190,12 @@ pub(crate) struct Ext {
     closed: bool,
     /// The counters the policy does not keep (metadata, errors).
     pub(crate) stats: Counters,
+    /// Compressed layout: per slot, its record's place in its segment's
+    /// data area, `first unit << 4 | units` (valid while the slot is mapped).
+    pub(crate) loc: Vec<u32>,
+    /// Compressed layout: records encoded by `fits` for the blocks at this
+    /// address, taken by the append that follows.
+    staged: Option<(usize, Vec<crate::compress::Record>)>,
 }
 
 /// The state of a store opened over `map` and `segs`.
@@ -191,6 +207,11 @@ pub(crate) fn new_state(
     epoch: u64,
 ) -> State {
     let shadows = vec![0; (sb.slots() as usize).div_ceil(64)];
+    let loc = if sb.compress.is_on() {
+        vec![0; sb.slots() as usize]
+    } else {
+        Vec::new()
+    };
     let data_blocks = sb.geometry().data_blocks();
     Log::new(
         map,
@@ -209,6 +230,8 @@ pub(crate) fn new_state(
             degraded: None,
             closed: false,
             stats: Counters::default(),
+            loc,
+            staged: None,
         },
     )
 }
@@ -237,6 +260,7 @@ pub struct LogCache {
     backing_path: PathBuf,
     size: u64,
     policy: WritePolicy,
+    codec: Codec,
     st: Mutex<State>,
     recovery: RecoveryInfo,
 }
@@ -255,6 +279,7 @@ impl LogCache {
             data_blocks: geo.data_blocks(),
             size: st.sb.backing_size,
             policy: st.sb.write_policy,
+            codec: st.sb.compress,
             cache,
             backing,
             backing_path: backing_path.to_path_buf(),
@@ -313,7 +338,33 @@ impl LogCache {
 
     fn slot_offset(&self, st: &State, slot: u32) -> u64 {
         let (seg, k) = (slot / self.data_blocks, slot % self.data_blocks);
+        if self.geo.is_compressed() {
+            let unit = (st.loc[slot as usize] >> 4) as u64;
+            return st.sb.seg_off
+                + seg as u64 * st.sb.seg_bytes
+                + self.geo.data_offset(0)
+                + unit * UNIT as u64;
+        }
         st.sb.seg_off + seg as u64 * st.sb.seg_bytes + self.geo.data_offset(k)
+    }
+    /// Units of the record in `slot` (a whole block in a plain layout).
+    fn slot_units(&self, st: &State, slot: u32) -> u32 {
+        if self.geo.is_compressed() {
+            st.loc[slot as usize] & 15
+        } else {
+            RAW_UNITS
+        }
+    }
+    /// The codec blocks are stored with.
+    pub fn codec(&self) -> Codec {
+        self.codec
+    }
+    /// Read the record of `lba` in `slot` (a compressed layout) from the
+    /// cache device (the caller decodes it, off the lock where it can).
+    fn read_record(&self, st: &State, slot: u32) -> std::io::Result<Vec<u8>> {
+        let mut rec = vec![0u8; self.slot_units(st, slot) as usize * UNIT];
+        self.cache.read_at(&mut rec, self.slot_offset(st, slot))?;
+        Ok(rec)
     }
     fn seg_offset(&self, st: &State, seg: u32) -> u64 {
         st.sb.seg_off + seg as u64 * st.sb.seg_bytes

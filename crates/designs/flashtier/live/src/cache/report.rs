@@ -68,6 +68,7 @@ impl LogCache {
             "appended_blocks": c.appended_blocks,
             "bypassed_blocks": c.bypassed,
             "flushes": c.flushes,
+            "compression": self.compression_json(&st),
             "segments": {
                 "total": st.sb.nsegs,
                 "bytes": st.sb.seg_bytes,
@@ -130,5 +131,37 @@ fn all_counters(st: &State) -> Counters {
         cleaning_written_back: p.cleaning_written_back,
         written_back: p.written_back,
         ..st.stats
+    }
+}
+
+impl LogCache {
+    /// The `compression` part of the stats: the codec, blocks stored raw
+    /// and compressed since the cache was opened, and the cached blocks'
+    /// bytes now: raw (4 KiB each) against stored (their records).
+    fn compression_json(&self, st: &State) -> Value {
+        let c = &st.stats;
+        let (mut logical, mut stored) = (0u64, 0u64);
+        if self.geo.is_compressed() {
+            for (_, e) in st.map.iter() {
+                logical += crate::segment::BLOCK;
+                stored += self.slot_units(st, e.slot) as u64 * crate::compress::UNIT as u64;
+            }
+        } else {
+            logical = st.map.len() as u64 * crate::segment::BLOCK;
+            stored = logical;
+        }
+        let data_bytes = st.sb.nsegs as u64 * self.geo.phys_blocks() as u64 * crate::segment::BLOCK;
+        json!({
+            "codec": self.codec.to_string(),
+            "stored_compressed_blocks": c.stored_compressed,
+            "stored_compressed_bytes": c.stored_compressed_bytes,
+            "stored_raw_blocks": c.stored_raw,
+            "stored_raw_bytes": c.stored_raw * crate::segment::BLOCK,
+            "cached_bytes": logical,
+            "cached_stored_bytes": stored,
+            "ratio": if stored > 0 { logical as f64 / stored as f64 } else { 1.0 },
+            "data_area_bytes": data_bytes,
+            "checksum_errors": c.checksum_errors,
+        })
     }
 }

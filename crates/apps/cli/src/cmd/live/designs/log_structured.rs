@@ -12,6 +12,9 @@ use tiercache_sim::units::{format_bytes, parse_bytes};
 /// `tiercache format --layout log-structured`; `None` for the in-place layout.
 pub fn format(a: &FormatArgs) -> Option<Result<()>> {
     match a.ls.layout.as_str() {
+        "in-place" if a.ls.compress != "off" => Some(Err(anyhow::anyhow!(
+            "--compress needs --layout log-structured (compressed blocks are variable-size records in its log)"
+        ))),
         "in-place" => None,
         "log-structured" => Some(format_ls(a)),
         x => Some(Err(anyhow::anyhow!(
@@ -21,6 +24,7 @@ pub fn format(a: &FormatArgs) -> Option<Result<()>> {
 }
 
 fn format_ls(a: &FormatArgs) -> Result<()> {
+    let compress: ls::Codec = a.ls.compress.parse().map_err(anyhow::Error::msg)?;
     let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
         bail!("--layout log-structured needs --cache PATH and --backing PATH");
     };
@@ -51,7 +55,7 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
         bail!(
             "--layout log-structured does not take {} (it caches 4 KiB blocks in one sparse map and \
              evicts by segment cleaning; it takes --write-policy write-back|write-through, \
-             --dirty-target and --segment-size)",
+             --dirty-target, --segment-size and --compress)",
             given.join(", ")
         );
     }
@@ -68,19 +72,35 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
         dirty_target: a.policy.dirty_target,
         seg_bytes: parse_bytes(&a.ls.segment_size).map_err(anyhow::Error::msg)?,
         force: a.force,
+        compress,
     };
     let sb = ls::format(&o)?;
-    println!(
-        "formatted log-structured cache {}: {} segments of {} ({} blocks of 4 KiB, {} of cache), {}, for backing {}",
-        cache.display(),
-        sb.nsegs,
-        format_bytes(sb.seg_bytes),
-        sb.slots(),
-        format_bytes(sb.slots() * ls::BLOCK),
-        sb.write_policy,
-        backing.display()
-    );
-    super::warn_if_larger_than_backing(sb.slots() * ls::BLOCK, backing);
+    let data = u64::from(sb.nsegs) * u64::from(sb.geometry().phys_blocks()) * ls::BLOCK;
+    if sb.compress.is_on() {
+        println!(
+            "formatted compressed log-structured cache {}: {} segments of {} ({} of data area, up to {} blocks of 4 KiB when they compress, {}), {}, for backing {}",
+            cache.display(),
+            sb.nsegs,
+            format_bytes(sb.seg_bytes),
+            format_bytes(data),
+            sb.slots(),
+            sb.compress,
+            sb.write_policy,
+            backing.display()
+        );
+    } else {
+        println!(
+            "formatted log-structured cache {}: {} segments of {} ({} blocks of 4 KiB, {} of cache), {}, for backing {}",
+            cache.display(),
+            sb.nsegs,
+            format_bytes(sb.seg_bytes),
+            sb.slots(),
+            format_bytes(sb.slots() * ls::BLOCK),
+            sb.write_policy,
+            backing.display()
+        );
+    }
+    super::warn_if_larger_than_backing(data, backing);
     Ok(())
 }
 
@@ -127,6 +147,19 @@ fn print_stats(v: &serde_json::Value) {
         c["cleaning_written_back"],
         c["written_back"]
     );
+    let z = &v["compression"];
+    if z["codec"].as_str().is_some_and(|c| c != "off") {
+        println!(
+            "compression       {}: ratio {:.2} ({} cached in {}); {} blocks stored compressed, {} raw, {} checksum errors",
+            z["codec"].as_str().unwrap_or("?"),
+            f(&z["ratio"]),
+            format_bytes(z["cached_bytes"].as_u64().unwrap_or(0)),
+            format_bytes(z["cached_stored_bytes"].as_u64().unwrap_or(0)),
+            z["stored_compressed_blocks"],
+            z["stored_raw_blocks"],
+            z["checksum_errors"]
+        );
+    }
     println!(
         "map               {:.2} B per cached block ({:.2} B per block when full, {} B entries)",
         f(&m["bytes_per_cached_block"]),
