@@ -137,9 +137,10 @@ pub fn probe_identity(
         connections: 1,
         ..nbd_defaults()
     };
-    let dev = NbdDev::open(uri, o).map_err(ctx("connecting"))?;
+    let dev: std::sync::Arc<dyn BlockDev> =
+        std::sync::Arc::new(NbdDev::open(uri, o).map_err(ctx("connecting"))?);
     let size = dev.len();
-    let fingerprint = tiercache_store::superblock::fingerprint(&MetaView(&dev), size)
+    let fingerprint = tiercache_store::superblock::fingerprint(&MetaOnDev(dev.clone()), size)
         .map_err(ctx("reading the export's first and last 64 KiB"))?;
     Ok(tiercache_store::BackingIdentity {
         path: dev.name().to_string(),
@@ -150,10 +151,12 @@ pub fn probe_identity(
     })
 }
 
-/// A [`BlockDev`] seen as the store's metadata device (for fingerprints).
-struct MetaView<'a>(&'a dyn BlockDev);
+/// A [`BlockDev`] as the metadata store's device: the same bytes, the same
+/// faults and the same volatile cache as the data, as on a real cache
+/// device (fingerprints, the three-level cache's SSDs, simulated caches).
+pub struct MetaOnDev(pub std::sync::Arc<dyn BlockDev>);
 
-impl tiercache_store::device::MetaDevice for MetaView<'_> {
+impl tiercache_store::device::MetaDevice for MetaOnDev {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_at(buf, offset)
     }

@@ -98,7 +98,7 @@ pub fn format_cache(
 /// valid sub-block becomes dirty (a checkpoint records it) and cleaning
 /// writes it back. Returns the lines made dirty.
 fn dirty_after_unclean_shutdown(
-    opened: &mut tiercache_store::Opened<std::fs::File>,
+    opened: &mut tiercache_store::Opened<MetaStore>,
     cfg: &CacheConfig,
 ) -> Result<u64> {
     if opened.report.clean_shutdown {
@@ -197,7 +197,13 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
     Ok(opened)
 }
 
-/// Open a cache around already-open devices (tests inject faulty or crashing devices this way).
+/// The device the cache's metadata store writes to: the cache file itself
+/// when serving, the simulated data device in deterministic simulations.
+pub type MetaStore = Arc<dyn tiercache_store::MetaDevice + Send + Sync>;
+
+/// Open a cache around already-open devices (tests inject faulty or
+/// crashing data devices this way); the metadata is read and written
+/// through the file at `cache_path`.
 pub fn open_with_devices(
     cache_path: &Path,
     cache_dev: Arc<dyn BlockDev>,
@@ -209,10 +215,30 @@ pub fn open_with_devices(
         .write(true)
         .open(cache_path)
         .with_context(|| format!("opening cache {}", cache_path.display()))?;
+    open_with_meta(Arc::new(file), cache_dev, backing, backing_path)
+}
+
+/// Open a cache whose metadata lives on its data device `cache_dev` (same
+/// volatile cache, same faults): the deterministic simulations' devices.
+pub fn open_on_devices(
+    cache_dev: Arc<dyn BlockDev>,
+    backing: Arc<dyn BlockDev>,
+    backing_path: &Path,
+) -> Result<Opened> {
+    let meta = Arc::new(tiercache_io::MetaOnDev(Arc::clone(&cache_dev)));
+    open_with_meta(meta, cache_dev, backing, backing_path)
+}
+
+fn open_with_meta(
+    meta: MetaStore,
+    cache_dev: Arc<dyn BlockDev>,
+    backing: Arc<dyn BlockDev>,
+    backing_path: &Path,
+) -> Result<Opened> {
     let identity = tiercache_io::probe_identity(backing_path)
         .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
-    let mut opened = tiercache_store::open(file, &identity)?;
+    let mut opened = tiercache_store::open(meta, &identity)?;
     let layout = *opened.store.layout();
     let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
         .context("reading the policy recorded in the superblock")?;

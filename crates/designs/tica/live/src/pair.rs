@@ -98,22 +98,7 @@ impl PairInfo {
 }
 
 /// A [`BlockDev`] as the metadata store's device (same bytes, same faults).
-pub struct MetaDev(pub Arc<dyn BlockDev>);
-
-impl MetaDevice for MetaDev {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        Ok(self.0.len())
-    }
-}
+pub use tiercache_io::MetaOnDev as MetaDev;
 
 /// The pair description of a device, or `None` when it holds no tiercache
 /// superblock or one of another kind of cache.

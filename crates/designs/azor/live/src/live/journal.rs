@@ -360,7 +360,7 @@ impl LiveCache {
         let started = Instant::now();
         let me = Arc::clone(self);
         let n = recs.len();
-        let gen = tokio::task::spawn_blocking(move || -> Result<u64, LiveError> {
+        let res = tokio::task::spawn_blocking(move || -> Result<u64, LiveError> {
             let mut st = me.store.lock().expect("store");
             for r in recs {
                 st.append(r)
@@ -412,7 +412,7 @@ impl LiveCache {
         })
         .await
         .unwrap_or_else(|e| Err(LiveError(e.to_string())));
-        let gen = match gen {
+        let gen = match res {
             Ok(g) => g,
             // Write-through and write-around: the backing device was just
             // flushed and holds every acknowledged write, and a restart after
@@ -423,6 +423,10 @@ impl LiveCache {
             Err(e) if !write_back => {
                 tracing::warn!("{e}: the backing device holds all data (the cache metadata lags)");
                 self.note_metadata_error();
+                // Slot barriers wait for this generation: in these modes a
+                // restart after a crash drops every clean copy, so no stale
+                // mapping can outlive the bytes it guarded.
+                self.committed.send_modify(|c| *c = (*c).max(gen));
                 return Ok(());
             }
             Err(e) => return Err(e),

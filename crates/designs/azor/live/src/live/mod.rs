@@ -178,7 +178,7 @@ struct Poison {
 /// The live cache: one export.
 pub struct LiveCache {
     pub(crate) core: Mutex<Core>,
-    pub(crate) store: Mutex<Store<std::fs::File>>,
+    pub(crate) store: Mutex<Store<crate::MetaStore>>,
     pub(crate) cache: Arc<dyn BlockDev>,
     pub(crate) backing: Arc<dyn BlockDev>,
     data_offset: u64,
@@ -243,7 +243,7 @@ impl LiveCache {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         mut engine: Engine,
-        store: Store<std::fs::File>,
+        store: Store<crate::MetaStore>,
         table: Vec<Option<LineMeta>>,
         cache: Arc<dyn BlockDev>,
         backing: Arc<dyn BlockDev>,
