@@ -49,6 +49,8 @@ EVERY_MODE = [
     ("ssc", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc-v", {"cache_size": "8MiB", "ftl": "hybrid", "write_policy": "write-through"}),
     ("tier", {"fast_tier_size": "8%"}),
+    # The planner options `sim --like` reads from a tiered volume (issue 15).
+    ("tier", {"fast_tier_size": "8%", "capacity": "slow", "plan_every": 50, "moves_per_round": 16, "plan_clock": "requests"}),
     ("tica", {"cache_size": "10%", "dram_size": "1%"}),
     ("ucache", {"cache_size": "10%", "dram_size": "1%"}),
     ("srac", {"cache_size": "10%", "dram_size": "1%"}),
@@ -70,7 +72,7 @@ def test_every_cli_mode_from_python_is_sim_json(msr_trace, cli, mode, opts, monk
     assert isinstance(r, dict)
     args = ["sim", "--trace", str(path), "--mode", mode, "--json"]
     for k, v in opts.items():
-        args += ["--" + k.replace("_", "-"), v]
+        args += ["--" + k.replace("_", "-"), str(v)]
     want = json.loads(run_cli(cli, *args).stdout)
     drop = {"elapsed_s", "wall_s"}
     assert {k: v for k, v in r.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
