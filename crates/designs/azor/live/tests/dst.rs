@@ -194,7 +194,6 @@ fn dst_ssd_cache_sub_blocks_set_associative_power_losses() {
 }
 
 #[test]
-#[ignore = "finding (2026-11-26): case 0 step 328, a read in write-through under injected EIO returned zeros (unit 581); not yet diagnosed"]
 fn dst_ssd_cache_write_through_power_losses_and_io_errors() {
     let cfg = config(WritePolicy::WriteThrough, Assoc::Full, 4096);
     let t = run("ssd-cache-wt-eio", &cfg, true);

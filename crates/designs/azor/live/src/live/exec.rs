@@ -74,7 +74,9 @@ impl LiveCache {
     fn drop_failed_fill(&self, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) -> bool {
         let failed = {
             let mut c = self.core.lock().expect("core");
-            op.deps().any(|d| c.failed_reads.remove(&d))
+            // Kept, not removed: one backing read may feed the fills of
+            // several lines (a read spanning lines), and each must be dropped.
+            op.deps().any(|d| c.failed_reads.contains(&d))
         };
         if failed {
             let (f, l) = self.subs_of(op.offset, op.len);
@@ -437,6 +439,14 @@ impl LiveCache {
         }
         if op.purpose == Purpose::ReadMiss && !ok {
             c.failed_reads.insert(op.id);
+            if c.failed_reads.len() > 4096 {
+                // A fill is submitted with the read that feeds it, so its id
+                // is close above the read's: reads far older than every op
+                // in flight feed nothing any more.
+                let oldest = c.signals.keys().copied().min().unwrap_or(op.id);
+                let keep = oldest.saturating_sub(1 << 16);
+                c.failed_reads.retain(|&id| id >= keep);
+            }
         }
         if c.pending.len() >= PENDING_COMMIT {
             // Without FLUSHes nothing else commits write-back records: keep the
