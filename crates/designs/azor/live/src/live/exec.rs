@@ -73,7 +73,7 @@ impl LiveCache {
     /// Returns whether it did so.
     fn drop_failed_fill(&self, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) -> bool {
         let failed = {
-            let mut c = self.core.lock().expect("core");
+            let c = self.core.lock().expect("core");
             // Kept, not removed: one backing read may feed the fills of
             // several lines (a read spanning lines), and each must be dropped.
             op.deps().any(|d| c.failed_reads.contains(&d))
