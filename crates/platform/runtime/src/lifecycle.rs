@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -37,6 +38,17 @@ pub struct Prepared {
     control: std::os::unix::net::UnixListener,
     control_path: PathBuf,
     metrics: Option<(std::net::TcpListener, std::net::SocketAddr)>,
+    /// SIGTERM and SIGINT, caught from the moment the sockets exist: a
+    /// client may connect (and a supervisor stop the server) while the
+    /// design is still opening, and such a stop must end in a clean shutdown
+    /// once serving starts, not kill the process mid-recovery.
+    signals: (Signal, Signal),
+}
+
+fn catch_signals() -> Result<(Signal, Signal)> {
+    let term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok((term, int))
 }
 
 impl Prepared {
@@ -44,6 +56,7 @@ impl Prepared {
     /// so a bad or busy address leaves no device touched.
     pub fn bind(listen: &ListenSpec, control: &std::path::Path) -> Result<Prepared> {
         crate::control::check_path(control)?;
+        let signals = catch_signals()?;
         let nbd = listen.bind()?;
         let ctl = match crate::control::bind(control) {
             Ok(c) => c,
@@ -57,6 +70,7 @@ impl Prepared {
             control: ctl,
             control_path: control.to_path_buf(),
             metrics: None,
+            signals,
         })
     }
 
@@ -150,8 +164,7 @@ pub async fn serve(
         dtx,
     )?;
     let metrics = start_metrics(prepared.metrics, req_metrics, &design, &cfg.export)?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
+    let (mut term, mut int) = prepared.signals;
     tracing::info!(
         "serving {} export '{}' at {uri} (control socket {})",
         design.name(),
@@ -168,7 +181,7 @@ pub async fn serve(
         cfg.export
     ));
     let why = tokio::select! {
-        _ = tokio::signal::ctrl_c() => Why::Signal("SIGINT"),
+        _ = int.recv() => Why::Signal("SIGINT"),
         _ = term.recv() => Why::Signal("SIGTERM"),
         Some(tx) = drx.recv() => Why::Detach(tx),
     };
