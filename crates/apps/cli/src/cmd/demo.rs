@@ -36,24 +36,8 @@ fn fio(uri: &str, seconds: u32, name: &str) -> Result<(f64, f64)> {
             &format!("--runtime={seconds}"),
             "--output-format=json",
         ])
-        .output()
-        .context("running fio (install it with scripts/setup.sh)")?;
-    if !out.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    // fio may print notices before its JSON document.
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text
-        .find("\n{")
-        .map(|i| &text[i + 1..])
-        .or_else(|| text.strip_prefix("{").map(|_| &text[..]))
-        .unwrap_or(&text);
-    let v: serde_json::Value = serde_json::from_str(json).with_context(|| {
-        format!(
-            "fio JSON output: {}",
-            text.chars().take(200).collect::<String>()
-        )
-    })?;
+        .output();
+    let v = fio_json(out)?;
     let r = &v["jobs"][0]["read"];
     Ok((
         r["iops"].as_f64().unwrap_or(0.0),
@@ -144,4 +128,25 @@ pub fn run(a: DemoArgs) -> Result<()> {
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(())
+}
+
+/// fio's JSON report from its finished run (`--output-format=json`); fio may
+/// print notices before the document.
+pub fn fio_json(out: std::io::Result<std::process::Output>) -> Result<serde_json::Value> {
+    let out = out.context("running fio (install it with scripts/setup.sh)")?;
+    if !out.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = text
+        .find("\n{")
+        .map(|i| &text[i + 1..])
+        .or_else(|| text.strip_prefix('{').map(|_| &text[..]))
+        .unwrap_or(&text);
+    serde_json::from_str(json).with_context(|| {
+        format!(
+            "fio JSON output: {}",
+            text.chars().take(200).collect::<String>()
+        )
+    })
 }

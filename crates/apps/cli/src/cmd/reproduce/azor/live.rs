@@ -69,25 +69,8 @@ fn fio_args(uri: &str, seconds: u32) -> Vec<String> {
 }
 
 fn fio(uri: &str, seconds: u32) -> Result<Fio> {
-    let out = Command::new("fio")
-        .args(fio_args(uri, seconds))
-        .output()
-        .context("running fio (install it with scripts/setup.sh)")?;
-    if !out.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text
-        .find("\n{")
-        .map(|i| &text[i + 1..])
-        .or_else(|| text.strip_prefix('{').map(|_| &text[..]))
-        .unwrap_or(&text);
-    let v: serde_json::Value = serde_json::from_str(json).with_context(|| {
-        format!(
-            "fio JSON output: {}",
-            text.chars().take(200).collect::<String>()
-        )
-    })?;
+    let out = Command::new("fio").args(fio_args(uri, seconds)).output();
+    let v = crate::cmd::demo::fio_json(out)?;
     let j = &v["jobs"][0];
     let f = |op: &str, k: &str| j[op][k].as_f64().unwrap_or(0.0);
     Ok(Fio {
