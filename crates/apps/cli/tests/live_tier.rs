@@ -457,7 +457,20 @@ fn sum_volume_exports_both_tiers_and_fio_verifies_all_of_it_while_blocks_exchang
             &["--rw=randrw", "--bs=64k", "--size=16M"],
         );
     }
-    let st = srv.stats();
+    // A migration still in flight holds a tier's scratch slot: count the
+    // slots once the planner is between moves (the load has stopped).
+    let t0 = std::time::Instant::now();
+    let st = loop {
+        let st = srv.stats();
+        if st["migrations_in_flight"] == 0 || t0.elapsed().as_secs() > 60 {
+            break st;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(
+        st["migrations_in_flight"], 0,
+        "a migration never ended: {st}"
+    );
     assert_eq!(st["capacity"], "sum", "{st}");
     assert_eq!(st["volume_bytes"], SIZE, "{st}");
     assert!(
