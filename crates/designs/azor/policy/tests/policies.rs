@@ -463,3 +463,54 @@ fn metadata_footprint_beats_azor_at_4k_lines() {
         assert!(per_gib < azor, "{assoc}: {per_gib} B/GiB >= Azor's {azor}");
     }
 }
+
+/// A request's backing-device I/O does not depend on where its lines land in
+/// the cache: a 1 MiB read miss is one 1 MiB backing read, and a 1 MiB
+/// write-through write one 1 MiB backing write, for every associativity and
+/// whether or not dependencies are tracked. (A set-associative cache scatters
+/// the 256 lines over 256 cache runs; the engine once closed every open run
+/// each few lines, which cut the backing run into pieces of about 3 lines.)
+#[test]
+fn a_request_is_one_backing_op_whatever_the_associativity() {
+    const MIB: u64 = 1 << 20;
+    for assoc in [Assoc::Direct, Assoc::Ways(4), Assoc::Full] {
+        for synchronous in [true, false] {
+            for wp in [
+                WritePolicy::WriteBack,
+                WritePolicy::WriteThrough,
+                WritePolicy::ReadOnly,
+            ] {
+                let mut t = T::new(cfg(1024, assoc, wp));
+                t.e.set_synchronous(synchronous);
+                let case = format!("{assoc} {wp:?} synchronous={synchronous}");
+                let ops = t.io(IoKind::Read, 8 * MIB, MIB, Class::Data);
+                let backing: Vec<_> = ops.iter().filter(|o| o.dev == Dev::Backing).collect();
+                assert_eq!(backing.len(), 1, "{case}: {backing:?}");
+                assert_eq!(
+                    (backing[0].kind, backing[0].offset, backing[0].len),
+                    (IoKind::Read, 8 * MIB, MIB),
+                    "{case}"
+                );
+                // Every line was filled, each from that one read.
+                let fills: u64 = ops
+                    .iter()
+                    .filter(|o| o.purpose == Purpose::Fill)
+                    .map(|o| o.len)
+                    .sum();
+                assert_eq!(fills, MIB, "{case}");
+                assert_eq!(t.e.stats().hdd_ops, 1, "{case}");
+                if wp == WritePolicy::WriteBack {
+                    continue;
+                }
+                let ops = t.io(IoKind::Write, 16 * MIB, MIB, Class::Data);
+                let backing: Vec<_> = ops.iter().filter(|o| o.dev == Dev::Backing).collect();
+                assert_eq!(backing.len(), 1, "{case}: {backing:?}");
+                assert_eq!(
+                    (backing[0].kind, backing[0].len),
+                    (IoKind::Write, MIB),
+                    "{case}"
+                );
+            }
+        }
+    }
+}

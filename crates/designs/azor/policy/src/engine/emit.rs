@@ -6,6 +6,23 @@ use crate::eviction::Slot;
 use crate::ops::{Dev, Op, OpId, Purpose, ReqId, Source};
 use crate::types::IoKind;
 
+/// Number of [`Purpose`] variants (the run index has one entry per device and purpose).
+pub(super) const PURPOSES: usize = 9;
+const _: () = assert!(
+    Purpose::Flush as usize + 1 == PURPOSES,
+    "Flush is the last purpose"
+);
+
+/// The run index's entry for `dev` and `purpose`.
+#[inline]
+fn run_key(dev: Dev, purpose: Purpose) -> usize {
+    let d = match dev {
+        Dev::Cache => 0,
+        Dev::Backing => 1,
+    };
+    d * PURPOSES + purpose as usize
+}
+
 impl Engine {
     pub(super) fn new_op_id(&mut self) -> OpId {
         let id = self.next_op;
@@ -39,7 +56,7 @@ impl Engine {
 
     #[inline]
     pub(super) fn flush_runs(&mut self, out: &mut Vec<Op>) {
-        self.dep_splits = 0;
+        self.last_run = [0; 2 * PURPOSES];
         if self.count_only {
             self.runs.clear();
         } else {
@@ -83,10 +100,11 @@ impl Engine {
         // op starts a new op; counters still see one op, so that op counts do
         // not depend on whether dependencies are tracked (timed or not).
         let mut split_by_deps = false;
-        for r in self.runs.iter_mut() {
-            if !one_slot(r) {
-                continue;
-            }
+        let key = run_key(dev, purpose);
+        if let Some(r) = self.last_run[key]
+            .checked_sub(1)
+            .map(|i| &mut self.runs[i as usize])
+        {
             let contiguous = r.offset + r.len == offset
                 && match src {
                     Source::Request => r.src == Source::Request && r.buf_off + r.len == buf_off,
@@ -95,33 +113,32 @@ impl Engine {
                     }
                     Source::Op(_) | Source::Ops(..) => false,
                 };
-            if !(contiguous
+            if one_slot(r)
+                && contiguous
                 && r.dev == dev
                 && r.kind == kind
-                && r.purpose == purpose
                 && r.req == req
-                && r.fua == fua)
+                && r.fua == fua
             {
-                continue;
-            }
-            let mut merged = r.deps;
-            let mut fits = true;
-            for d in deps {
-                if d == 0 || d == r.id || merged.contains(&d) {
-                    continue;
+                let mut merged = r.deps;
+                let mut fits = true;
+                for d in deps {
+                    if d == 0 || d == r.id || merged.contains(&d) {
+                        continue;
+                    }
+                    if let Some(z) = merged.iter_mut().find(|x| **x == 0) {
+                        *z = d;
+                    } else {
+                        fits = false;
+                    }
                 }
-                if let Some(z) = merged.iter_mut().find(|x| **x == 0) {
-                    *z = d;
-                } else {
-                    fits = false;
+                if fits {
+                    r.deps = merged;
+                    r.len += len;
+                    return r.id;
                 }
+                split_by_deps = true;
             }
-            if fits {
-                r.deps = merged;
-                r.len += len;
-                return r.id;
-            }
-            split_by_deps = true;
         }
         match (dev, kind) {
             _ if split_by_deps => {}
@@ -130,11 +147,9 @@ impl Engine {
             (Dev::Cache, IoKind::Write) => self.stats.ssd_write_ops += 1,
             _ => {}
         }
-        if split_by_deps {
-            self.dep_splits += 1;
-        }
         let id = self.new_op_id();
         let deps = if deps[0] == 0 { [deps[1], 0] } else { deps };
+        self.last_run[key] = self.runs.len() as u32 + 1;
         self.runs.push(Op {
             id,
             dev,
