@@ -166,7 +166,6 @@ fn dst_ssd_cache_write_back_power_losses() {
 }
 
 #[test]
-#[ignore = "finding (2026-11-26): after an injected EIO fails a metadata commit in write-back, the store is fail-stop and a later write waits forever for a commit (wait_committed); not yet fixed"]
 fn dst_ssd_cache_write_back_power_losses_and_io_errors() {
     let cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
     let t = run("ssd-cache-wb-eio", &cfg, true);
@@ -203,7 +202,6 @@ fn dst_ssd_cache_write_through_power_losses_and_io_errors() {
 /// Lines of four sub-blocks in a 4-way set-associative cache: partial
 /// lines, per-sub-block dirty bits and set conflicts.
 #[test]
-#[ignore = "finding (2026-11-26): after an injected EIO fails a metadata commit in write-back, the store is fail-stop and a later write waits forever for a commit (wait_committed); not yet fixed"]
 fn dst_ssd_cache_sub_blocks_set_associative() {
     let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
     let t = run("ssd-cache-16k-4way-eio", &cfg, true);

@@ -33,10 +33,22 @@ impl LiveCache {
                     .into(),
             ));
         }
+        // A cache write whose barrier can never be released (the metadata
+        // store failed): it must not overwrite the slot. It is handled as a
+        // failed cache write (a write-back write of client data is rerouted
+        // to the backing device, a fill dropped), and the request fails: its
+        // data cannot be made durable as the client will expect after FLUSH.
+        let mut never = None;
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
-            self.wait_write_barriers(&op, slot, buf.as_ref()).await;
+            never = self
+                .wait_write_barriers(&op, slot, buf.as_ref())
+                .await
+                .err();
         }
-        let res = self.run_io(&op, buf.as_ref()).await;
+        let res = match &never {
+            Some(e) => Err(std::io::Error::other(e.0.clone())),
+            None => self.run_io(&op, buf.as_ref()).await,
+        };
         let res = match res {
             Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
                 self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
@@ -65,7 +77,10 @@ impl LiveCache {
                 .unwrap_or_else(|e| Err(LiveError(format!("op task failed: {e}"))));
             result = result.and(r);
         }
-        result
+        match never {
+            Some(e) => Err(e),
+            None => result,
+        }
     }
 
     /// A fill whose feeding backing read failed: the buffer holds no data, so
@@ -112,7 +127,13 @@ impl LiveCache {
 
     /// Before a cache write: wait until the slot's barriers are released and
     /// the log withdrew every claim on the bytes it overwrites.
-    async fn wait_write_barriers(self: &Arc<Self>, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) {
+    /// `Err` if a barrier can never be released (the metadata store failed).
+    async fn wait_write_barriers(
+        self: &Arc<Self>,
+        op: &Op,
+        slot: Slot,
+        buf: Option<&Arc<ReqBuf>>,
+    ) -> Result<(), LiveError> {
         let line = buf.map(|b| (b.offset + op.buf_off) / self.line);
         // The usual case under one lock: no barrier on the slot, and the
         // log claims nothing the write overwrites (what `wait_slot_ready`
@@ -120,12 +141,13 @@ impl LiveCache {
         let ready = line.is_some_and(|line| self.slot_ready_now(op, slot, line));
         if !ready {
             self.phase(op, "slot");
-            self.wait_slot_ready(slot, op.id).await;
+            self.wait_slot_ready(slot, op.id).await?;
             if let Some(line) = line {
                 self.phase(op, "log");
-                self.guard_overwrite(op, slot, line).await;
+                self.guard_overwrite(op, slot, line).await?;
             }
         }
+        Ok(())
     }
 
     /// Do the op's I/O on its device, by the cheapest path that applies

@@ -188,6 +188,48 @@ impl LiveCache {
         }
     }
 
+    /// The metadata store went fail-stop in write-back mode (`why`: the I/O
+    /// error that failed its commit). Dirty data written to the cache from
+    /// now on can never be recorded, so the cache stops relying on its log:
+    /// it degrades (no new data is cached; misses go to the backing device,
+    /// dirty lines are kept and cleaned) and every request that waits for a
+    /// commit, every FLUSH and every FUA write fails with EIO until the cache
+    /// is reopened (recovery replays the log as last committed). Nothing
+    /// acknowledged as durable depends on a record that was lost: the last
+    /// successful FLUSH committed everything before it.
+    pub(super) fn metadata_store_failed(&self, why: &str) {
+        if self.metadata_failed.set(why.to_string()).is_err() {
+            return;
+        }
+        tracing::error!(
+            "cache metadata store failed ({why}): write-back cache degraded; FLUSH, FUA and writes that need a metadata commit fail with EIO until the cache is reopened"
+        );
+        self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        self.degraded.store(true, Ordering::Relaxed);
+        {
+            let mut c = self.core.lock().expect("core");
+            c.engine.degrade();
+            // Nothing will ever commit these.
+            c.pending.clear();
+        }
+        // Wake every request waiting for a commit: it fails now.
+        self.committed.send_modify(|_| {});
+    }
+
+    /// Why the metadata store failed in write-back mode, if it did.
+    pub fn metadata_failure(&self) -> Option<&str> {
+        self.metadata_failed.get().map(String::as_str)
+    }
+
+    /// The error for a request that needs a commit after the store failed.
+    pub(super) fn metadata_failed_error(&self) -> Option<LiveError> {
+        self.metadata_failure().map(|why| {
+            LiveError(format!(
+                "cache metadata store failed earlier ({why}): write-back data cannot be made durable; reopen the cache"
+            ))
+        })
+    }
+
     /// Keep the bytes a failed cache write of `line` should have left in each
     /// of its sub-blocks `f..=l`, for the reads queued behind it.
     fn poison_failed_write(

@@ -216,6 +216,10 @@ pub struct LiveCache {
     backing_path: Mutex<Option<std::path::PathBuf>>,
     /// A clean shutdown started: no more cleaning, writes and trims fail.
     stopping: AtomicBool,
+    /// Why the metadata store went fail-stop in write-back mode (an I/O
+    /// error failed a commit): no commit can happen any more, so requests
+    /// waiting for one, FLUSH and FUA fail (see `failure`).
+    metadata_failed: std::sync::OnceLock<String>,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -335,6 +339,7 @@ impl LiveCache {
             any_failed_fill: AtomicBool::new(false),
             backing_path: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            metadata_failed: std::sync::OnceLock::new(),
             track_phases: AtomicBool::new(
                 std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
             ),
