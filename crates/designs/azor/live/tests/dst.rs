@@ -314,3 +314,25 @@ fn write_back_metadata_store_failure_fails_waiting_writes_instead_of_hanging() {
     sys.flush().expect("flush after recovery");
     check(&mut sys, &model, false);
 }
+
+/// Regressions (issue 17, long run of 2026-11-26): a write-back write over
+/// dirty sub-blocks whose cache write failed was rerouted to the backing
+/// device, and the sub-blocks dropped at once; when the backing write
+/// failed too, the older acknowledged (and flushed) version, whose only
+/// copy was the slot, was gone: reads and recovery showed the backing
+/// device's older data (case 49: a read after a failed FUA write; case 20:
+/// after a power loss). Now those sub-blocks are held until the reroute
+/// lands, and are dirty again if it fails.
+#[test]
+fn dst_ssd_cache_failed_reroute_keeps_the_older_dirty_version() {
+    let cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
+    let (imgs, dir) = images(&cfg);
+    dst::run_cases("ssd-cache-wb-eio", 0xd57, 49, 1, 400, 40, |seed| {
+        system(&imgs, &dir, seed, true)
+    });
+    let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
+    let (imgs, dir) = images(&cfg);
+    dst::run_cases("ssd-cache-16k-4way-eio", 0xd57, 20, 1, 400, 40, |seed| {
+        system(&imgs, &dir, seed, true)
+    });
+}

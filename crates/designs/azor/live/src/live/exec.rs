@@ -2,13 +2,14 @@
 //! its I/O on the cache or backing device, and reports the completion.
 
 use super::LiveCache;
-use super::{LiveError, Poison, ReqBuf, PENDING_COMMIT};
+use super::{Core, LiveError, Poison, ReqBuf, PENDING_COMMIT};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Dev, IoKind, Op, Purpose, Source};
 use tiercache_io::{BlockDev, IoOp};
+use tiercache_store::SubBlocks;
 
 impl LiveCache {
     /// Run one op: wait for its dependencies and slot barriers, do the I/O,
@@ -344,6 +345,38 @@ impl LiveCache {
         }
     }
 
+    /// The rerouted write of a failed cache write over dirty sub-blocks
+    /// `f..=l` of `slot` (for `line`) finished: if it landed, the old bytes
+    /// held in the slot are stale, and those sub-blocks still held (not
+    /// rewritten since) are dropped, with the record appended at once (a FUA
+    /// commit follows) and committed only after a backing flush; if it failed, they are dirty again (the slot has the
+    /// old version, or the new one: what a device keeps after a failed write).
+    fn release_held(&self, c: &mut Core, slot: Slot, (f, l): (u32, u32), line: u64, ok: bool) {
+        let Some(b) = c.engine.slot_bits(slot).filter(|b| b.line == line) else {
+            return;
+        };
+        let (valid, dirty) = (SubBlocks(b.valid), SubBlocks(b.dirty));
+        for i in (f..=l).filter(|&i| valid.get(i) && !dirty.get(i)) {
+            if ok {
+                c.engine.invalidate(slot, i, i);
+            } else {
+                c.engine.redirty(slot, i, i);
+            }
+        }
+        let before = c.appended_gen;
+        for s in c.engine.take_touched() {
+            self.journal_submit(c, s, &[]);
+        }
+        if ok {
+            // Dropping the old version's claim needs the rerouted data
+            // durable on the backing device first.
+            for g in before + 1..=c.appended_gen {
+                c.flushed_unmaps.insert(g);
+                c.needs_backing_flush = true;
+            }
+        }
+    }
+
     /// A cache read queued behind a failed cache write of the same line: the
     /// bytes that write should have left in the slot come from its payload.
     pub(super) fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
@@ -448,6 +481,9 @@ impl LiveCache {
                     c.inflight_writes.remove(&slot);
                 }
             }
+        }
+        if let Some((slot, f, l, line)) = c.held.remove(&op.id) {
+            self.release_held(&mut c, slot, (f, l), line, ok);
         }
         if op.purpose == Purpose::WritebackWrite {
             for slot in c.wb_write_slots.remove(&op.id).unwrap_or_default() {

@@ -140,12 +140,32 @@ impl LiveCache {
                     Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
                     return Err(LiveError(format!("cache write error: {e}")));
                 };
+                //
+                // Sub-blocks the log holds dirty (an acknowledged, maybe
+                // flushed, older version whose only copy is the slot) are
+                // not dropped yet: if the rerouted write fails too, the slot
+                // still holds the old version (or the new one), as a device
+                // keeps after a failed write. They are held clean (out of
+                // cleaning: a writeback of the old bytes would land after the
+                // reroute) and dropped once the reroute landed (`finish`).
                 let rerouted = {
                     let mut c = self.core.lock().expect("core");
-                    Self::invalidate_failed(&mut c, op, slot, f, l);
+                    if dirty {
+                        c.engine.hold_clean(slot, f, l);
+                    } else {
+                        Self::invalidate_failed(&mut c, op, slot, f, l);
+                    }
                     let mut out = Vec::new();
                     c.engine.reroute_failed_write(op, line, &mut out);
                     self.register(&mut c, &out);
+                    if dirty {
+                        for o in out
+                            .iter()
+                            .filter(|o| o.dev == Dev::Backing && o.kind == IoKind::Write)
+                        {
+                            c.held.insert(o.id, (slot, f, l, line));
+                        }
+                    }
                     out
                 };
                 // Run it once this op is finished: a writeback of the line

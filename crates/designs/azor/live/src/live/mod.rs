@@ -161,6 +161,10 @@ pub(crate) struct Core {
     sched: tiercache_core::cleaning::CleaningScheduler,
     /// New requests wait (a write policy change is switching): see `policy`.
     paused: bool,
+    /// Rerouted writes of failed cache writes over dirty sub-blocks: the
+    /// backing write, and the sub-blocks (slot, first, last, line) held
+    /// clean until it lands (then dropped) or fails (then dirty again).
+    held: FxHashMap<OpId, (Slot, u32, u32, u64)>,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -317,6 +321,7 @@ impl LiveCache {
                 withdrawn: FxHashMap::default(),
                 fast_overwrite,
                 paused: false,
+                held: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
