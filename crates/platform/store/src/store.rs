@@ -574,6 +574,13 @@ impl<D: MetaDevice> Store<D> {
         Ok(())
     }
 
+    /// Why the store is fail-stop (an I/O error failed a write or sync of
+    /// its metadata; every later call fails until the device is reopened),
+    /// or `None` while it works.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     /// Whether the superblock says the store was shut down cleanly (false
     /// from [`open`] until [`Store::mark_clean`]).
     pub fn is_marked_clean(&self) -> bool {

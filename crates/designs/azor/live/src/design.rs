@@ -170,7 +170,13 @@ pub fn stats_json(cache: &LiveCache) -> Value {
     .flatten()
     .collect();
     json!({
-        "status": if degraded { "degraded: cache device failing, not caching new data" } else { "ok" },
+        "status": match (cache.metadata_failure(), degraded) {
+            (Some(_), _) => "degraded: cache metadata store failed, FLUSH and FUA fail until the cache is reopened",
+            (None, true) => "degraded: cache device failing, not caching new data",
+            (None, false) => "ok",
+        },
+        // Why the metadata store went fail-stop in write-back mode (null while it works).
+        "metadata_error": cache.metadata_failure(),
         "policy": {
             "line_size": cfg.line_bytes, "sub_block": cfg.sub_block_bytes,
             "assoc": cfg.assoc.to_string(), "eviction": cfg.eviction.to_string(),

@@ -166,7 +166,6 @@ fn dst_ssd_cache_write_back_power_losses() {
 }
 
 #[test]
-#[ignore = "finding (2026-11-26): after an injected EIO fails a metadata commit in write-back, the store is fail-stop and a later write waits forever for a commit (wait_committed); not yet fixed"]
 fn dst_ssd_cache_write_back_power_losses_and_io_errors() {
     let cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
     let t = run("ssd-cache-wb-eio", &cfg, true);
@@ -203,9 +202,137 @@ fn dst_ssd_cache_write_through_power_losses_and_io_errors() {
 /// Lines of four sub-blocks in a 4-way set-associative cache: partial
 /// lines, per-sub-block dirty bits and set conflicts.
 #[test]
-#[ignore = "finding (2026-11-26): after an injected EIO fails a metadata commit in write-back, the store is fail-stop and a later write waits forever for a commit (wait_committed); not yet fixed"]
 fn dst_ssd_cache_sub_blocks_set_associative() {
     let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
     let t = run("ssd-cache-16k-4way-eio", &cfg, true);
     assert!(t.crashes >= t.cases && t.writes > 0, "{t:?}");
+}
+
+/// Regression (issue 17): in write-back, an injected EIO fails a metadata
+/// commit and the store goes fail-stop; a write that then waits for a
+/// commit (a write miss evicting a clean line needs its unmap committed
+/// first) used to wait forever in `wait_committed`. Now it fails with EIO,
+/// the cache says so in its stats, every later FLUSH fails (nothing can be
+/// made durable any more), reads stay correct, and after a power loss the
+/// recovered cache holds every write the last good FLUSH covered and serves
+/// again.
+#[test]
+fn write_back_metadata_store_failure_fails_waiting_writes_instead_of_hanging() {
+    const HANG: std::time::Duration = std::time::Duration::from_secs(300);
+    let cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
+    let (imgs, dir) = images(&cfg);
+    let mut sys = system(&imgs, &dir, 0x5eed, true);
+    // Per unit: (last acknowledged version, newest issued, durable version).
+    let mut model = vec![(0u64, 0u64, 0u64); UNITS as usize];
+    let check = |sys: &mut CacheSys, model: &[(u64, u64, u64)], after_crash: bool| {
+        for u in 0..UNITS {
+            let mut buf = vec![0u8; UNIT];
+            sys.read(u, &mut buf)
+                .unwrap_or_else(|e| panic!("read of unit {u}: {e}"));
+            let (lo, hi, floor) = model[u as usize];
+            let low = if after_crash { floor } else { lo };
+            for v in dst::parse_unit(u, &buf).unwrap() {
+                assert!(
+                    (low..=hi).contains(&v),
+                    "unit {u}: version {v}, expected {low}..={hi} (after a crash: {after_crash})"
+                );
+            }
+        }
+    };
+    let write = |sys: &mut CacheSys, model: &mut [(u64, u64, u64)], u: u64| {
+        let v = model[u as usize].1 + 1;
+        let c = sys.c().unwrap();
+        let r = sys.rt.block_on(async {
+            tokio::time::timeout(HANG, c.write(u * UNIT as u64, dst::unit(u, v), false)).await
+        });
+        let r = r.unwrap_or_else(|_| panic!("write of unit {u} hangs"));
+        model[u as usize].1 = v;
+        if r.is_ok() {
+            model[u as usize].0 = v;
+        }
+        r.is_ok()
+    };
+    // Dirty data, made durable; then every unit read, so that the cache is
+    // full of clean and dirty lines and a write miss evicts one.
+    for u in 0..64 {
+        assert!(write(&mut sys, &mut model, u));
+    }
+    sys.flush().expect("flush before the fault");
+    check(&mut sys, &model, false);
+    sys.flush().expect("flush before the fault");
+    for m in model.iter_mut() {
+        m.2 = m.0;
+    }
+    // The cache device fails every op: the first commit fails and the
+    // store goes fail-stop. Write misses (the units read first were evicted
+    // by those read later), which evict clean lines.
+    sys.devs[0].set_eio(1.0);
+    let mut failed = 0;
+    for u in 64..96 {
+        if !write(&mut sys, &mut model, u) {
+            failed += 1;
+        }
+    }
+    let live = Arc::clone(&sys.c().unwrap().cache);
+    let why = live.metadata_failure().map(String::from);
+    assert!(why.is_some(), "the failed commit is recorded");
+    assert!(failed > 0, "a write that needed a commit failed");
+    let stats = tiercache_server::design::stats_json(&live);
+    assert!(
+        stats["status"].as_str().unwrap().starts_with("degraded")
+            && stats["metadata_error"].is_string(),
+        "{stats}"
+    );
+    // The device is back, the store stays failed: FLUSH and FUA fail, reads
+    // return what was acknowledged (or a failed write's data).
+    sys.devs[0].set_eio(0.0);
+    assert!(sys.flush().is_err(), "FLUSH fails once the store failed");
+    let v = model[3].1 + 1;
+    model[3].1 = v;
+    let c = sys.c().unwrap();
+    let fua = sys.rt.block_on(async {
+        tokio::time::timeout(HANG, c.write(3 * UNIT as u64, dst::unit(3, v), true)).await
+    });
+    assert!(fua.expect("a FUA write hangs").is_err(), "FUA fails");
+    for u in 0..16 {
+        write(&mut sys, &mut model, u);
+    }
+    check(&mut sys, &model, false);
+    drop(live);
+    // Power loss: the recovered cache has every write the last good FLUSH
+    // covered, and serves (and flushes) again.
+    sys.crash(7).expect("recovery");
+    check(&mut sys, &model, true);
+    for (u, m) in model.iter_mut().enumerate() {
+        let mut buf = vec![0u8; UNIT];
+        sys.read(u as u64, &mut buf).unwrap();
+        m.0 = dst::parse_unit(u as u64, &buf).unwrap()[0];
+    }
+    for u in 100..140 {
+        assert!(write(&mut sys, &mut model, u), "writes work after recovery");
+    }
+    sys.flush().expect("flush after recovery");
+    check(&mut sys, &model, false);
+}
+
+/// Regressions (issue 17, long run of 2026-11-26): a write-back write over
+/// dirty sub-blocks whose cache write failed was rerouted to the backing
+/// device, and the sub-blocks dropped at once; when the backing write
+/// failed too, the older acknowledged (and flushed) version, whose only
+/// copy was the slot, was gone: reads and recovery showed the backing
+/// device's older data (case 49: a read after a failed FUA write; case 20:
+/// after a power loss). Now those sub-blocks are held until the reroute
+/// lands, and are dirty again if it fails.
+#[test]
+fn dst_ssd_cache_failed_reroute_keeps_the_older_dirty_version() {
+    let cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
+    let (imgs, dir) = images(&cfg);
+    dst::run_cases("ssd-cache-wb-eio", 0xd57, 49, 1, 400, 40, |seed| {
+        system(&imgs, &dir, seed, true)
+    });
+    let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
+    let (imgs, dir) = images(&cfg);
+    dst::run_cases("ssd-cache-16k-4way-eio", 0xd57, 20, 1, 400, 40, |seed| {
+        system(&imgs, &dir, seed, true)
+    });
 }

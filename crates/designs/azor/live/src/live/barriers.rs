@@ -3,7 +3,7 @@
 //! the final check right before it starts (`guard_overwrite`).
 
 use super::LiveCache;
-use super::{range_bits, Core};
+use super::{range_bits, Core, LiveError};
 use std::sync::Arc;
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Op, OpId};
@@ -44,18 +44,38 @@ impl LiveCache {
         }
     }
 
-    pub(super) async fn wait_committed(self: &Arc<Self>, gen: u64) {
+    /// Wait until log generation `gen` is durable. `Err` (at once, or as
+    /// soon as it happens) if the metadata store failed before: that commit
+    /// will never come.
+    pub(super) async fn wait_committed(self: &Arc<Self>, gen: u64) -> Result<(), LiveError> {
         let mut rx = self.committed.subscribe();
         if *rx.borrow() >= gen {
-            return;
+            return Ok(());
+        }
+        if let Some(e) = self.metadata_failed_error() {
+            return Err(e);
         }
         self.spawn_commit(false);
-        let _ = rx.wait_for(|c| *c >= gen).await;
+        // `metadata_store_failed` sets the failure, then wakes every receiver.
+        let _ = rx
+            .wait_for(|c| *c >= gen || self.metadata_failure().is_some())
+            .await;
+        if *self.committed.borrow() >= gen {
+            return Ok(());
+        }
+        Err(self
+            .metadata_failed_error()
+            .unwrap_or_else(|| LiveError("metadata commit did not happen".into())))
     }
 
     /// Cache writes on a slot wait until the slot's previous line is durably gone,
-    /// for the barriers set by this op's batch or earlier ones.
-    pub(super) async fn wait_slot_ready(self: &Arc<Self>, slot: Slot, op_id: OpId) {
+    /// for the barriers set by this op's batch or earlier ones (`Err`: the
+    /// metadata store failed, the barrier can never be released).
+    pub(super) async fn wait_slot_ready(
+        self: &Arc<Self>,
+        slot: Slot,
+        op_id: OpId,
+    ) -> Result<(), LiveError> {
         loop {
             let (wbs, gen) = {
                 let c = self.core.lock().expect("core");
@@ -81,7 +101,7 @@ impl LiveCache {
                 continue;
             }
             if let Some(g) = gen {
-                self.wait_committed(g).await;
+                self.wait_committed(g).await?;
                 let done = self.committed_gen();
                 let mut c = self.core.lock().expect("core");
                 if let Some(v) = c.slot_gen.get_mut(&slot) {
@@ -91,7 +111,7 @@ impl LiveCache {
                     }
                 }
             }
-            return;
+            return Ok(());
         }
     }
 
@@ -128,7 +148,12 @@ impl LiveCache {
     /// this write was submitted). The log then first unmaps the slot (after the
     /// old line's writeback, if it is dirty) or drops the clean sub-blocks about
     /// to be overwritten, and that is committed before the write starts.
-    pub(super) async fn guard_overwrite(self: &Arc<Self>, op: &Op, slot: Slot, line: u64) {
+    pub(super) async fn guard_overwrite(
+        self: &Arc<Self>,
+        op: &Op,
+        slot: Slot,
+        line: u64,
+    ) -> Result<(), LiveError> {
         loop {
             let (wait_wb, gen) = {
                 let mut c = self.core.lock().expect("core");
@@ -189,9 +214,9 @@ impl LiveCache {
                 }
             };
             if let Some(g) = gen.max(withdrawn) {
-                self.wait_committed(g).await;
+                self.wait_committed(g).await?;
             }
-            return;
+            return Ok(());
         }
     }
 }

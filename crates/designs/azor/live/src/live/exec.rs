@@ -2,13 +2,14 @@
 //! its I/O on the cache or backing device, and reports the completion.
 
 use super::LiveCache;
-use super::{LiveError, Poison, ReqBuf, PENDING_COMMIT};
+use super::{Core, LiveError, Poison, ReqBuf, PENDING_COMMIT};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_core::eviction::Slot;
 use tiercache_core::{Dev, IoKind, Op, Purpose, Source};
 use tiercache_io::{BlockDev, IoOp};
+use tiercache_store::SubBlocks;
 
 impl LiveCache {
     /// Run one op: wait for its dependencies and slot barriers, do the I/O,
@@ -33,10 +34,22 @@ impl LiveCache {
                     .into(),
             ));
         }
+        // A cache write whose barrier can never be released (the metadata
+        // store failed): it must not overwrite the slot. It is handled as a
+        // failed cache write (a write-back write of client data is rerouted
+        // to the backing device, a fill dropped), and the request fails: its
+        // data cannot be made durable as the client will expect after FLUSH.
+        let mut never = None;
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
-            self.wait_write_barriers(&op, slot, buf.as_ref()).await;
+            never = self
+                .wait_write_barriers(&op, slot, buf.as_ref())
+                .await
+                .err();
         }
-        let res = self.run_io(&op, buf.as_ref()).await;
+        let res = match &never {
+            Some(e) => Err(std::io::Error::other(e.0.clone())),
+            None => self.run_io(&op, buf.as_ref()).await,
+        };
         let res = match res {
             Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
                 self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
@@ -65,7 +78,10 @@ impl LiveCache {
                 .unwrap_or_else(|e| Err(LiveError(format!("op task failed: {e}"))));
             result = result.and(r);
         }
-        result
+        match never {
+            Some(e) => Err(e),
+            None => result,
+        }
     }
 
     /// A fill whose feeding backing read failed: the buffer holds no data, so
@@ -112,7 +128,13 @@ impl LiveCache {
 
     /// Before a cache write: wait until the slot's barriers are released and
     /// the log withdrew every claim on the bytes it overwrites.
-    async fn wait_write_barriers(self: &Arc<Self>, op: &Op, slot: Slot, buf: Option<&Arc<ReqBuf>>) {
+    /// `Err` if a barrier can never be released (the metadata store failed).
+    async fn wait_write_barriers(
+        self: &Arc<Self>,
+        op: &Op,
+        slot: Slot,
+        buf: Option<&Arc<ReqBuf>>,
+    ) -> Result<(), LiveError> {
         let line = buf.map(|b| (b.offset + op.buf_off) / self.line);
         // The usual case under one lock: no barrier on the slot, and the
         // log claims nothing the write overwrites (what `wait_slot_ready`
@@ -120,12 +142,13 @@ impl LiveCache {
         let ready = line.is_some_and(|line| self.slot_ready_now(op, slot, line));
         if !ready {
             self.phase(op, "slot");
-            self.wait_slot_ready(slot, op.id).await;
+            self.wait_slot_ready(slot, op.id).await?;
             if let Some(line) = line {
                 self.phase(op, "log");
-                self.guard_overwrite(op, slot, line).await;
+                self.guard_overwrite(op, slot, line).await?;
             }
         }
+        Ok(())
     }
 
     /// Do the op's I/O on its device, by the cheapest path that applies
@@ -322,6 +345,38 @@ impl LiveCache {
         }
     }
 
+    /// The rerouted write of a failed cache write over dirty sub-blocks
+    /// `f..=l` of `slot` (for `line`) finished: if it landed, the old bytes
+    /// held in the slot are stale, and those sub-blocks still held (not
+    /// rewritten since) are dropped, with the record appended at once (a FUA
+    /// commit follows) and committed only after a backing flush; if it failed, they are dirty again (the slot has the
+    /// old version, or the new one: what a device keeps after a failed write).
+    fn release_held(&self, c: &mut Core, slot: Slot, (f, l): (u32, u32), line: u64, ok: bool) {
+        let Some(b) = c.engine.slot_bits(slot).filter(|b| b.line == line) else {
+            return;
+        };
+        let (valid, dirty) = (SubBlocks(b.valid), SubBlocks(b.dirty));
+        for i in (f..=l).filter(|&i| valid.get(i) && !dirty.get(i)) {
+            if ok {
+                c.engine.invalidate(slot, i, i);
+            } else {
+                c.engine.redirty(slot, i, i);
+            }
+        }
+        let before = c.appended_gen;
+        for s in c.engine.take_touched() {
+            self.journal_submit(c, s, &[]);
+        }
+        if ok {
+            // Dropping the old version's claim needs the rerouted data
+            // durable on the backing device first.
+            for g in before + 1..=c.appended_gen {
+                c.flushed_unmaps.insert(g);
+                c.needs_backing_flush = true;
+            }
+        }
+    }
+
     /// A cache read queued behind a failed cache write of the same line: the
     /// bytes that write should have left in the slot come from its payload.
     pub(super) fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
@@ -426,6 +481,9 @@ impl LiveCache {
                     c.inflight_writes.remove(&slot);
                 }
             }
+        }
+        if let Some((slot, f, l, line)) = c.held.remove(&op.id) {
+            self.release_held(&mut c, slot, (f, l), line, ok);
         }
         if op.purpose == Purpose::WritebackWrite {
             for slot in c.wb_write_slots.remove(&op.id).unwrap_or_default() {

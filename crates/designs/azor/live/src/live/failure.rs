@@ -140,12 +140,32 @@ impl LiveCache {
                     Self::invalidate_failed(&mut self.core.lock().expect("core"), op, slot, f, l);
                     return Err(LiveError(format!("cache write error: {e}")));
                 };
+                //
+                // Sub-blocks the log holds dirty (an acknowledged, maybe
+                // flushed, older version whose only copy is the slot) are
+                // not dropped yet: if the rerouted write fails too, the slot
+                // still holds the old version (or the new one), as a device
+                // keeps after a failed write. They are held clean (out of
+                // cleaning: a writeback of the old bytes would land after the
+                // reroute) and dropped once the reroute landed (`finish`).
                 let rerouted = {
                     let mut c = self.core.lock().expect("core");
-                    Self::invalidate_failed(&mut c, op, slot, f, l);
+                    if dirty {
+                        c.engine.hold_clean(slot, f, l);
+                    } else {
+                        Self::invalidate_failed(&mut c, op, slot, f, l);
+                    }
                     let mut out = Vec::new();
                     c.engine.reroute_failed_write(op, line, &mut out);
                     self.register(&mut c, &out);
+                    if dirty {
+                        for o in out
+                            .iter()
+                            .filter(|o| o.dev == Dev::Backing && o.kind == IoKind::Write)
+                        {
+                            c.held.insert(o.id, (slot, f, l, line));
+                        }
+                    }
                     out
                 };
                 // Run it once this op is finished: a writeback of the line
@@ -186,6 +206,48 @@ impl LiveCache {
             );
             self.core.lock().expect("core").engine.degrade();
         }
+    }
+
+    /// The metadata store went fail-stop in write-back mode (`why`: the I/O
+    /// error that failed its commit). Dirty data written to the cache from
+    /// now on can never be recorded, so the cache stops relying on its log:
+    /// it degrades (no new data is cached; misses go to the backing device,
+    /// dirty lines are kept and cleaned) and every request that waits for a
+    /// commit, every FLUSH and every FUA write fails with EIO until the cache
+    /// is reopened (recovery replays the log as last committed). Nothing
+    /// acknowledged as durable depends on a record that was lost: the last
+    /// successful FLUSH committed everything before it.
+    pub(super) fn metadata_store_failed(&self, why: &str) {
+        if self.metadata_failed.set(why.to_string()).is_err() {
+            return;
+        }
+        tracing::error!(
+            "cache metadata store failed ({why}): write-back cache degraded; FLUSH, FUA and writes that need a metadata commit fail with EIO until the cache is reopened"
+        );
+        self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        self.degraded.store(true, Ordering::Relaxed);
+        {
+            let mut c = self.core.lock().expect("core");
+            c.engine.degrade();
+            // Nothing will ever commit these.
+            c.pending.clear();
+        }
+        // Wake every request waiting for a commit: it fails now.
+        self.committed.send_modify(|_| {});
+    }
+
+    /// Why the metadata store failed in write-back mode, if it did.
+    pub fn metadata_failure(&self) -> Option<&str> {
+        self.metadata_failed.get().map(String::as_str)
+    }
+
+    /// The error for a request that needs a commit after the store failed.
+    pub(super) fn metadata_failed_error(&self) -> Option<LiveError> {
+        self.metadata_failure().map(|why| {
+            LiveError(format!(
+                "cache metadata store failed earlier ({why}): write-back data cannot be made durable; reopen the cache"
+            ))
+        })
     }
 
     /// Keep the bytes a failed cache write of `line` should have left in each

@@ -283,6 +283,13 @@ impl LiveCache {
     /// clean records need it, the backing device first).
     pub async fn commit(self: &Arc<Self>, force_backing: bool) -> Result<(), LiveError> {
         let _g = self.commit_lock.lock().await;
+        if self.write_policy() == WritePolicy::WriteBack {
+            if let Some(e) = self.metadata_failed_error() {
+                // Fail-stop: the records appended since can never be committed.
+                self.core.lock().expect("core").pending.clear();
+                return Err(e);
+            }
+        }
         let (mut recs, mut gen, need_backing) = {
             let mut c = self.core.lock().expect("core");
             (
@@ -429,7 +436,20 @@ impl LiveCache {
                 self.committed.send_modify(|c| *c = (*c).max(gen));
                 return Ok(());
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // An I/O error makes the store fail-stop: no commit can
+                // happen any more (see `metadata_store_failed`).
+                let failed = self
+                    .store
+                    .lock()
+                    .expect("store")
+                    .failure()
+                    .map(String::from);
+                if let Some(why) = failed {
+                    self.metadata_store_failed(&why);
+                }
+                return Err(e);
+            }
         };
         self.stats.record_commit(n, started.elapsed());
         tracing::trace!(target: "tiercache::log", "committed {gen}");

@@ -161,6 +161,10 @@ pub(crate) struct Core {
     sched: tiercache_core::cleaning::CleaningScheduler,
     /// New requests wait (a write policy change is switching): see `policy`.
     paused: bool,
+    /// Rerouted writes of failed cache writes over dirty sub-blocks: the
+    /// backing write, and the sub-blocks (slot, first, last, line) held
+    /// clean until it lands (then dropped) or fails (then dirty again).
+    held: FxHashMap<OpId, (Slot, u32, u32, u64)>,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -216,6 +220,10 @@ pub struct LiveCache {
     backing_path: Mutex<Option<std::path::PathBuf>>,
     /// A clean shutdown started: no more cleaning, writes and trims fail.
     stopping: AtomicBool,
+    /// Why the metadata store went fail-stop in write-back mode (an I/O
+    /// error failed a commit): no commit can happen any more, so requests
+    /// waiting for one, FLUSH and FUA fail (see `failure`).
+    metadata_failed: std::sync::OnceLock<String>,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -313,6 +321,7 @@ impl LiveCache {
                 withdrawn: FxHashMap::default(),
                 fast_overwrite,
                 paused: false,
+                held: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -335,6 +344,7 @@ impl LiveCache {
             any_failed_fill: AtomicBool::new(false),
             backing_path: Mutex::new(None),
             stopping: AtomicBool::new(false),
+            metadata_failed: std::sync::OnceLock::new(),
             track_phases: AtomicBool::new(
                 std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
             ),

@@ -320,6 +320,19 @@ impl Engine {
         }
     }
 
+    /// Mark valid sub-blocks `first..=last` of a slot clean without a
+    /// writeback: the driver holds them out of cleaning while it writes their
+    /// data to the backing device another way (a failed cache write rerouted).
+    pub fn hold_clean(&mut self, slot: Slot, first: u32, last: u32) {
+        let Some(line) = self.map.line_of(slot) else {
+            return;
+        };
+        self.map.bits.set_dirty(slot, first, last, false);
+        if !self.map.bits.any_dirty(slot) {
+            self.dirty.remove(&line);
+        }
+    }
+
     /// The cache device is failing: admit nothing new; write-through modes stop
     /// updating cached copies (writes invalidate them instead). Dirty data stays
     /// and is cleaned as usual.
