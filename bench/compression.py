@@ -299,6 +299,7 @@ def bench_dataset(a, tc, d, name, log):
     gain = on["hit_ratio"] - off["hit_ratio"]
     extra_cpu = on["cpu_us_per_request"] - off["cpu_us_per_request"]
     # Misses saved per request x miss cost = CPU added per request.
+    # Negative: the CPU per request fell (fewer misses to serve): it pays at any miss cost.
     breakeven_us = extra_cpu / gain if gain > 0 else None
     res = {
         "dataset": name, "description": desc, "codec": a.codec, "compressibility": comp,
@@ -317,7 +318,12 @@ def bench_dataset(a, tc, d, name, log):
                           ("IOPS", "iops", "{:10.0f}"), ("CPU us/request", "cpu_us_per_request", "{:10.1f}")):
         x, y = off[k], on[k]
         print(f"  {label:28} {fmt.format(x)} {fmt.format(y)} {y / max(x, 1e-9):7.2f}")
-    be = f"{breakeven_us:.1f} us" if breakeven_us is not None else "never (no hit ratio gain)"
+    if breakeven_us is None:
+        be = "never (no hit ratio gain)"
+    elif breakeven_us <= 0:
+        be = "none: compression pays at any miss cost (the CPU per request fell with the misses)"
+    else:
+        be = f"{breakeven_us:.1f} us"
     print(f"  break-even miss cost: {be} (hit ratio +{gain:.3f}, CPU +{extra_cpu:.1f} us/request); "
           f"load average {load0[0]:.2f} -> {load1[0]:.2f}", flush=True)
     return res
