@@ -228,10 +228,7 @@ fn bad_input_is_refused_with_a_reason() {
             vec!["--compress", "lz4", "--compressibility", "1=1"],
             "UNITS:FRACTION",
         ),
-        (
-            vec!["--compress", "lz4", "--compress-us", "-1"],
-            "0 or more",
-        ),
+        (vec!["--compress", "lz4", "--compress-us=-1"], "0 or more"),
         (vec!["--compressibility", "1:1"], "with --compress lz4"),
     ] {
         let mut a = log.to_vec();
