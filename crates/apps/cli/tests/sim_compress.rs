@@ -182,7 +182,10 @@ fn sizes_are_deterministic_and_a_measured_model_drives_sim() {
     // Held blocks' stored sizes follow the model: 1 or 8 units each.
     let held = a["mapped_blocks"].as_u64().unwrap();
     let stored = c["cached_stored_bytes"].as_u64().unwrap();
-    assert!(held > 0 && (stored - held * 512) % (7 * 512) == 0, "{c:#}");
+    assert!(
+        held > 0 && (stored - held * 512).is_multiple_of(7 * 512),
+        "{c:#}"
+    );
     // Given costs override the file's.
     let mut o = args.to_vec();
     o.extend(["--compress-us", "10", "--decompress-us", "2"]);
@@ -344,7 +347,7 @@ fn live_compressed_store_matches_simulation() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let r = x >> 33;
-        let b = if r % 2 == 0 {
+        let b = if r.is_multiple_of(2) {
             r / 2 % 300
         } else {
             r / 2 % (blocks - 4)
