@@ -88,6 +88,7 @@ ALLOWED: dict[str, str] = {
     "tica_policy": "ef, wed, adaptive",
     "ftl": "hybrid, page, log (log: --mode ssc only)",
     "victim": "cost-benefit, greedy",
+    "compress": "off, lz4, zstd, zstd:LEVEL (LEVEL 1-22; mode='ssc', ftl='log' only)",
     "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",
 }
 
@@ -119,6 +120,10 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "tica_policy": ((str,), "a string"),
     "ftl": ((str,), "a string"),
     "victim": ((str,), "a string"),
+    "compress": ((str,), "a string"),
+    "compressibility": ((str,), "a model file path or a distribution such as '1:0.2,2:0.5,8:0.3'"),
+    "compress_us": ((int, float), "a number"),
+    "decompress_us": ((int, float), "a number"),
     "segment_size": ((str, int), _BYTES),
     "format": ((str,), "a string"),
     "volume": ((str, int), "a string"),

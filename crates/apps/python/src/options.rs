@@ -64,6 +64,10 @@ pub const OPTIONS: &[(&str, Kind, Option<&str>)] = &[
     ("ftl", Kind::Text, Some("hybrid")),
     ("segment_size", Kind::Text, Some("1MiB")),
     ("victim", Kind::Text, Some("cost-benefit")),
+    ("compress", Kind::Text, Some("off")),
+    ("compressibility", Kind::Text, None),
+    ("compress_us", Kind::Float, None),
+    ("decompress_us", Kind::Float, None),
     ("format", Kind::Text, None),
     ("cache_size", Kind::Text, None),
     ("line_size", Kind::Text, Some("4KiB")),
@@ -312,6 +316,12 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
         return Err(BuildError::Option(opt_err(
             "mode",
             format!("mode '{mode}' is not the SSD cache (run it with modes::run)"),
+        )));
+    }
+    if !matches!(p.text("compress").as_deref(), None | Some("off" | "none")) {
+        return Err(BuildError::Option(opt_err(
+            "compress",
+            "applies to mode='ssc', ftl='log' (the compressed log-structured layout), not mode='cache'",
         )));
     }
     let format = format_of(p)?;

@@ -69,6 +69,29 @@ pub struct SimArgs {
     /// --ftl log: segment cleaning's victim rule: cost-benefit or greedy.
     #[arg(long, default_value = "cost-benefit")]
     pub victim: String,
+    /// --ftl log: simulate the compressed layout (`format --layout
+    /// log-structured --compress`): lz4, zstd, zstd:LEVEL (1-22), or off.
+    /// No trace reader carries payload bytes, so each block's stored size
+    /// comes from --compressibility; sim --mode cache does not compress.
+    #[arg(long, default_value = "off")]
+    pub compress: String,
+    /// --compress: the stored sizes of blocks: a model file written by
+    /// `tiercache trace compressibility IMAGE --out FILE` (its CPU costs
+    /// become the defaults of --compress-us and --decompress-us), or a
+    /// distribution UNITS:FRACTION,... over 1-8 units of 512 bytes (8 =
+    /// stored raw), fractions summing to 1 [default: 1:0.004,2:0.08,3:0.2,4:0.36,5:0.29,6:0.063,7:0.003,
+    /// about a kernel source tree under lz4]. A block's size is drawn from it by a hash of
+    /// its number: the same block always has the same size.
+    #[arg(long, value_name = "FILE|DIST")]
+    pub compressibility: Option<String>,
+    /// --compress: CPU microseconds to compress one 4 KiB block [default:
+    /// the model file's measurement, else lz4 6, zstd 20].
+    #[arg(long)]
+    pub compress_us: Option<f64>,
+    /// --compress: CPU microseconds to decompress one 4 KiB block [default:
+    /// the model file's measurement, else lz4 1.5, zstd 5].
+    #[arg(long)]
+    pub decompress_us: Option<f64>,
     /// TICA: policy: ef, wed, adaptive.
     #[arg(long, default_value = "adaptive")]
     pub tica_policy: String,
@@ -149,7 +172,7 @@ pub struct SimArgs {
         "twolbs_levels", "twolbs_window", "dirty_target", "clean_rate", "timed_cleaning",
         "tier_policy", "fast_tier_size", "capacity", "tier_block", "plan_every",
         "moves_per_round", "plan_clock", "tier_volume_size", "ftl", "segment_size",
-        "victim", "tica_policy", "dram_size",
+        "victim", "tica_policy", "dram_size", "compress",
     ])]
     pub like: Option<PathBuf>,
     /// Compute cache behaviour only, without the timing model (fastest): no response

@@ -5,6 +5,7 @@
 //! `tiercache.simulate(mode=M, ...)` is exactly `tiercache sim --mode M --json`.
 
 pub mod args;
+pub mod compress;
 pub mod modes;
 pub mod policy;
 

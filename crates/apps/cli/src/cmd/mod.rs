@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod classify;
+pub mod compressibility;
 pub mod demo;
 pub mod live;
 pub mod plot_cmd;

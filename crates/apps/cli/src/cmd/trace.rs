@@ -1,4 +1,5 @@
-//! `tiercache trace`: statistics and format conversion.
+//! `tiercache trace`: statistics, format conversion, and the compressibility
+//! of an image.
 
 use crate::progress::Progress;
 use anyhow::{Context, Result};
@@ -19,6 +20,15 @@ tiercache trace stats ../shared/traces/arc/OLTP.lis.zst --line-size 512B --json"
 tiercache trace convert ../shared/traces/samples/msr-cambridge1-sample.csv -o msr.tct\n  \
 tiercache trace stats msr.tct")]
     Convert(ConvertArgs),
+    /// How the compressed log-structured layout would store an image's
+    /// blocks: stored sizes in 512-byte units, ratio, effective capacity,
+    /// codec speed; `--out` writes a model for `sim --compress`.
+    #[command(after_help = "Examples:\n  \
+tiercache trace compressibility disk.img\n  \
+tiercache trace compressibility /usr/src/linux --codec zstd:3 --json\n  \
+tiercache trace compressibility pgdata.img --out pg.json\n  \
+tiercache sim --trace t.csv --mode ssc --ftl log --cache-size 64MiB --compress lz4 --compressibility pg.json")]
+    Compressibility(crate::cmd::compressibility::CompressibilityArgs),
 }
 
 /// How to read the input trace.
@@ -163,6 +173,7 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
                 }
             }
         }
+        TraceCmd::Compressibility(a) => crate::cmd::compressibility::run(a)?,
         TraceCmd::Convert(a) => {
             let to: Format = a.to.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
             let r = open(&a.input)?;

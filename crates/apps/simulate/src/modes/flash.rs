@@ -19,6 +19,9 @@ use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 /// Run `tiercache sim` in a flash mode.
 pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     let kind: DeviceKind = a.mode.parse().map_err(|e| bad("mode", e))?;
+    if a.ftl != "log" {
+        crate::modes::no_compress(a)?;
+    }
     if a.ftl == "log" {
         if kind != DeviceKind::Ssc {
             return Err(bad(
@@ -99,6 +102,7 @@ fn run_log(a: &SimArgs) -> Result<ModeOutput> {
     let seg_bytes = parse_bytes(a.segment_size.trim()).map_err(|e| bad("segment_size", e))?;
     tiercache_flash::logstore::data_blocks(seg_bytes).map_err(|e| bad("segment_size", e))?;
     let victim: GcPolicy = a.victim.trim().parse().map_err(|e| bad("victim", e))?;
+    let compress = crate::compress::settings(a)?;
     let mut rows: Vec<(String, LogSimReport)> = Vec::new();
     for size in &a.cache_size {
         let spec = parse_size(size.trim()).map_err(|e| bad("cache_size", e))?;
@@ -120,6 +124,7 @@ fn run_log(a: &SimArgs) -> Result<ModeOutput> {
                 manager,
                 dirty_target: a.dirty_target,
                 victim,
+                compress: compress.clone(),
             };
             let mut rec = tiercache_trace::open(&a.trace, format, &ropts)?;
             let mut report = logsim::run(rec.by_ref(), &cfg)
@@ -157,6 +162,30 @@ fn run_log(a: &SimArgs) -> Result<ModeOutput> {
             c.cleaning_written_back,
             c.segments_cleaned
         )?;
+        if let Some(z) = &r.compression {
+            writeln!(
+                text,
+                "  compressed {} (model {}: mean {:.2} units of 512 B): effective capacity {:.2}x ({:.0} blocks vs {} uncompressed), held {:.2}x at the end, stored ratio {:.2}",
+                z.codec,
+                z.model,
+                z.mean_units,
+                z.capacity_factor,
+                z.capacity_blocks,
+                z.plain_slots,
+                z.held_factor,
+                z.ratio
+            )?;
+            writeln!(
+                text,
+                "  CPU model: {} compressions x {} us + {} decompressions x {} us = {:.3} s, {:.2} us per request",
+                z.compressions,
+                z.compress_us_per_block,
+                z.decompressions,
+                z.decompress_us_per_block,
+                z.cpu_seconds,
+                z.cpu_us_per_request
+            )?;
+        }
     }
     Ok(ModeOutput { rows: json, text })
 }

@@ -88,8 +88,26 @@ pub fn trace_input(a: &SimArgs) -> Result<(Option<Format>, ReadOptions)> {
     Ok((format, ropts))
 }
 
+/// `--compress` (and its settings) with a mode that does not model the
+/// compressed layout: an error naming the one that does.
+pub fn no_compress(a: &SimArgs) -> Result<()> {
+    crate::compress::settings(a)?.map_or(Ok(()), |_| {
+        Err(bad(
+            "compress",
+            format!(
+                "applies to --mode ssc --ftl log (the compressed log-structured layout), not --mode {}{}",
+                a.mode,
+                if a.mode == "ssc" { format!(" --ftl {}", a.ftl) } else { String::new() }
+            ),
+        ))
+    })
+}
+
 /// Run a mode other than `cache`.
 pub fn run(a: &SimArgs) -> Result<ModeOutput> {
+    if !matches!(a.mode.as_str(), "ssd" | "ssc" | "ssc-v") {
+        no_compress(a)?;
+    }
     if a.out.is_some() {
         bail!(
             "--out writes the sweep files of --mode cache only; use --json with --mode {}",

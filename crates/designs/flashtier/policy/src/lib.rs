@@ -15,6 +15,8 @@
 //! - [`logstore`]: the log-structured store's policy (map, segments, victim
 //!   choice, segment cleaning with silent eviction, write-back), shared by the
 //!   live store and [`logsim`], its trace replay without devices.
+//! - [`sizes`]: compressibility models (stored sizes of 1 to 8 units of 512
+//!   bytes per block) for simulating the compressed log-structured layout.
 //! - [`device`]: the `ssd`, `ssc` and `ssc-v` devices with the SSC interface of
 //!   Table II and its consistency costs (Section 4.2).
 //! - [`manager`]: write-through and write-back FlashTier cache managers and
@@ -31,6 +33,7 @@ pub mod logstore;
 pub mod manager;
 pub mod reproduce;
 pub mod sim;
+pub mod sizes;
 pub mod sparse;
 pub mod workload;
 

@@ -6,10 +6,18 @@
 //! the conformance test `crates/apps/cli/tests/conformance_ssc_tier.rs`
 //! checks it. Only the I/O is left out: [`Counting`] is the driver that does
 //! none.
+//!
+//! With [`LogSimConfig::compress`] it replays the compressed layout
+//! (`format --layout log-structured --compress`): segments of [`SLOT_RATIO`]
+//! times more slots, each block a record of as many 512-byte units as the
+//! compressibility model gives it, packed into the segment's data area by
+//! the live store's rule (a segment is sealed when the next record does not
+//! fit its remaining units).
 
 use crate::gc::GcPolicy;
 use crate::logstore::{data_blocks, Log, LogCounters, LogIo, SegInfo, SegState, BLOCK_BYTES};
 use crate::manager::ManagerKind;
+use crate::sizes::{compressed_segment, SizeModel, RAW_UNITS, SLOT_RATIO, UNIT};
 use crate::sparse::SparseMap;
 use crate::FlashError;
 use serde::Serialize;
@@ -29,6 +37,22 @@ pub struct LogSimConfig {
     /// Write-back: share of the slots that may be dirty.
     pub dirty_target: f64,
     pub victim: GcPolicy,
+    /// The compressed layout (`None`: the plain one).
+    pub compress: Option<CompressSim>,
+}
+
+/// The compressed layout in a simulation: block sizes and CPU costs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompressSim {
+    /// The codec's name (`lz4`, `zstd:3`), reported only: its effect is the
+    /// model.
+    pub codec: String,
+    /// Stored size of each block.
+    pub sizes: SizeModel,
+    /// CPU microseconds to compress one block.
+    pub compress_us: f64,
+    /// CPU microseconds to decompress one block.
+    pub decompress_us: f64,
 }
 
 /// Result of a run: the decision counters under the live store's names.
@@ -65,6 +89,47 @@ pub struct LogSimReport {
     /// Host memory of the unified sparse map per slot.
     pub map_bytes_per_block_full: f64,
     pub skipped_records: u64,
+    /// The compressed layout's capacity, sizes and CPU cost model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<CompressionReport>,
+}
+
+/// What compression bought and cost in a run (`compression` in the JSON;
+/// the stored-size names are the live store's `stats --json` ones).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompressionReport {
+    pub codec: String,
+    /// The model, as `--compressibility` takes it inline.
+    pub model: String,
+    /// Mean 512-byte units per block under the model.
+    pub mean_units: f64,
+    /// Slots the plain layout of the same size has (blocks an uncompressed
+    /// cache holds).
+    pub plain_slots: u64,
+    /// Blocks the data area holds at the model's mean size (at most the
+    /// slots).
+    pub capacity_blocks: f64,
+    /// Effective capacity: `capacity_blocks / plain_slots`.
+    pub capacity_factor: f64,
+    /// Blocks held at the end over `plain_slots`.
+    pub held_factor: f64,
+    /// Records appended compressed (1-7 units) and raw (8 units).
+    pub stored_compressed_blocks: u64,
+    pub stored_compressed_bytes: u64,
+    pub stored_raw_blocks: u64,
+    /// Cached blocks' bytes at the end: raw, and as stored.
+    pub cached_bytes: u64,
+    pub cached_stored_bytes: u64,
+    /// `cached_bytes / cached_stored_bytes`.
+    pub ratio: f64,
+    /// The CPU cost model: blocks compressed (every append) and
+    /// decompressed (read hits, dirty blocks moved or written back).
+    pub compress_us_per_block: f64,
+    pub decompress_us_per_block: f64,
+    pub compressions: u64,
+    pub decompressions: u64,
+    pub cpu_seconds: f64,
+    pub cpu_us_per_request: f64,
 }
 
 /// Segment cleaning's counters, named as in the live store's `stats --json`.
@@ -81,9 +146,21 @@ pub struct LogCleaning {
     pub written_back: u64,
 }
 
-/// The driver of a simulation: no I/O, nothing fails.
+/// The driver of a simulation: no I/O, nothing fails. In a compressed
+/// layout it keeps the open segment's used units, as the live store does.
 #[derive(Debug, Default)]
-pub struct Counting;
+pub struct Counting {
+    /// Compressed layout: each block's size.
+    pub sizes: Option<SizeModel>,
+    /// Units of data area per segment (compressed layout).
+    pub data_units: u32,
+    /// Units of the open segment's data area used.
+    pub open_units: u32,
+    /// Records appended compressed and raw, and the compressed ones' bytes.
+    pub stored_compressed: u64,
+    pub stored_compressed_bytes: u64,
+    pub stored_raw: u64,
+}
 
 impl LogIo for Counting {
     type Ctx = ();
@@ -97,7 +174,28 @@ impl LogIo for Counting {
             return Ok(false);
         };
         log.finish_open(seg, true);
+        log.open_units = 0;
         Ok(true)
+    }
+
+    fn fits(log: &mut Log<Self>, _: &(), lbas: &[u64], _: &[u8], n: usize) -> usize {
+        let Some(m) = &log.ext.sizes else {
+            return n;
+        };
+        if log.open.is_none() {
+            return n;
+        }
+        let mut free = log.data_units - log.open_units;
+        let mut k = 0;
+        while k < n && m.units(lbas[k]) <= free {
+            free -= m.units(lbas[k]);
+            k += 1;
+        }
+        if k == 0 {
+            let room = log.room();
+            log.burn(room);
+        }
+        k
     }
 
     fn append_open(
@@ -107,7 +205,28 @@ impl LogIo for Counting {
         _: &[u8],
         dirty: bool,
     ) -> Result<bool, Infallible> {
-        Ok(log.place(lbas, dirty).is_ok())
+        let Some(m) = &log.ext.sizes else {
+            return Ok(log.place(lbas, dirty).is_ok());
+        };
+        let units: Vec<u32> = lbas.iter().map(|&l| m.units(l)).collect();
+        let total: u32 = units.iter().sum();
+        if total > log.data_units - log.open_units {
+            return Ok(false);
+        }
+        if log.place(lbas, dirty).is_err() {
+            return Ok(false);
+        }
+        let x = &mut log.ext;
+        x.open_units += total;
+        for u in units {
+            if u == RAW_UNITS {
+                x.stored_raw += 1;
+            } else {
+                x.stored_compressed += 1;
+                x.stored_compressed_bytes += u64::from(u * UNIT);
+            }
+        }
+        Ok(true)
     }
 
     fn live_blocks(log: &mut Log<Self>, _: &(), seg: u32) -> Vec<(u64, u32)> {
@@ -133,7 +252,16 @@ impl LogIo for Counting {
 
 /// A log store of `cfg`'s size, empty, as `format` leaves it.
 pub fn new_log(cfg: &LogSimConfig) -> Result<Log<Counting>, FlashError> {
-    let d = data_blocks(cfg.seg_bytes).map_err(FlashError::Config)?;
+    let mut driver = Counting::default();
+    let d = match &cfg.compress {
+        None => data_blocks(cfg.seg_bytes).map_err(FlashError::Config)?,
+        Some(c) => {
+            let (slots, units) = compressed_segment(cfg.seg_bytes).map_err(FlashError::Config)?;
+            driver.sizes = Some(c.sizes.clone());
+            driver.data_units = units;
+            slots
+        }
+    };
     if cfg.segments < 3 {
         return Err(FlashError::Config(format!(
             "{} segments (allowed: 3 or more: two are kept free)",
@@ -158,7 +286,7 @@ pub fn new_log(cfg: &LogSimConfig) -> Result<Log<Counting>, FlashError> {
         };
         cfg.segments as usize
     ];
-    let mut log = Log::new(map, segs, 1, d, Counting);
+    let mut log = Log::new(map, segs, 1, d, driver);
     log.victim = cfg.victim;
     Ok(log)
 }
@@ -171,7 +299,14 @@ pub fn request(log: &mut Log<Counting>, cfg: &LogSimConfig, r: &Record) {
     let (offset, len) = (r.offset, u64::from(r.len));
     let end = offset + len;
     let (b0, b1) = (offset / bs, end.div_ceil(bs));
-    let slots = log.segs.len() as u64 * u64::from(log.data_blocks);
+    // The dirty target is a share of the data area's 4 KiB blocks (the
+    // live store's rule: slots over the slot ratio in a compressed layout).
+    let ratio = if cfg.compress.is_some() {
+        SLOT_RATIO
+    } else {
+        1
+    };
+    let slots = log.segs.len() as u64 * u64::from(log.data_blocks / ratio);
     let nothing = |_: Infallible| -> usize { unreachable!() };
     match r.kind {
         IoKind::Read if len > 0 => {
@@ -243,6 +378,10 @@ where
     let hits = c.read_hits + c.write_hits;
     let misses = c.read_misses + c.write_misses;
     let slots = u64::from(cfg.segments) * u64::from(log.data_blocks);
+    let compression = match &cfg.compress {
+        None => None,
+        Some(z) => Some(compression_report(&log, cfg, z, requests)?),
+    };
     Ok(LogSimReport {
         mode: "ssc".into(),
         ftl_kind: "log".into(),
@@ -279,6 +418,59 @@ where
         dirty_blocks: log.map.dirty() as u64,
         map_bytes_per_block_full: log.map.memory_bytes() as f64 / slots.max(1) as f64,
         skipped_records: 0,
+        compression,
+    })
+}
+
+fn compression_report(
+    log: &Log<Counting>,
+    cfg: &LogSimConfig,
+    z: &CompressSim,
+    requests: u64,
+) -> Result<CompressionReport, FlashError> {
+    let plain = data_blocks(cfg.seg_bytes).map_err(FlashError::Config)?;
+    let plain_slots = u64::from(cfg.segments) * u64::from(plain);
+    let slots = u64::from(cfg.segments) * u64::from(log.data_blocks);
+    let units = u64::from(cfg.segments) * u64::from(log.data_units);
+    let mean = z.sizes.mean_units();
+    let capacity_blocks = (units as f64 / mean).min(slots as f64);
+    let mut stored = 0u64;
+    for (lba, _) in log.map.iter() {
+        stored += u64::from(z.sizes.units(lba) * UNIT);
+    }
+    let cached = log.map.len() as u64 * BLOCK_BYTES as u64;
+    let c = &log.counters;
+    let compressions = c.appended_blocks;
+    let decompressions = c.read_hits + c.moved_dirty + c.cleaning_written_back + c.written_back;
+    let cpu_us = compressions as f64 * z.compress_us + decompressions as f64 * z.decompress_us;
+    Ok(CompressionReport {
+        codec: z.codec.clone(),
+        model: z.sizes.spec(),
+        mean_units: mean,
+        plain_slots,
+        capacity_blocks,
+        capacity_factor: capacity_blocks / plain_slots as f64,
+        held_factor: log.map.len() as f64 / plain_slots as f64,
+        stored_compressed_blocks: log.stored_compressed,
+        stored_compressed_bytes: log.stored_compressed_bytes,
+        stored_raw_blocks: log.stored_raw,
+        cached_bytes: cached,
+        cached_stored_bytes: stored,
+        ratio: if stored > 0 {
+            cached as f64 / stored as f64
+        } else {
+            1.0
+        },
+        compress_us_per_block: z.compress_us,
+        decompress_us_per_block: z.decompress_us,
+        compressions,
+        decompressions,
+        cpu_seconds: cpu_us / 1e6,
+        cpu_us_per_request: if requests > 0 {
+            cpu_us / requests as f64
+        } else {
+            0.0
+        },
     })
 }
 
@@ -305,6 +497,7 @@ mod tests {
             manager: ManagerKind::WriteBack,
             dirty_target: 1.0,
             victim: GcPolicy::Greedy,
+            compress: None,
         };
         // Segment 0: 14 clean fills; segment 1: 14 dirty writes; segment 2:
         // 3 of them rewritten (segment 1 keeps 11 live, one segment free).
@@ -331,5 +524,89 @@ mod tests {
         assert_eq!(r.mapped_blocks, 29);
         assert_eq!(r.dirty_blocks, 14);
         assert_eq!(r.counters.write_hits, 3);
+    }
+
+    fn two_passes(blocks: u64) -> Vec<Result<Record, String>> {
+        (0..2)
+            .flat_map(|_| (0..blocks).map(|b| rec(IoKind::Read, b, 1)))
+            .collect()
+    }
+
+    fn small(compress: Option<SizeModel>) -> LogSimConfig {
+        LogSimConfig {
+            segments: 4,
+            seg_bytes: 64 << 10,
+            manager: ManagerKind::WriteThrough,
+            dirty_target: 0.2,
+            victim: GcPolicy::CostBenefit,
+            compress: compress.map(|sizes| CompressSim {
+                codec: "lz4".into(),
+                sizes,
+                compress_us: 2.0,
+                decompress_us: 1.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn two_unit_blocks_give_four_times_the_capacity_by_hand() {
+        // 64 KiB segments: 14 data blocks of 4 KiB (112 units), 56 slots in
+        // the compressed layout. Blocks of 2 units fill a segment's 56
+        // slots exactly. Two passes over 112 blocks: the plain store holds
+        // at most 4 x 14 of them and cleans in FIFO order (equal live
+        // counts, the older segment first), so the second pass misses
+        // throughout; compressed, the 112 fill two segments and the second
+        // pass hits all of them.
+        let plain = run(two_passes(112), &small(None)).unwrap();
+        assert_eq!(plain.read_hits, 0);
+        assert_eq!(plain.read_misses, 224);
+        assert!(plain.compression.is_none());
+        let cfg = small(Some(SizeModel::constant(2).unwrap()));
+        let r = run(two_passes(112), &cfg).unwrap();
+        assert_eq!(r.data_blocks, 56);
+        assert_eq!(r.slots, 224);
+        assert_eq!(r.read_hits, 112);
+        assert_eq!(r.read_misses, 112);
+        assert_eq!(r.fills, 112);
+        assert_eq!(r.segments_opened, 2);
+        assert_eq!(r.cleaning.segments_cleaned, 0);
+        let z = r.compression.unwrap();
+        assert_eq!(z.plain_slots, 56);
+        assert_eq!(z.capacity_factor, 4.0);
+        assert_eq!(z.held_factor, 2.0);
+        assert_eq!(z.ratio, 4.0);
+        assert_eq!(z.stored_compressed_blocks, 112);
+        assert_eq!(z.stored_raw_blocks, 0);
+        assert_eq!(
+            (z.cached_bytes, z.cached_stored_bytes),
+            (112 * 4096, 112 * 1024)
+        );
+        // CPU: 112 compressions at 2 us, 112 decompressions (hits) at 1 us.
+        assert_eq!((z.compressions, z.decompressions), (112, 112));
+        assert!((z.cpu_seconds - 336e-6).abs() < 1e-12);
+        assert!((z.cpu_us_per_request - 336.0 / 224.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn raw_blocks_seal_segments_by_units() {
+        // All raw: 14 records of 8 units fill a segment's 112 units, the
+        // other 42 slots are given up; the capacity is the plain one.
+        let cfg = small(Some(SizeModel::constant(8).unwrap()));
+        let r = run(two_passes(112), &cfg).unwrap();
+        let plain = run(two_passes(112), &small(None)).unwrap();
+        let z = r.compression.unwrap();
+        assert_eq!(z.capacity_factor, 1.0);
+        assert_eq!(z.stored_raw_blocks, r.appended_blocks);
+        assert_eq!(r.read_hits, plain.read_hits);
+        assert_eq!(r.mapped_blocks, plain.mapped_blocks);
+        assert_eq!(r.cleaning.silent_evictions, plain.cleaning.silent_evictions);
+        // Mixed sizes: every segment holds at most 112 units of records.
+        let cfg = small(Some(SizeModel::parse("1:0.3,3:0.3,8:0.4").unwrap()));
+        let r = run(two_passes(40), &cfg).unwrap();
+        let plain = run(two_passes(40), &small(None)).unwrap();
+        assert_eq!(plain.read_hits, 0);
+        let z = r.compression.unwrap();
+        assert!(z.cached_stored_bytes <= 4 * 112 * 512, "{z:?}");
+        assert!(r.read_hits > plain.read_hits, "{}", r.read_hits);
     }
 }

@@ -56,6 +56,7 @@ pub fn run(mut a: SimArgs) -> Result<()> {
         }
         return Ok(());
     }
+    tiercache_simulate::modes::no_compress(&a)?;
     let like = match &a.like {
         Some(dev) => Some(like(dev)?),
         None => None,
@@ -176,6 +177,7 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
         a.write_policy = vec![sb.write_policy.to_string()];
         a.dirty_target = sb.dirty_target;
         a.victim = "cost-benefit".into();
+        a.compress = sb.compress.to_string();
         return Ok(Some("ssc"));
     }
     Ok(None)
