@@ -11,7 +11,7 @@
 mod clients_util;
 mod common;
 
-use clients_util::{assert_same_file, fio, run, write_file, Setup};
+use clients_util::{assert_same_file, bin, fio, output, run, sparse_file, write_file, Setup};
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 use std::process::Command;
 
@@ -298,4 +298,72 @@ fn kill9_compressed_write_back() {
 #[test]
 fn kill9_compressed_write_through() {
     crash_case("lsz-write-through", "lz4", "write-through", 6, 0x22_0002);
+}
+
+/// The compressed layout packs 512-byte units: on a cache device with
+/// 4096-byte logical sectors (a loop device with `--sector-size 4096`),
+/// `format --compress` refuses with a clear error (`--compress off` is
+/// accepted there), and on 512-byte sectors it formats.
+#[test]
+fn compressed_layout_refuses_4k_sector_cache_device() {
+    require_tools!("losetup");
+    if !std::path::Path::new("/dev/loop-control").exists() {
+        eprintln!("SKIPPED: /dev/loop-control is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("b.img");
+    sparse_file(&backing, 16 * MIB);
+    let mut results = Vec::new();
+    for sector in ["4096", "512"] {
+        let img = dir.path().join(format!("c{sector}.img"));
+        sparse_file(&img, 16 * MIB);
+        let lo = output(
+            Command::new("losetup")
+                .args(["-f", "--show", "--sector-size", sector])
+                .arg(&img),
+        );
+        if !lo.status.success() {
+            eprintln!(
+                "SKIPPED: losetup --sector-size {sector} failed: {}",
+                String::from_utf8_lossy(&lo.stderr)
+            );
+            return;
+        }
+        let dev = String::from_utf8_lossy(&lo.stdout).trim().to_string();
+        struct Detach(String);
+        impl Drop for Detach {
+            fn drop(&mut self) {
+                let _ = Command::new("losetup").args(["-d", &self.0]).status();
+            }
+        }
+        let _d = Detach(dev.clone());
+        let format = |codec: &str| {
+            output(
+                Command::new(bin())
+                    .args(["format", "--layout", "log-structured", "--force"])
+                    .args(["--compress", codec, "--cache", &dev, "--backing"])
+                    .arg(&backing),
+            )
+        };
+        let lz4 = format("lz4");
+        let off = format("off");
+        assert!(
+            off.status.success(),
+            "--compress off on {sector}-byte sectors: {off:?}"
+        );
+        results.push((sector, lz4));
+    }
+    let (_, big) = &results[0];
+    let msg = String::from_utf8_lossy(&big.stderr);
+    assert!(
+        !big.status.success(),
+        "lz4 on 4096-byte sectors was accepted"
+    );
+    assert!(
+        msg.contains("4096-byte logical sectors") && msg.contains("--compress off"),
+        "unclear refusal: {msg}"
+    );
+    let (_, small) = &results[1];
+    assert!(small.status.success(), "lz4 on 512-byte sectors: {small:?}");
 }

@@ -44,6 +44,31 @@ fn fnv(data: &[u8]) -> u64 {
 /// Unit `u` as written in `version` (version 0: the initial contents the
 /// system must start with).
 pub fn unit(u: u64, version: u64) -> Vec<u8> {
+    unit_filled(u, version, Fill::Random)
+}
+
+/// [`unit`] with mixed compressibility (for a compressing design): by
+/// `u + version`, a third of the units have random fillers (they do not
+/// compress), a third a repeated word (they compress to a few hundred
+/// bytes) and a third half random, half repeated (they compress to about
+/// half). The sector headers and checksums are as in [`unit`].
+pub fn unit_mixed(u: u64, version: u64) -> Vec<u8> {
+    let fill = match (u + version) % 3 {
+        0 => Fill::Random,
+        1 => Fill::Repeated,
+        _ => Fill::Half,
+    };
+    unit_filled(u, version, fill)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fill {
+    Random,
+    Repeated,
+    Half,
+}
+
+fn unit_filled(u: u64, version: u64, fill: Fill) -> Vec<u8> {
     let mut v = Vec::with_capacity(UNIT);
     for s in 0..PER_UNIT {
         let start = v.len();
@@ -52,8 +77,19 @@ pub fn unit(u: u64, version: u64) -> Vec<u8> {
         v.extend_from_slice(&(s as u64).to_le_bytes());
         v.extend_from_slice(&version.to_le_bytes());
         let mut r = Rng(u ^ version.rotate_left(20) ^ (s as u64) << 50);
+        let word = if fill == Fill::Random {
+            0
+        } else {
+            r.next_u64()
+        };
         while v.len() - start < SECTOR - 8 {
-            v.extend_from_slice(&r.next_u64().to_le_bytes());
+            let random = match fill {
+                Fill::Random => true,
+                Fill::Repeated => false,
+                Fill::Half => v.len() - start < SECTOR / 2,
+            };
+            let w = if random { r.next_u64() } else { word };
+            v.extend_from_slice(&w.to_le_bytes());
         }
         let c = fnv(&v[start..]);
         v.extend_from_slice(&c.to_le_bytes());
@@ -109,6 +145,11 @@ pub trait System {
     /// Inject I/O errors (EIO, with the probability per op given) on the
     /// design's devices from now on; 0 stops injecting.
     fn set_faults(&mut self, probability: f64, seed: u64);
+    /// Whether the units written mix compressible and incompressible data
+    /// ([`unit_mixed`]; for a compressing design). Default: random data.
+    fn mixed_data(&self) -> bool {
+        false
+    }
     /// Lose power on every device (unflushed writes dropped, kept in order
     /// or torn per sector, as `seed` picks), stop injecting errors, and
     /// reopen the design from what reached the media. `Err` if recovery
@@ -321,7 +362,12 @@ fn op<S: System>(
             for u in first..first + n {
                 next[u as usize] += 1;
                 versions.push(next[u as usize]);
-                data.extend(unit(u, next[u as usize]));
+                let v = next[u as usize];
+                data.extend(if sys.mixed_data() {
+                    unit_mixed(u, v)
+                } else {
+                    unit(u, v)
+                });
             }
             let r = sys.write(first, &data, fua);
             if trace {

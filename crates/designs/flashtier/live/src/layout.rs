@@ -358,6 +358,55 @@ fn open_rw(path: &Path, what: &str) -> Result<Arc<dyn BlockDev>> {
     ))
 }
 
+/// The compressed layout packs records of 512-byte units back to back. A
+/// cache device whose logical sector is larger (a 4Kn disk) takes such
+/// writes only as read-modify-writes of whole sectors (the page cache's or
+/// the `O_DIRECT` bounce buffer's) that also hold earlier, acknowledged
+/// records, which a power loss could tear: refused, with the way out.
+pub fn check_sector_size(path: &Path, codec: Codec) -> Result<()> {
+    if !codec.is_on() {
+        return Ok(());
+    }
+    let Ok(md) = std::fs::metadata(path) else {
+        return Ok(()); // an NBD URI or a file about to be created
+    };
+    if !std::os::unix::fs::FileTypeExt::is_block_device(&md.file_type()) {
+        return Ok(());
+    }
+    let Some(sector) = logical_sector_size(std::os::unix::fs::MetadataExt::rdev(&md)) else {
+        tracing::warn!(
+            "{}: logical sector size unknown (no /sys/dev/block entry); assuming 512 bytes",
+            path.display()
+        );
+        return Ok(());
+    };
+    if sector > crate::compress::UNIT as u64 {
+        bail!(
+            "{} has {sector}-byte logical sectors: --compress {codec} packs records in {}-byte units, \
+             which such a device can only take by read-modify-write of sectors holding other \
+             records (not safe against power loss); use --compress off on this device",
+            path.display(),
+            crate::compress::UNIT
+        );
+    }
+    Ok(())
+}
+
+/// The logical sector size of block device `rdev` from sysfs (a
+/// partition's is its disk's).
+fn logical_sector_size(rdev: u64) -> Option<u64> {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let dir = format!("/sys/dev/block/{major}:{minor}");
+    ["queue", "../queue"].iter().find_map(|q| {
+        std::fs::read_to_string(format!("{dir}/{q}/logical_block_size"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
 /// Write a new, empty log-structured cache on `o.cache` for `o.backing`.
 /// Refuses a backing size that is not a non-empty multiple of 4 KiB, the
 /// same device twice, and (unless `force`) a device holding a cache or a
@@ -398,6 +447,7 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
             backing.display()
         );
     }
+    check_sector_size(&cache, o.compress)?;
     let dev = open_rw(&cache, "cache device")?;
     if !o.force {
         if Superblock::read(dev.as_ref()).is_some() {

@@ -53,6 +53,8 @@ pub fn open(o: &OpenOptions) -> Result<Arc<LogCache>> {
     let Some(sb) = Superblock::read(cache.as_ref()) else {
         bail!("{} holds no log-structured cache", o.cache.display());
     };
+    // An image copied onto a device with larger sectors.
+    crate::layout::check_sector_size(&o.cache, sb.compress)?;
     let bpath = o
         .backing
         .clone()

@@ -12,12 +12,15 @@
 //! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-log-structured --test dst`.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
-use tiercache_log_structured::{format, open_with_devices, FormatOptions, LogCache, WritePolicy};
+use tiercache_log_structured::{
+    format, open_with_devices, Codec, FormatOptions, LogCache, WritePolicy,
+};
 
 const UNITS: u64 = 512; // a 2 MiB backing device
 const SEG: u64 = 64 << 10;
@@ -26,6 +29,33 @@ struct Ls {
     devs: [SimDev; 2],
     lc: Option<Arc<LogCache>>,
     path: PathBuf,
+    /// Compressed layout: written units mix compressible and incompressible
+    /// data, so compressed records of 1-7 units and raw records interleave.
+    compressed: bool,
+    /// Records stored [compressed, raw] (summed over the openings).
+    records: Arc<[AtomicU64; 2]>,
+}
+
+impl Ls {
+    /// Add the open cache's record counts to `records`.
+    fn count_records(&self) {
+        if let Some(lc) = &self.lc {
+            let s = lc.stats_json();
+            for (i, k) in ["stored_compressed_blocks", "stored_raw_blocks"]
+                .into_iter()
+                .enumerate()
+            {
+                let n = s["compression"][k].as_u64().unwrap_or(0);
+                self.records[i].fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Ls {
+    fn drop(&mut self) {
+        self.count_records();
+    }
 }
 
 fn open(devs: &[SimDev; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCache>> {
@@ -33,10 +63,16 @@ fn open(devs: &[SimDev; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCac
 }
 
 /// A formatted cache image (1 MiB: 16 segments of 64 KiB less metadata)
-/// and its backing holding version 0 of every unit.
-fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
+/// and its backing holding version 0 of every unit (mixed compressibility
+/// for a compressed layout).
+fn images(policy: WritePolicy, compress: Codec) -> (Vec<u8>, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
-    let backing: Vec<u8> = (0..UNITS).flat_map(|u| dst::unit(u, 0)).collect();
+    let unit = if compress.is_on() {
+        dst::unit_mixed
+    } else {
+        dst::unit
+    };
+    let backing: Vec<u8> = (0..UNITS).flat_map(|u| unit(u, 0)).collect();
     std::fs::write(dir.path().join("backing"), &backing).unwrap();
     format(&FormatOptions {
         cache: dir.path().join("cache"),
@@ -46,7 +82,7 @@ fn images(policy: WritePolicy) -> (Vec<u8>, Vec<u8>) {
         dirty_target: 0.5,
         seg_bytes: SEG,
         force: false,
-        compress: Default::default(),
+        compress,
     })
     .unwrap();
     (std::fs::read(dir.path().join("cache")).unwrap(), backing)
@@ -94,7 +130,11 @@ impl System for Ls {
             d.set_eio(p);
         }
     }
+    fn mixed_data(&self) -> bool {
+        self.compressed
+    }
     fn crash(&mut self, seed: u64) -> Result<String, String> {
+        self.count_records();
         self.lc = None;
         let what = power_loss(&mut self.devs, seed)?;
         self.lc = Some(open(&self.devs, &self.path).map_err(|e| format!("{e:#}"))?);
@@ -102,23 +142,50 @@ impl System for Ls {
     }
 }
 
-fn system(cache: &[u8], backing: &[u8], seed: u64) -> Ls {
+fn system(cache: &[u8], backing: &[u8], seed: u64, compressed: bool) -> Ls {
+    system_counting(cache, backing, seed, compressed, Default::default())
+}
+
+fn system_counting(
+    cache: &[u8],
+    backing: &[u8],
+    seed: u64,
+    compressed: bool,
+    records: Arc<[AtomicU64; 2]>,
+) -> Ls {
     let devs = [
         SimDev::from_vec("cache", cache.to_vec(), seed),
         SimDev::from_vec("backing", backing.to_vec(), seed ^ 1),
     ];
     let path = PathBuf::from("/backing");
     let lc = Some(open(&devs, &path).unwrap());
-    Ls { devs, lc, path }
+    Ls {
+        devs,
+        lc,
+        path,
+        compressed,
+        records,
+    }
 }
 
-fn run(policy: WritePolicy, name: &str) {
-    let (cache, backing) = images(policy);
-    let t = dst::run(name, 12, 400, 40, |seed| system(&cache, &backing, seed));
+fn run(policy: WritePolicy, compress: Codec, name: &str) {
+    let (cache, backing) = images(policy, compress);
+    let on = compress.is_on();
+    let records: Arc<[AtomicU64; 2]> = Default::default();
+    let t = dst::run(name, 12, 400, 40, |seed| {
+        system_counting(&cache, &backing, seed, on, records.clone())
+    });
     assert!(
         t.crashes >= t.cases && t.failed_ops > 0 && t.writes > 0,
         "{t:?}"
     );
+    let [c, r] = [0, 1].map(|i| records[i].load(Ordering::Relaxed));
+    if on {
+        // Both kinds of record were written (and torn by power losses).
+        assert!(c > 0 && r > 0, "{name}: {c} compressed and {r} raw records");
+    } else {
+        assert_eq!(c, 0, "{name}");
+    }
 }
 
 /// Regression (found by the long DST run): cache EIO failed the journal
@@ -129,9 +196,9 @@ fn run(policy: WritePolicy, name: &str) {
 /// journal index advances only past a durable record).
 #[test]
 fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
-    let (cache, backing) = images(WritePolicy::WriteBack);
+    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 45, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed)
+        system(&cache, &backing, seed, false)
     });
 }
 
@@ -144,9 +211,9 @@ fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
 /// backing device is flushed before a summary is written).
 #[test]
 fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data() {
-    let (cache, backing) = images(WritePolicy::WriteBack);
+    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 626, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed)
+        system(&cache, &backing, seed, false)
     });
 }
 
@@ -161,32 +228,79 @@ fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data()
 /// opened checkpoint first).
 #[test]
 fn dst_log_structured_write_back_case_3863_misdirected_after_torn_power_loss() {
-    let (cache, backing) = images(WritePolicy::WriteBack);
+    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 3863, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed)
+        system(&cache, &backing, seed, false)
     });
 }
 
 #[test]
 fn dst_log_structured_write_back() {
-    run(WritePolicy::WriteBack, "log-structured-wb");
+    run(WritePolicy::WriteBack, Codec::Off, "log-structured-wb");
 }
 
 #[test]
 fn dst_log_structured_write_through() {
-    run(WritePolicy::WriteThrough, "log-structured-wt");
+    run(WritePolicy::WriteThrough, Codec::Off, "log-structured-wt");
+}
+
+/// The compressed layout (issue 22): variable-size records (compressed in
+/// 1-7 units of 512 bytes, or raw) packed back to back, so a torn power
+/// loss cuts records anywhere; lz4 and zstd, write-back and write-through.
+#[test]
+fn dst_log_structured_compressed_write_back() {
+    run(WritePolicy::WriteBack, Codec::Lz4, "log-structured-lz4-wb");
+    run(
+        WritePolicy::WriteBack,
+        Codec::Zstd(3),
+        "log-structured-zstd-wb",
+    );
+}
+
+#[test]
+fn dst_log_structured_compressed_write_through() {
+    run(
+        WritePolicy::WriteThrough,
+        Codec::Lz4,
+        "log-structured-lz4-wt",
+    );
 }
 
 /// The fault matrix (issue 17, item 3): cache EIO on read, on write,
 /// ENOSPC, removal, slow; backing EIO on read and on write; write-back and
-/// write-through. Acknowledged data lost: 0.
+/// write-through; raw and compressed (lz4, zstd) layouts. Acknowledged data
+/// lost: 0.
 #[test]
 fn fault_matrix_log_structured() {
-    for (policy, name) in [
-        (WritePolicy::WriteBack, "log-structured (write-back)"),
-        (WritePolicy::WriteThrough, "log-structured (write-through)"),
+    for (policy, compress, name) in [
+        (
+            WritePolicy::WriteBack,
+            Codec::Off,
+            "log-structured (write-back)",
+        ),
+        (
+            WritePolicy::WriteThrough,
+            Codec::Off,
+            "log-structured (write-through)",
+        ),
+        (
+            WritePolicy::WriteBack,
+            Codec::Lz4,
+            "log-structured lz4 (write-back)",
+        ),
+        (
+            WritePolicy::WriteThrough,
+            Codec::Lz4,
+            "log-structured lz4 (write-through)",
+        ),
+        (
+            WritePolicy::WriteBack,
+            Codec::Zstd(3),
+            "log-structured zstd (write-back)",
+        ),
     ] {
-        let (cache, backing) = images(policy);
-        dst::fault_matrix(name, 150, |seed| system(&cache, &backing, seed));
+        let (cache, backing) = images(policy, compress);
+        let on = compress.is_on();
+        dst::fault_matrix(name, 150, |seed| system(&cache, &backing, seed, on));
     }
 }

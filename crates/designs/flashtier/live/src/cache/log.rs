@@ -196,14 +196,52 @@ impl LogCache {
     }
 }
 
+/// Records encoded for a buffer of whole blocks: its address, the number
+/// of its first block and one record per block.
+pub(crate) struct Staged {
+    at: usize,
+    lba0: u64,
+    recs: Vec<Record>,
+}
+
+impl Staged {
+    /// Encode the blocks of `data` (whole blocks from `lba0`): the pure
+    /// step a write runs before it takes the lock.
+    pub(crate) fn encode(codec: compress::Codec, lba0: u64, data: &[u8]) -> Staged {
+        Staged {
+            at: data.as_ptr() as usize,
+            lba0,
+            recs: data
+                .chunks_exact(BLOCK as usize)
+                .zip(lba0..)
+                .map(|(b, lba)| compress::encode(codec, lba, b))
+                .collect(),
+        }
+    }
+
+    /// The records of `lbas` (bytes in `data`) if this buffer holds them.
+    fn get(&self, lbas: &[u64], data: &[u8]) -> Option<Vec<Record>> {
+        let d = (data.as_ptr() as usize).checked_sub(self.at)?;
+        let k = d / BLOCK as usize;
+        let same = d % BLOCK as usize == 0
+            && k + lbas.len() <= self.recs.len()
+            && lbas
+                .iter()
+                .zip(self.lba0 + k as u64..)
+                .all(|(a, b)| *a == b);
+        same.then(|| self.recs[k..k + lbas.len()].to_vec())
+    }
+}
+
 impl LogCache {
-    /// The records of `lbas` (bytes in `data`): those `fits` staged for
-    /// this address, else encoded now.
+    /// The records of `lbas` (bytes in `data`): those prepared or staged
+    /// for this buffer, else encoded now (under the lock).
     fn records(&self, st: &mut State, lbas: &[u64], data: &[u8]) -> Vec<Record> {
-        if let Some((at, recs)) = st.staged.take() {
-            if at == data.as_ptr() as usize && recs.len() >= lbas.len() {
-                return recs.into_iter().take(lbas.len()).collect();
-            }
+        if let Some(recs) = st.prepared.as_ref().and_then(|s| s.get(lbas, data)) {
+            return recs;
+        }
+        if let Some(recs) = st.staged.take().and_then(|s| s.get(lbas, data)) {
+            return recs;
         }
         lbas.iter()
             .zip(data.chunks_exact(BLOCK as usize))
@@ -231,7 +269,11 @@ impl LogCache {
         if k == 0 {
             self.burn_open(st);
         } else {
-            st.staged = Some((data.as_ptr() as usize, recs));
+            st.staged = Some(Staged {
+                at: data.as_ptr() as usize,
+                lba0: lbas[0],
+                recs,
+            });
         }
         k
     }

@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use tiercache_io::BlockDev;
 
+use self::log::Staged;
 use crate::cleaning::{SegInfo, VictimPolicy};
 use crate::compress::{Codec, RAW_UNITS, UNIT};
 use crate::layout::{Superblock, WritePolicy};
@@ -193,9 +194,12 @@ pub(crate) struct Ext {
     /// Compressed layout: per slot, its record's place in its segment's
     /// data area, `first unit << 4 | units` (valid while the slot is mapped).
     pub(crate) loc: Vec<u32>,
-    /// Compressed layout: records encoded by `fits` for the blocks at this
-    /// address, taken by the append that follows.
-    staged: Option<(usize, Vec<crate::compress::Record>)>,
+    /// Compressed layout: records encoded by `fits` for the blocks of one
+    /// buffer, taken by the append that follows.
+    staged: Option<Staged>,
+    /// Compressed layout: the records of a write's blocks, encoded before
+    /// it took the lock; used by its appends, cleared before it unlocks.
+    pub(super) prepared: Option<Staged>,
 }
 
 /// The state of a store opened over `map` and `segs`.
@@ -232,6 +236,7 @@ pub(crate) fn new_state(
             stats: Counters::default(),
             loc,
             staged: None,
+            prepared: None,
         },
     )
 }
@@ -326,13 +331,16 @@ impl LogCache {
     }
 
     fn lock(&self) -> Res<MutexGuard<'_, State>> {
-        let g = self
+        let mut g = self
             .st
             .lock()
             .map_err(|_| err("cache state poisoned by an earlier panic"))?;
         if g.closed {
             return Err(err("the cache is closed"));
         }
+        // Records staged under an earlier holder belong to freed buffers.
+        g.staged = None;
+        g.prepared = None;
         Ok(g)
     }
 

@@ -1,6 +1,9 @@
 //! Writes, trims and FLUSH: appending dirty or clean copies by the write
 //! policy, bypass for uncached writes, and the durable flush sequence.
 
+use std::borrow::Cow;
+
+use super::log::Staged;
 use super::LogCache;
 use super::{Res, State};
 use crate::layout::WritePolicy;
@@ -12,8 +15,37 @@ impl LogCache {
         if data.is_empty() {
             return if fua { self.flush() } else { Ok(()) };
         }
+        // Compressed layout: the whole blocks the write appends are encoded
+        // before the lock is taken; under it only space is allocated and the
+        // records are written (a pure step: crash safety is unchanged).
+        let prepared = self
+            .geo
+            .is_compressed()
+            .then(|| self.prepare(offset, data))
+            .flatten();
         let mut st = self.lock()?;
-        let st = &mut *st;
+        st.prepared = prepared;
+        let r = self.write_locked(&mut st, offset, data, fua);
+        st.prepared = None;
+        r
+    }
+
+    /// The records of the whole blocks a write of `data` at `offset`
+    /// appends as they are (a partial write-back block is merged under
+    /// the lock and encoded there).
+    fn prepare(&self, offset: u64, data: &[u8]) -> Option<Staged> {
+        let b0 = offset.div_ceil(BLOCK);
+        let b1 = (offset + data.len() as u64) / BLOCK;
+        let whole = offset % BLOCK == 0 && data.len() as u64 % BLOCK == 0;
+        if b1 <= b0 || (self.policy == WritePolicy::WriteBack && !whole) {
+            return None;
+        }
+        let s = (b0 * BLOCK - offset) as usize;
+        let bytes = &data[s..s + ((b1 - b0) * BLOCK) as usize];
+        Some(Staged::encode(self.codec, b0, bytes))
+    }
+
+    fn write_locked(&self, st: &mut State, offset: u64, data: &[u8], fua: bool) -> Res<()> {
         let (b0, b1) = (offset / BLOCK, (offset + data.len() as u64).div_ceil(BLOCK));
         let n = (b1 - b0) as usize;
         for b in b0..b1 {
@@ -22,8 +54,8 @@ impl LogCache {
         match self.policy {
             WritePolicy::WriteBack => {
                 let s = (offset - b0 * BLOCK) as usize;
-                let full = if s == 0 && data.len() == n * BLOCK as usize {
-                    data.to_vec()
+                let full: Cow<[u8]> = if s == 0 && data.len() == n * BLOCK as usize {
+                    Cow::Borrowed(data)
                 } else {
                     // Partial blocks: read-modify-write of the first and last block.
                     let mut buf = vec![0u8; n * BLOCK as usize];
@@ -34,7 +66,7 @@ impl LogCache {
                         buf[(n - 1) * BLOCK as usize..].copy_from_slice(&tail);
                     }
                     buf[s..s + data.len()].copy_from_slice(data);
-                    buf
+                    Cow::Owned(buf)
                 };
                 let lbas: Vec<u64> = (b0..b1).collect();
                 let done = if st.degraded.is_none() {
