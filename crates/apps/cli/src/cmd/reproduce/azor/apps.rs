@@ -574,41 +574,43 @@ impl AppResults {
             "| Thesis claim | Ours | Agrees? | Why not |\n|---|---|---|---|"
         );
         let fss = ["ext4", "xfs"];
-        let mut line =
-            |claim: &str, app: &str, thesis: f64, f: &dyn Fn(&str) -> Option<(String, f64)>| {
-                let got: Vec<(String, f64)> = fss
-                    .iter()
-                    .filter_map(|fs| f(fs).map(|(s, v)| (format!("{fs}: {s}"), v)))
-                    .collect();
-                if got.is_empty() {
-                    let _ = writeln!(md, "| {claim} | not run | - | {app} was not run |");
-                    return;
+        let mut line = |claim: &str,
+                        app: &str,
+                        thesis: f64,
+                        f: &dyn Fn(&str) -> Option<(String, f64)>| {
+            let got: Vec<(String, f64)> = fss
+                .iter()
+                .filter_map(|fs| f(fs).map(|(s, v)| (format!("{fs}: {s}"), v)))
+                .collect();
+            if got.is_empty() {
+                let _ = writeln!(md, "| {claim} | not measured | - | {app} or the variants it needs were not in this run (`--quick` runs fewer) |");
+                return;
+            }
+            let agree = got
+                .iter()
+                .all(|(_, v)| *v > 0.0 && (*v - thesis).abs() <= thesis.abs() * 0.5);
+            let dir = got.iter().all(|(_, v)| *v > 0.0);
+            let _ = writeln!(
+                md,
+                "| {claim} | {} | {} | {} |",
+                got.iter()
+                    .map(|g| g.0.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                if agree {
+                    "yes"
+                } else if dir {
+                    "direction yes"
+                } else {
+                    "no"
+                },
+                if agree {
+                    "-"
+                } else {
+                    "see the notes below the table"
                 }
-                let agree = got
-                    .iter()
-                    .all(|(_, v)| *v > 0.0 && (*v - thesis).abs() <= thesis.abs() * 0.5);
-                let dir = got.iter().all(|(_, v)| *v > 0.0);
-                let _ = writeln!(
-                    md,
-                    "| {claim} | {} | {} | {} |",
-                    got.iter()
-                        .map(|g| g.0.clone())
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    if agree {
-                        "yes"
-                    } else if dir {
-                        "direction yes"
-                    } else {
-                        "no"
-                    },
-                    if agree {
-                        "-"
-                    } else {
-                        "see the notes below the table"
-                    }
-                );
-            };
+            );
+        };
         line(
             "PostMark: SSD caching up to 1.72x",
             "PostMark",
