@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # (nbdfuse ships in libnbd-bin on Debian 12.)
-APT_PKGS=(fio nbdkit libnbd-bin qemu-utils nbd-server xfsprogs e2fsprogs attr zstd xz-utils bzip2 fuse3 pkg-config)
+APT_PKGS=(fio nbdkit libnbd-bin qemu-utils nbd-server xfsprogs e2fsprogs attr zstd xz-utils bzip2 fuse3 pkg-config postmark postgresql)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

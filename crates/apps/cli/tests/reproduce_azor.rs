@@ -3,7 +3,9 @@
 //! studies run (the other traces skipped with a message), and their tables
 //! agree with `tiercache sim --json` of the same configuration; a tiny live
 //! run (when fio is installed) writes the live table beside nbdkit's cache
-//! filter. Skips with a message when the shared sample is absent.
+//! filter; a tiny PostMark run on ext4 through the live cache (when postmark
+//! and nbdfuse are installed) completes, leaves the filesystem clean and
+//! writes its rows. Skips with a message when the shared sample is absent.
 
 mod common;
 
@@ -195,6 +197,7 @@ fn tiny_live_run_beside_nbdkit() {
         "2",
         "--live-data",
         "32MiB",
+        "--no-apps",
         "--jobs",
         "2",
         "--traces",
@@ -225,5 +228,92 @@ fn tiny_live_run_beside_nbdkit() {
     if Command::new("nbdkit").arg("--version").output().is_ok() {
         let r = row("nbdkit-cache");
         assert!(r[3].parse::<f64>().unwrap() > 0.0, "{r:?}");
+    }
+}
+
+fn in_path(t: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p)
+            .chain(["/usr/sbin".into(), "/sbin".into()])
+            .any(|d| d.join(t).is_file())
+    })
+}
+
+/// PostMark on ext4 through nbdfuse + loop: the HDD alone, write-hdd-upd
+/// and write-back, each on a fresh filesystem that checks clean afterwards.
+#[test]
+fn tiny_postmark_on_ext4_through_the_live_cache() {
+    let Some(trace) = sample_trace() else { return };
+    let tools = [
+        "postmark",
+        "nbdfuse",
+        "losetup",
+        "fusermount3",
+        "mkfs.ext4",
+        "e2fsck",
+    ];
+    if let Some(t) = tools.iter().find(|t| !in_path(t)) {
+        eprintln!("SKIPPED: {t} is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    if !Path::new("/dev/fuse").exists() || !Path::new("/dev/loop-control").exists() {
+        eprintln!("SKIPPED: /dev/fuse or /dev/loop-control is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir_all(traces.join("samples")).unwrap();
+    std::fs::copy(&trace, traces.join("samples/msr-cambridge1-sample.csv")).unwrap();
+    let out = dir.path().join("out");
+    let o = azor(&[
+        "--quick",
+        "--live-seconds",
+        "0",
+        "--live-data",
+        "48MiB",
+        "--postmark-files",
+        "10",
+        "--postmark-transactions",
+        "20",
+        "--jobs",
+        "2",
+        "--traces",
+        traces.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let md = std::fs::read_to_string(out.join("azor.md")).unwrap();
+    assert!(
+        md.contains("## Live part: applications on ext4 and XFS"),
+        "{md}\n{err}"
+    );
+    // The thesis's PostMark claim has a row with our figure beside it.
+    let claim = md
+        .lines()
+        .find(|l| l.starts_with("| PostMark: SSD caching up to 1.72x |"))
+        .unwrap_or_else(|| panic!("no PostMark claim row:\n{md}"));
+    assert!(claim.contains("ext4: "), "{claim}");
+    let rows = csv(&out.join("azor-apps.csv"));
+    for v in ["uncached", "fa-upd", "fa-wb"] {
+        let r = rows
+            .iter()
+            .find(|r| r["variant"] == v && r["fs"] == "ext4" && r["app"] == "postmark")
+            .unwrap_or_else(|| panic!("no {v} row: {rows:?}\n{err}"));
+        assert!(f(r, "rate") > 0.0, "{v}: {r:?}");
+        assert_eq!(
+            r["fsck_clean"], "true",
+            "{v}: the filesystem must check clean"
+        );
+        if v != "uncached" {
+            let h = f(r, "hit_ratio");
+            assert!((0.0..=1.0).contains(&h), "{v}: {h}");
+        }
+        let line = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| ext4 | postmark | {v} |")))
+            .unwrap_or_else(|| panic!("no {v} table row:\n{md}"));
+        assert!(line.contains("| clean |"), "{line}");
     }
 }

@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
@@ -66,13 +67,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         .build()?;
     rt.block_on(async {
         // Uncached: the emulated disk alone.
-        let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(&backing, FileDevOptions::default())?);
-        let model = tiercache_model::Profile::default().hdd_model().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let hdd: Arc<dyn tiercache_nbd::Backend> = Arc::new(tiercache_server::passthrough::PassThrough { dev: Arc::new(EmulatedHdd::new(dev, model)) });
-        let sock = dir.path().join("hdd.sock");
-        let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let h = server.serve_unix(&sock).await?;
-        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        let (h, uri) = serve_emulated_hdd(&backing, &dir.path().join("hdd.sock")).await?;
         println!("running fio (zipf 1.2 random 4 KiB reads, queue depth 16, {} s) on the uncached disk...", a.seconds);
         let u = tokio::task::spawn_blocking({
             let (uri, s) = (uri.clone(), a.seconds);
@@ -128,6 +123,33 @@ pub fn run(a: DemoArgs) -> Result<()> {
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(())
+}
+
+/// Serves `backing` through the HDD model (the default profile's 7200 rpm
+/// disk, one actuator) as export `hdd` of an in-process NBD server on the
+/// Unix socket `sock`: the one emulated slow disk of `demo` and of
+/// `reproduce azor`'s live part. Returns the server and the export's URI.
+pub async fn serve_emulated_hdd(
+    backing: &Path,
+    sock: &Path,
+) -> Result<(tiercache_nbd::ServerHandle, String)> {
+    let dev: Arc<dyn BlockDev> = Arc::new(
+        FileDev::open(backing, FileDevOptions::default())
+            .with_context(|| format!("opening {}", backing.display()))?,
+    );
+    let model = tiercache_model::Profile::default()
+        .hdd_model()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let hdd: Arc<dyn tiercache_nbd::Backend> =
+        Arc::new(tiercache_server::passthrough::PassThrough {
+            dev: Arc::new(EmulatedHdd::new(dev, model)),
+        });
+    let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let handle = server
+        .serve_unix(sock)
+        .await
+        .with_context(|| format!("serving the emulated HDD on {}", sock.display()))?;
+    Ok((handle, format!("nbd+unix:///hdd?socket={}", sock.display())))
 }
 
 /// fio's JSON report from its finished run (`--output-format=json`); fio may

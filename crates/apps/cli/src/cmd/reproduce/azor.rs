@@ -1,13 +1,14 @@
 //! `tiercache reproduce azor`: the Azor thesis's parameter studies
 //! (associativity, cache size, line size with its metadata footprint, write
 //! policy, 2LBS levels) simulated on the shared traces, then a live part: a
-//! fio zipf workload through the live SSD cache and through nbdkit's cache
-//! filter, all over one emulated HDD. Writes DIR/azor.md, one CSV per study
+//! fio zipf workload, then PostMark and pgbench on ext4/XFS (nbdfuse + loop),
+//! through the live SSD cache and through nbdkit's cache filter, all over one
+//! emulated HDD. Writes DIR/azor.md, one CSV per study
 //! and SVG figures.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use tiercache_core::Engine;
 use tiercache_plot::{Figure, Panel, Series};
@@ -15,26 +16,39 @@ use tiercache_sim::{Replay, SimOptions, SimReport};
 use tiercache_simulate::PolicySpec;
 use tiercache_trace::{Format, ReadOptions};
 
+mod apps;
 mod live;
 
 /// Options.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Folder of the shared traces.
-    #[arg(long, default_value = "../shared/traces")]
-    pub traces: PathBuf,
-    /// Folder for azor.md, the CSV tables and the figures (created if absent).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// A short run (fewer traces and sizes, short live runs): under 10 minutes.
-    #[arg(long)]
-    pub quick: bool,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     /// Skip the live part (simulation only).
     #[arg(long)]
     pub no_live: bool,
-    /// Seconds of fio per live variant [default: 12 with --quick, else 60].
+    /// Seconds of fio per live variant [default: 12 with --quick, else 60];
+    /// 0 skips the fio runs (the application workloads still run).
     #[arg(long)]
     pub live_seconds: Option<u32>,
+    /// Skip the application workloads (PostMark, pgbench on ext4/XFS) of
+    /// the live part.
+    #[arg(long)]
+    pub no_apps: bool,
+    /// PostMark's initial files [default: 40 with --quick, else 100].
+    #[arg(long)]
+    pub postmark_files: Option<u32>,
+    /// PostMark's transactions [default: 80 with --quick, else 200] (the
+    /// mount is synchronous: each costs several HDD writes and flushes).
+    #[arg(long)]
+    pub postmark_transactions: Option<u32>,
+    /// pgbench's scale factor (16 MB each) [default: the live data size
+    /// over 60 MiB, 1 to 20].
+    #[arg(long)]
+    pub pgbench_scale: Option<u32>,
+    /// Seconds of each pgbench run [default: 60].
+    #[arg(long)]
+    pub pgbench_seconds: Option<u32>,
     /// Size of the emulated HDD's data set in the live part [default: 256MiB
     /// with --quick, else 1GiB]; each cache holds an eighth of it.
     #[arg(long)]
@@ -399,43 +413,37 @@ fn figure(rows: &[Row], study: &str, title: &str, x_label: &str) -> Figure {
 
 pub fn run(a: Args) -> Result<()> {
     let t0 = Instant::now();
-    if !a.traces.is_dir() {
-        bail!(
-            "traces folder {} not found; run from the repository root (the traces live in ../shared/traces) or pass --traces DIR",
-            a.traces.display()
-        );
-    }
-    let out = &a.out;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let wanted: Vec<&TraceDef> = TRACES.iter().filter(|t| t.quick || !a.run.quick).collect();
+    let rels: Vec<&str> = wanted.iter().map(|t| t.rel).collect();
+    // Checked before anything is written: a wrong --traces is an error.
+    let found = a.run.traces_and_out(&rels)?;
+    let out = &a.run.out;
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mut md = String::new();
     let mut notes: Vec<String> = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
-    let mut present = 0;
-    for t in TRACES.iter().filter(|t| t.quick || !a.quick) {
-        let p = a.traces.join(t.rel);
-        if !p.exists() {
+    for t in wanted {
+        let Some((_, p)) = found.iter().find(|(rel, _)| *rel == t.rel) else {
             let m = format!(
                 "skipped {} ({}): {} not found",
                 t.name,
                 t.analog,
-                p.display()
+                a.run.traces.join(t.rel).display()
             );
             eprintln!("reproduce azor: {m}");
             notes.push(m);
             continue;
-        }
-        present += 1;
-        let mut rs = study_rows(t.name, a.quick);
+        };
+        let mut rs = study_rows(t.name, a.run.quick);
         let ts = Instant::now();
         eprintln!(
             "reproduce azor: simulating {} ({} configurations)...",
             t.name,
             rs.len()
         );
-        simulate(&p, fmt(t.format)?, t.block, &mut rs, jobs)
+        simulate(p, fmt(t.format)?, t.block, &mut rs, jobs)
             .with_context(|| format!("simulating {}", p.display()))?;
         eprintln!(
             "reproduce azor: {} done in {:.0} s",
@@ -443,18 +451,6 @@ pub fn run(a: Args) -> Result<()> {
             ts.elapsed().as_secs_f64()
         );
         rows.extend(rs);
-    }
-    if present == 0 {
-        bail!(
-            "none of the expected traces ({}) is under {}; pass --traces DIR with the shared traces",
-            TRACES
-                .iter()
-                .filter(|t| t.quick || !a.quick)
-                .map(|t| t.rel)
-                .collect::<Vec<_>>()
-                .join(", "),
-            a.traces.display()
-        );
     }
     // CSV per study and figures.
     let studies = [
@@ -561,7 +557,7 @@ fn report(
     let _ = writeln!(
         md,
         "# Azor reproduction{}\n",
-        if a.quick { " (--quick)" } else { "" }
+        if a.run.quick { " (--quick)" } else { "" }
     );
     let _ = writeln!(
         md,

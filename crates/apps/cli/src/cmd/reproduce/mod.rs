@@ -1,6 +1,6 @@
 //! `tiercache reproduce PAPER`: one file per paper.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,38 @@ pub enum ReproduceCmd {
     Oodt(oodt::Args),
     /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
     Tica(tica::Args),
+}
+
+/// The options every full reproduction (`azor`, `oodt`) shares: where the
+/// traces are, where the report goes, and the short run.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Folder of the shared traces.
+    #[arg(long, default_value = "../shared/traces")]
+    pub traces: PathBuf,
+    /// Folder for the report (PAPER.md), the CSV tables and the figures
+    /// (created if absent).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A short run (fewer traces and sizes, short live runs): under 10 minutes.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl RunArgs {
+    /// The traces of `rels` present under `--traces` (see [`find_traces`]),
+    /// checked before the output folder is created, which this then does.
+    pub fn traces_and_out<'a>(&self, rels: &[&'a str]) -> Result<Vec<(&'a str, PathBuf)>> {
+        let found = find_traces(&self.traces, rels)?;
+        self.create_out()?;
+        Ok(found)
+    }
+
+    /// Creates the output folder.
+    pub fn create_out(&self) -> Result<()> {
+        std::fs::create_dir_all(&self.out)
+            .with_context(|| format!("creating the output folder {}", self.out.display()))
+    }
 }
 
 /// The traces of `rels` present under `dir`. An error, not an empty

@@ -25,15 +25,8 @@ use tiercache_tiering::sim::{Replay, TierSimConfig};
 /// Options.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Folder of the shared traces.
-    #[arg(long, default_value = "../shared/traces")]
-    pub traces: PathBuf,
-    /// Folder for oodt.md, the CSV tables and the plots (created).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Short version: fewer fast-tier sizes, no IOzone trace, short live runs.
-    #[arg(long)]
-    pub quick: bool,
+    #[command(flatten)]
+    pub run: super::RunArgs,
     /// Fast-tier sizes of the simulated part, percentages of the footprint
     /// (list) [default: 2%,4%,8%,16%; --quick: 2%,8%].
     #[arg(long)]
@@ -225,17 +218,16 @@ pub fn run(a: Args) -> Result<()> {
     let t0 = Instant::now();
     let wanted: Vec<&Workload> = WORKLOADS
         .iter()
-        .filter(|w| !a.quick || w.in_quick)
+        .filter(|w| !a.run.quick || w.in_quick)
         .collect();
     // Checked before anything is written: a wrong --traces is an error.
     let found = if a.no_sim {
+        a.run.create_out()?;
         Vec::new()
     } else {
         let rels: Vec<&str> = wanted.iter().map(|w| w.rel).collect();
-        super::find_traces(&a.traces, &rels)?
+        a.run.traces_and_out(&rels)?
     };
-    std::fs::create_dir_all(&a.out)
-        .with_context(|| format!("creating the output folder {}", a.out.display()))?;
     let mut md = String::new();
     writeln!(
         md,
@@ -244,7 +236,7 @@ pub fn run(a: Args) -> Result<()> {
     writeln!(
         md,
         "Written by `tiercache reproduce oodt{}`. Paper: Salkhordeh, Asadi, Ebrahimi, \"Operating system level data tiering using online workload characterization\" (J. Supercomputing 2015).\n",
-        if a.quick { " --quick" } else { "" }
+        if a.run.quick { " --quick" } else { "" }
     )?;
     let mut claims: Vec<[String; 4]> = Vec::new();
     if !a.no_sim {
@@ -264,7 +256,7 @@ pub fn run(a: Args) -> Result<()> {
     out.push('\n');
     out.push_str(&live_md);
     writeln!(out, "\nRun time: {:.0} s.", t0.elapsed().as_secs_f64())?;
-    let p = a.out.join("oodt.md");
+    let p = a.run.out.join("oodt.md");
     write(&p, &out)?;
     eprintln!(
         "wrote {} ({:.0} s)",
@@ -296,7 +288,7 @@ fn simulated(
     let sizes = a
         .fast_sizes
         .clone()
-        .unwrap_or_else(|| if a.quick { "2%,8%" } else { "2%,4%,8%,16%" }.to_string());
+        .unwrap_or_else(|| if a.run.quick { "2%,8%" } else { "2%,4%,8%,16%" }.to_string());
     for s in sizes.split(',') {
         let ok = s
             .trim()
@@ -323,20 +315,20 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
                 "{} ({}: not found under {})",
                 w.name,
                 w.rel,
-                a.traces.display()
+                a.run.traces.display()
             ));
             eprintln!(
                 "skipping the {} study: {} not found under {}",
                 w.name,
                 w.rel,
-                a.traces.display()
+                a.run.traces.display()
             );
             continue;
         };
         eprintln!("simulating {} ({}) at {sizes}", w.name, w.rel);
         all.extend(sim(path, w, &POLICIES.join(","), &sizes, "4KiB")?);
     }
-    if a.quick {
+    if a.run.quick {
         for w in WORKLOADS.iter().filter(|w| !w.in_quick) {
             skipped.push(format!("{} (left out by --quick)", w.name));
         }
@@ -364,7 +356,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
             r.meta_bytes
         )?;
     }
-    write(&a.out.join("sim_response.csv"), &csv)?;
+    write(&a.run.out.join("sim_response.csv"), &csv)?;
     writeln!(md, "### Response time normalized to HDD only (Figs. 4a, 5a, 6a, 7b), fast-tier access share and migrations\n")?;
     writeln!(md, "Full table: `sim_response.csv`.\n")?;
     let traces: Vec<&Workload> = wanted
@@ -438,7 +430,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
         });
     }
     if !fig.panels.is_empty() {
-        let p = a.out.join("sim_response.svg");
+        let p = a.run.out.join("sim_response.svg");
         fig.save(&p).map_err(|e| anyhow::anyhow!("{e}"))?;
         writeln!(md, "Plot: `sim_response.svg`.\n")?;
     }
@@ -699,7 +691,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
     let block_sizes = ["4KiB", "8KiB", "16KiB", "32KiB"];
     let bs_traces: Vec<&&Workload> = traces
         .iter()
-        .filter(|w| matches!(w.name, "p3" | "oltp") || (!a.quick && w.name == "postmark"))
+        .filter(|w| matches!(w.name, "p3" | "oltp") || (!a.run.quick && w.name == "postmark"))
         .collect();
     if !bs_traces.is_empty() {
         writeln!(
@@ -763,7 +755,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
                 .collect::<Vec<_>>()
                 .join(" | ")
         )?;
-        write(&a.out.join("sim_block_size.csv"), &csv)?;
+        write(&a.run.out.join("sim_block_size.csv"), &csv)?;
         let best4 = g.iter().all(|x| *x >= g[0] - 1e-9);
         claims.push([
             "Fig. 9f: 4 KiB data blocks are the best on average (geometric mean)".into(),
@@ -784,7 +776,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
     // Fig. 10a: read weight on the trace with reads and writes.
     if let Some(w) = traces.iter().find(|w| w.name == "postmark") {
         let path = &found.iter().find(|(r, _)| *r == w.rel).context("trace")?.1;
-        let weights: &[f32] = if a.quick {
+        let weights: &[f32] = if a.run.quick {
             &[0.0, 0.1, 0.5]
         } else {
             &[0.0, 0.05, 0.1, 0.2, 0.5, 1.0]
@@ -805,7 +797,7 @@ closed loop at queue depth 1, default device profile (SSD model for the fast tie
             writeln!(csv, "postmark,{near4},{rw},{m:.3},{:.5}", m / base)?;
         }
         md.push('\n');
-        write(&a.out.join("sim_read_weight.csv"), &csv)?;
+        write(&a.run.out.join("sim_read_weight.csv"), &csv)?;
         let main = get("postmark", &near4, "oodt").map_or(f64::NAN, |r| r.mean_us);
         let at01 = res
             .iter()
@@ -960,12 +952,12 @@ fn live(a: &Args, md: &mut String, claims: &mut Vec<[String; 4]>) -> Result<()> 
         )?;
         return Ok(());
     }
-    let runtime = a.live_runtime.unwrap_or(if a.quick { 15 } else { 60 });
-    let warmup = a.live_warmup.unwrap_or(if a.quick { 10 } else { 30 });
+    let runtime = a.live_runtime.unwrap_or(if a.run.quick { 15 } else { 60 });
+    let warmup = a.live_warmup.unwrap_or(if a.run.quick { 10 } else { 30 });
     let fasts: Vec<f64> = a
         .live_fast
         .clone()
-        .unwrap_or_else(|| if a.quick { "8" } else { "4,16" }.into())
+        .unwrap_or_else(|| if a.run.quick { "8" } else { "4,16" }.into())
         .split(',')
         .map(|s| s.trim().trim_end_matches('%').parse::<f64>())
         .collect::<Result<_, _>>()
@@ -1155,7 +1147,7 @@ The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --
         )?;
     }
     md.push('\n');
-    write(&a.out.join("live.csv"), &csv)?;
+    write(&a.run.out.join("live.csv"), &csv)?;
     for (p, warm_m, run_m, share) in &tier_stats {
         let t = rows
             .iter()

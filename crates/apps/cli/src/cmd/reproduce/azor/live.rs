@@ -9,9 +9,7 @@ use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
-use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
 
 /// fio's figures for one variant.
 #[derive(Clone, Debug, Default)]
@@ -44,6 +42,8 @@ pub struct LiveResults {
     pub seconds: u32,
     pub variants: Vec<Variant>,
     pub notes: Vec<String>,
+    /// The application workloads on ext4/XFS (`None` with --no-apps).
+    pub apps: Option<super::apps::AppResults>,
 }
 
 /// The fio job every variant runs.
@@ -81,26 +81,208 @@ fn fio(uri: &str, seconds: u32) -> Result<Fio> {
     })
 }
 
-fn have(cmd: &str) -> bool {
+pub(super) fn have(cmd: &str) -> bool {
     Command::new(cmd).arg("--version").output().is_ok()
 }
 
-/// The tiercache variants: name, associativity, write policy, 2LBS on.
-const CACHED: [(&str, &str, &str, bool); 6] = [
-    ("dm-upd", "direct", "write-hdd-upd", false),
-    ("fa-upd", "full", "write-hdd-upd", false),
-    ("fa-wb", "full", "write-back", false),
-    ("dm-wb", "direct", "write-back", false),
-    ("dm-upd-2lbs", "direct", "write-hdd-upd", true),
-    ("fa-upd-2lbs", "full", "write-hdd-upd", true),
+/// What serves one variant.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Kind {
+    /// The emulated HDD alone.
+    Uncached,
+    /// The live SSD cache: associativity, write policy, 2LBS on.
+    Tier(&'static str, &'static str, bool),
+    /// nbdkit's cache filter.
+    Peer,
+}
+
+/// Every variant of the live part, in run order (the peer gets the fully
+/// associative cache's data area, so it comes after `fa-upd`).
+pub(super) const VARIANTS: [(&str, Kind); 8] = [
+    ("uncached", Kind::Uncached),
+    ("dm-upd", Kind::Tier("direct", "write-hdd-upd", false)),
+    ("fa-upd", Kind::Tier("full", "write-hdd-upd", false)),
+    ("fa-wb", Kind::Tier("full", "write-back", false)),
+    ("dm-wb", Kind::Tier("direct", "write-back", false)),
+    ("dm-upd-2lbs", Kind::Tier("direct", "write-hdd-upd", true)),
+    ("fa-upd-2lbs", Kind::Tier("full", "write-hdd-upd", true)),
+    ("nbdkit-cache", Kind::Peer),
 ];
 
-pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
+/// The shared slow device and the cache size every variant gets.
+pub(super) struct Env {
+    pub dir: std::path::PathBuf,
+    pub hdd_uri: String,
+    pub hdd_sock: std::path::PathBuf,
+    pub cache_bytes: u64,
+    /// The fully associative cache's data area (the peer's cache size).
+    pub peer_bytes: u64,
+}
+
+/// A running variant: its NBD URI, a description, and how to stop it.
+pub(super) struct Started {
+    pub uri: String,
+    pub what: String,
+    stop: Stop,
+}
+
+enum Stop {
+    Nothing,
+    Tier {
+        srv: tokio::task::JoinHandle<Result<()>>,
+        ctl: std::path::PathBuf,
+        cache: std::path::PathBuf,
+    },
+    Peer(std::process::Child),
+}
+
+/// Starts variant `name` on the shared device. 2LBS variants classify the
+/// filesystem on the device (`serve --fs-classify auto`) so the metadata
+/// level has metadata to prefer.
+pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Started> {
+    match kind {
+        Kind::Uncached => Ok(Started {
+            uri: env.hdd_uri.clone(),
+            what: "the emulated HDD alone".into(),
+            stop: Stop::Nothing,
+        }),
+        Kind::Tier(assoc, wp, twolbs) => {
+            let mut spec = super::spec(assoc, "4KiB", wp, if twolbs { "both" } else { "none" });
+            if twolbs {
+                spec.twolbs_levels = vec!["metadata".into(), "frequency".into()];
+            }
+            let cfg = spec
+                .config(env.cache_bytes)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let cache = env.dir.join(format!("{name}.img"));
+            let _ = std::fs::remove_file(&cache);
+            let layout = tiercache_server::format_cache(
+                &cache,
+                Path::new(&env.hdd_uri),
+                &cfg,
+                Some(env.cache_bytes + (8 << 20)),
+                false,
+            )
+            .with_context(|| format!("formatting the {name} cache"))?;
+            if assoc == "full" && !twolbs {
+                env.peer_bytes = layout.slots as u64 * 4096;
+            }
+            let csock = env.dir.join(format!("{name}.sock"));
+            let ctl = env.dir.join(format!("{name}.ctl"));
+            let _ = std::fs::remove_file(&csock);
+            let _ = std::fs::remove_file(&ctl);
+            let args = crate::cmd::live::ServeArgs {
+                cache: cache.clone(),
+                backing: Some(env.hdd_uri.clone().into()),
+                listen: Some(format!("unix:{}", csock.display())),
+                export: "tiercache".into(),
+                read_only: false,
+                control: Some(ctl.clone()),
+                emulate_hdd: false,
+                backing_timeout: Duration::from_secs(30),
+                backing_connections: 4,
+                direct: false,
+                no_cache: false,
+                fs_classify: if twolbs { "auto" } else { "off" }.into(),
+                io_engine: "auto".into(),
+                threads: None,
+                insecure_listen: false,
+                tls: Default::default(),
+                metrics: None,
+                limits: Default::default(),
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let srv = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
+            if rx.await.is_err() {
+                let e = srv.await;
+                bail!("the {name} cache server did not start: {e:?}");
+            }
+            Ok(Started {
+                uri: format!("nbd+unix:///tiercache?socket={}", csock.display()),
+                what: format!(
+                    "tiercache {assoc}, {wp}{}, {} lines of 4 KiB",
+                    if twolbs {
+                        ", 2LBS (metadata+frequency, --fs-classify auto)"
+                    } else {
+                        ""
+                    },
+                    layout.slots
+                ),
+                stop: Stop::Tier { srv, ctl, cache },
+            })
+        }
+        Kind::Peer => {
+            if !have("nbdkit") {
+                bail!("nbdkit is not installed: the peer cache was not measured");
+            }
+            let psock = env.dir.join("peer.sock");
+            let pid = env.dir.join("peer.pid");
+            let _ = std::fs::remove_file(&psock);
+            let _ = std::fs::remove_file(&pid);
+            let cache_tmp = env.dir.join("peer-tmp");
+            std::fs::create_dir_all(&cache_tmp)?;
+            let peer_bytes = env.peer_bytes;
+            let mut child = Command::new("nbdkit")
+                .env("TMPDIR", &cache_tmp)
+                .args(["-f", "--exit-with-parent", "-U"])
+                .arg(&psock)
+                .arg("-P")
+                .arg(&pid)
+                .args(["--filter=cache", "nbd"])
+                .arg(format!("socket={}", env.hdd_sock.display()))
+                .arg("export=hdd")
+                .arg("cache=writeback")
+                .arg("cache-on-read=true")
+                .arg(format!("cache-max-size={peer_bytes}"))
+                .spawn()
+                .context("starting nbdkit")?;
+            for _ in 0..100 {
+                if pid.exists() && psock.exists() {
+                    return Ok(Started {
+                        uri: format!("nbd+unix:///?socket={}", psock.display()),
+                        what: format!(
+                            "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
+                        ),
+                        stop: Stop::Peer(child),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("nbdkit did not start: the peer was not measured")
+        }
+    }
+}
+
+impl Started {
+    /// Stops the variant; the tiercache cache's hit ratio.
+    pub(super) async fn stop(self) -> Result<Option<f64>> {
+        match self.stop {
+            Stop::Nothing => Ok(None),
+            Stop::Tier { srv, ctl, cache } => {
+                let st = tiercache_runtime::control::request(&ctl, "stats").await;
+                let _ = tiercache_runtime::control::request(&ctl, "detach").await;
+                srv.await??;
+                let _ = std::fs::remove_file(&cache);
+                Ok(st?["hit_ratio"].as_f64())
+            }
+            Stop::Peer(mut child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Ok(None)
+            }
+        }
+    }
+}
+
+pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
     if !have("fio") {
         bail!("fio is not installed (scripts/setup.sh installs it)");
     }
-    let seconds = a.live_seconds.unwrap_or(if a.quick { 12 } else { 60 });
-    let data = tiercache_sim::units::parse_bytes(a.live_data.as_deref().unwrap_or(if a.quick {
+    let quick = a.run.quick;
+    let seconds = a.live_seconds.unwrap_or(if quick { 12 } else { 60 });
+    let data = tiercache_sim::units::parse_bytes(a.live_data.as_deref().unwrap_or(if quick {
         "256MiB"
     } else {
         "1GiB"
@@ -119,162 +301,64 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
         seconds,
         variants: Vec::new(),
         notes: Vec::new(),
+        apps: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         // The one slow device: the backing file behind the HDD model.
-        let dev: Arc<dyn BlockDev> = Arc::new(FileDev::open(&backing, FileDevOptions::default())?);
-        let model = tiercache_model::Profile::default()
-            .hdd_model()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let hdd: Arc<dyn tiercache_nbd::Backend> = Arc::new(tiercache_server::passthrough::PassThrough {
-            dev: Arc::new(EmulatedHdd::new(dev, model)),
-        });
         let sock = dir.path().join("hdd.sock");
-        let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let hdd_server = server.serve_unix(&sock).await?;
-        let hdd_uri = format!("nbd+unix:///hdd?socket={}", sock.display());
-
-        eprintln!("reproduce azor: live: uncached ({seconds} s of fio)...");
-        let t = std::time::Instant::now();
-        let f = tokio::task::spawn_blocking({
-            let u = hdd_uri.clone();
-            move || fio(&u, seconds)
-        })
-        .await??;
-        res.variants.push(Variant {
-            name: "uncached",
-            what: "fio on the emulated HDD alone".into(),
-            fio: f,
-            hit_ratio: None,
-            secs: t.elapsed().as_secs_f64(),
-        });
-
-        for (name, assoc, wp, twolbs) in CACHED {
-            eprintln!("reproduce azor: live: {name}...");
-            let t = std::time::Instant::now();
-            let mut spec = super::spec(assoc, "4KiB", wp, if twolbs { "both" } else { "none" });
-            if twolbs {
-                spec.twolbs_levels = vec!["metadata".into(), "frequency".into()];
-            }
-            let cfg = spec.config(cache_bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let cache = dir.path().join(format!("{name}.img"));
-            let layout = tiercache_server::format_cache(
-                &cache,
-                Path::new(&hdd_uri),
-                &cfg,
-                Some(cache_bytes + (8 << 20)),
-                false,
-            )
-            .with_context(|| format!("formatting the {name} cache"))?;
-            let csock = dir.path().join(format!("{name}.sock"));
-            let ctl = dir.path().join(format!("{name}.ctl"));
-            let args = crate::cmd::live::ServeArgs {
-                cache: cache.clone(),
-                backing: Some(hdd_uri.clone().into()),
-                listen: Some(format!("unix:{}", csock.display())),
-                export: "tiercache".into(),
-                read_only: false,
-                control: Some(ctl.clone()),
-                emulate_hdd: false,
-                backing_timeout: Duration::from_secs(30),
-                backing_connections: 4,
-                direct: false,
-                no_cache: false,
-                fs_classify: "off".into(),
-                io_engine: "auto".into(),
-                threads: None,
-                insecure_listen: false,
-                tls: Default::default(),
-                metrics: None,
-                limits: Default::default(),
-            };
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let srv = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
-            if rx.await.is_err() {
-                let e = srv.await;
-                bail!("the {name} cache server did not start: {e:?}");
-            }
-            let uri = format!("nbd+unix:///tiercache?socket={}", csock.display());
-            let f = tokio::task::spawn_blocking(move || fio(&uri, seconds)).await??;
-            let st = tiercache_runtime::control::request(&ctl, "stats").await?;
-            let _ = tiercache_runtime::control::request(&ctl, "detach").await?;
-            srv.await??;
-            let _ = std::fs::remove_file(&cache);
-            if name == "fa-upd" {
-                // The peer gets exactly the fully associative cache's data area.
-                res.cache_bytes = layout.slots as u64 * 4096;
-            }
-            res.variants.push(Variant {
-                name,
-                what: format!(
-                    "tiercache {assoc}, {wp}{}, {} lines of 4 KiB",
-                    if twolbs { ", 2LBS (metadata+frequency)" } else { "" },
-                    layout.slots
-                ),
-                fio: f,
-                hit_ratio: st["hit_ratio"].as_f64(),
-                secs: t.elapsed().as_secs_f64(),
-            });
-        }
-
-        if have("nbdkit") {
-            eprintln!("reproduce azor: live: peer (nbdkit cache filter)...");
-            let t = std::time::Instant::now();
-            let psock = dir.path().join("peer.sock");
-            let pid = dir.path().join("peer.pid");
-            let cache_tmp = dir.path().join("peer-tmp");
-            std::fs::create_dir_all(&cache_tmp)?;
-            let peer_bytes = res.cache_bytes;
-            let mut child = Command::new("nbdkit")
-                .env("TMPDIR", &cache_tmp)
-                .args(["-f", "--exit-with-parent", "-U"])
-                .arg(&psock)
-                .arg("-P")
-                .arg(&pid)
-                .args(["--filter=cache", "nbd"])
-                .arg(format!("socket={}", sock.display()))
-                .arg("export=hdd")
-                .arg("cache=writeback")
-                .arg("cache-on-read=true")
-                .arg(format!("cache-max-size={peer_bytes}"))
-                .spawn()
-                .context("starting nbdkit")?;
-            let mut up = false;
-            for _ in 0..100 {
-                if pid.exists() && psock.exists() {
-                    up = true;
-                    break;
+        let (hdd_server, hdd_uri) = crate::cmd::demo::serve_emulated_hdd(&backing, &sock).await?;
+        let mut env = Env {
+            dir: dir.path().to_path_buf(),
+            hdd_uri,
+            hdd_sock: sock,
+            cache_bytes,
+            peer_bytes: cache_bytes,
+        };
+        let r = async {
+            if a.live_seconds != Some(0) {
+                for (name, kind) in VARIANTS {
+                    eprintln!("reproduce azor: live: fio on {name} ({seconds} s)...");
+                    let t = std::time::Instant::now();
+                    let v = match start(name, kind, &mut env).await {
+                        Ok(v) => v,
+                        Err(e) if matches!(kind, Kind::Peer) => {
+                            res.notes.push(format!("{e:#}"));
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let uri = v.uri.clone();
+                    let f = tokio::task::spawn_blocking(move || fio(&uri, seconds)).await?;
+                    let what = v.what.clone();
+                    let hit_ratio = v.stop().await?;
+                    res.variants.push(Variant {
+                        name,
+                        what,
+                        fio: f?,
+                        hit_ratio,
+                        secs: t.elapsed().as_secs_f64(),
+                    });
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                res.cache_bytes = env.peer_bytes;
             }
-            if up {
-                let uri = format!("nbd+unix:///?socket={}", psock.display());
-                let f = tokio::task::spawn_blocking(move || fio(&uri, seconds)).await?;
-                let _ = child.kill();
-                let _ = child.wait();
-                res.variants.push(Variant {
-                    name: "nbdkit-cache",
-                    what: format!(
-                        "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
-                    ),
-                    fio: f?,
-                    hit_ratio: None,
-                    secs: t.elapsed().as_secs_f64(),
-                });
-            } else {
-                let _ = child.kill();
-                let _ = child.wait();
-                res.notes.push("nbdkit did not start: the peer was not measured".into());
+            if !a.no_apps {
+                match super::apps::run(a, &mut env, data, out).await {
+                    Ok(r) => res.apps = Some(r),
+                    Err(e) => {
+                        let m = format!("application workloads stopped: {e:#}");
+                        eprintln!("reproduce azor: {m}");
+                        res.notes.push(m);
+                    }
+                }
             }
-        } else {
-            res.notes
-                .push("nbdkit is not installed: the peer cache was not measured".into());
+            Ok::<(), anyhow::Error>(())
         }
+        .await;
         hdd_server.shutdown().await;
-        Ok::<(), anyhow::Error>(())
+        r
     })?;
     Ok(res)
 }
@@ -282,6 +366,19 @@ pub fn run(a: &super::Args, _out: &Path) -> Result<LiveResults> {
 impl LiveResults {
     /// The live section of azor.md.
     pub fn markdown(&self, md: &mut String) {
+        if !self.variants.is_empty() {
+            self.fio_markdown(md);
+        }
+        if let Some(a) = &self.apps {
+            a.markdown(md);
+        }
+        for n in &self.notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        md.push('\n');
+    }
+
+    fn fio_markdown(&self, md: &mut String) {
         let mib = |b: u64| b >> 20;
         let _ = writeln!(
             md,
@@ -389,8 +486,5 @@ impl LiveResults {
              and its writes stay in it until a flush (`cache=writeback`). The raw device carries no filesystem, \
              so 2LBS's metadata level has nothing to prefer; only its frequency level acts.\n"
         );
-        for n in &self.notes {
-            let _ = writeln!(md, "- {n}");
-        }
     }
 }
