@@ -154,6 +154,11 @@ fn config(policy: WritePolicy, assoc: Assoc, line: u32) -> CacheConfig {
 }
 
 fn run(name: &str, cfg: &CacheConfig, faults: bool) -> dst::Totals {
+    // `RUST_LOG=tiercache::ops=trace` prints every device op of a replayed case.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let (imgs, dir) = images(cfg);
     dst::run(name, 8, 400, 40, |seed| system(&imgs, &dir, seed, faults))
 }
@@ -335,4 +340,21 @@ fn dst_ssd_cache_failed_reroute_keeps_the_older_dirty_version() {
     dst::run_cases("ssd-cache-16k-4way-eio", 0xd57, 20, 1, 400, 40, |seed| {
         system(&imgs, &dir, seed, true)
     });
+}
+
+/// Regression (issue 17, long run of 2026-11-26, case 337): a read miss of
+/// two sub-blocks failed on the backing device, so its fill was dropped; a
+/// read of the line submitted before the drop found them still valid, and
+/// its cache read waited on a fill of *another* sub-block (the slot's last
+/// op), not on the dropped one, so it read bytes never written: zeros. It
+/// depended on timing (about half the replays failed), hence 10 replays.
+#[test]
+fn dst_ssd_cache_read_behind_a_fill_of_another_sub_block_of_a_dropped_fill() {
+    let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
+    let (imgs, dir) = images(&cfg);
+    for _ in 0..10 {
+        dst::run_cases("ssd-cache-16k-4way-eio", 0xd57, 337, 1, 400, 40, |seed| {
+            system(&imgs, &dir, seed, true)
+        });
+    }
 }

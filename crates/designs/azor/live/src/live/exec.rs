@@ -99,6 +99,9 @@ impl LiveCache {
             let mut c = self.core.lock().expect("core");
             Self::invalidate_failed(&mut c, op, slot, f, l);
             c.failed_fills.insert(op.id);
+            for i in f..=l {
+                c.dropped_subs.insert((slot, i), op.id);
+            }
             self.any_failed_fill.store(true, Ordering::Release);
             drop(c);
             self.finish(op, buf.map(|b| b.offset), false);
@@ -114,7 +117,13 @@ impl LiveCache {
             return false;
         }
         let mut c = self.core.lock().expect("core");
-        if c.failed_fills.is_empty() || !op.deps().any(|d| c.failed_fills.contains(&d)) {
+        let slot = (op.offset / self.line) as Slot;
+        let (f, l) = self.subs_of(op.offset, op.len);
+        let on_dropped =
+            (f..=l).any(|i| c.dropped_subs.get(&(slot, i)).is_some_and(|&d| d < op.id));
+        if !on_dropped
+            && (c.failed_fills.is_empty() || !op.deps().any(|d| c.failed_fills.contains(&d)))
+        {
             return false;
         }
         c.failed_fills.insert(op.id);
@@ -440,6 +449,18 @@ impl LiveCache {
         }
         if op.dev == Dev::Cache && op.kind == IoKind::Write {
             let slot = (op.offset / self.line) as Slot;
+            if ok && !c.dropped_subs.is_empty() {
+                // Sub-blocks this write filled whole hold data again.
+                let (f, l) = self.subs_of(op.offset, op.len);
+                let line_start = (op.offset / self.line) * self.line;
+                for i in f..=l {
+                    let sb = line_start + i as u64 * self.sub;
+                    let whole = op.offset <= sb && sb + self.sub <= op.offset + op.len;
+                    if whole && c.dropped_subs.get(&(slot, i)).is_some_and(|&d| d < op.id) {
+                        c.dropped_subs.remove(&(slot, i));
+                    }
+                }
+            }
             if ok && !c.poisoned.is_empty() {
                 let (f, l) = self.subs_of(op.offset, op.len);
                 // Older failed bytes this write rewrote are in the slot now: keep

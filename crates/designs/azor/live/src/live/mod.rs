@@ -134,6 +134,12 @@ pub(crate) struct Core {
     /// queued behind them on the slot: the slot does not hold their data, so
     /// a read that waits on one of them fails instead of returning its bytes.
     failed_fills: rustc_hash::FxHashSet<OpId>,
+    /// Sub-blocks a dropped fill left without data, by the fill's id, until a
+    /// cache write covering the whole sub-block succeeds. A read hit queued
+    /// behind the fill through other ops of the slot (a fill of another
+    /// sub-block, say) does not wait on the fill itself, yet must not read
+    /// these bytes either.
+    dropped_subs: FxHashMap<(Slot, u32), OpId>,
     /// Writebacks in flight per slot they read: (the read, the backing write).
     /// An unmap of the slot's old line waits for those whose read precedes the
     /// new line's first write there; keyed by slot, not by line, because the
@@ -315,6 +321,7 @@ impl LiveCache {
                 cache_errors: 0,
                 failed_reads: Default::default(),
                 failed_fills: Default::default(),
+                dropped_subs: FxHashMap::default(),
                 wb_slots: FxHashMap::default(),
                 wb_write_slots: FxHashMap::default(),
                 poisoned: FxHashMap::default(),
