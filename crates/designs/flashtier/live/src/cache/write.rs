@@ -36,7 +36,7 @@ impl LogCache {
     fn prepare(&self, offset: u64, data: &[u8]) -> Option<Staged> {
         let b0 = offset.div_ceil(BLOCK);
         let b1 = (offset + data.len() as u64) / BLOCK;
-        let whole = offset % BLOCK == 0 && data.len() as u64 % BLOCK == 0;
+        let whole = offset.is_multiple_of(BLOCK) && (data.len() as u64).is_multiple_of(BLOCK);
         if b1 <= b0 || (self.policy == WritePolicy::WriteBack && !whole) {
             return None;
         }
