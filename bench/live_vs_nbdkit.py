@@ -40,13 +40,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import Proc, sh  # noqa: E402
 
 MIB = 1 << 20
 DESIGNS = ("ssd-cache", "log-structured", "tiered", "tica")
@@ -56,57 +57,8 @@ ALIASES = {"cache": "ssd-cache", "ssd": "ssd-cache", "log": "log-structured", "l
            "tier": "tiered", "tiered-volume": "tiered", "three-level": "tica"}
 
 
-def sh(*args, **kw):
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
-    return r.stdout
-
-
 def export_size(uri):
     return int(sh("nbdinfo", "--size", uri))
-
-
-def wait_socket(path, proc, timeout=120):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited early: {proc.args}")
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(path)
-            s.close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"{path} never accepted connections")
-
-
-class Proc:
-    """A server child process, stopped by PID with SIGTERM."""
-
-    def __init__(self, args, sock, log):
-        if os.path.exists(sock):
-            os.unlink(sock)
-        self.p = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        self.sock = sock
-        wait_socket(sock, self.p)
-
-    @property
-    def uri(self):
-        return f"nbd+unix:///?socket={self.sock}"
-
-    @property
-    def pid(self):
-        return self.p.pid
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def fio(uri, name, rw, runtime, size, jobs=1, extra=()):
