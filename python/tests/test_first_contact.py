@@ -48,6 +48,8 @@ EVERY_MODE = [
     ("ssd", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc-v", {"cache_size": "8MiB", "ftl": "hybrid", "write_policy": "write-through"}),
+    # The live log-structured store's policy, with compressed records (issue 22).
+    ("ssc", {"cache_size": "8MiB", "ftl": "log", "compress": "lz4", "compressibility": "2:0.5,8:0.5"}),
     ("tier", {"fast_tier_size": "8%"}),
     # The planner options `sim --like` reads from a tiered volume (issue 15).
     ("tier", {"fast_tier_size": "8%", "capacity": "slow", "plan_every": 50, "moves_per_round": 16, "plan_clock": "requests"}),
