@@ -222,6 +222,28 @@ fn ext4_image(dir: &Path) -> Option<PathBuf> {
     ok.then_some(p)
 }
 
+/// A 1 MiB data image for `trace compressibility`: text that compresses,
+/// then bytes that do not (a hash sequence), so both record kinds occur.
+fn data_image(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    if p.exists() {
+        return p;
+    }
+    let mut data = "SELECT * FROM accounts WHERE aid = 42;\n"
+        .repeat(13_500)
+        .into_bytes();
+    data.truncate(512 << 10);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while data.len() < 1 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(&p, data).unwrap();
+    p
+}
+
 /// An error line that says the same cause twice (`X: X`).
 fn repeats_a_cause(stderr: &str) -> Option<String> {
     for line in stderr.lines() {
@@ -270,6 +292,22 @@ fn every_documented_command_runs() {
                 } else {
                     src.display().to_string()
                 }
+            } else if w == "pgdata.img" || w == "disk.img" {
+                data_image(work.path(), w).display().to_string()
+            } else if w == "/usr/src/linux" {
+                // A directory of files stands in for a source tree.
+                let d = work.path().join("src-tree");
+                if !d.exists() {
+                    std::fs::create_dir(&d).unwrap();
+                    std::fs::copy(data_image(work.path(), "a.img"), d.join("a.c")).unwrap();
+                    std::fs::write(d.join("b.h"), "#define X 1\n".repeat(3000)).unwrap();
+                }
+                d.display().to_string()
+            } else if w == "t.csv" {
+                traces
+                    .join("samples/msr-cambridge1-sample.csv")
+                    .display()
+                    .to_string()
             } else if w == "fs.img" {
                 match ext4_image(work.path()) {
                     Some(p) => p.display().to_string(),
