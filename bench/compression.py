@@ -62,6 +62,21 @@ def loadavg():
 
 # ---- data sets -------------------------------------------------------------
 
+def head_of(cmd, path, size):
+    """Write the first `size` bytes of `cmd`'s output to `path`, then stop it."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    with open(path, "wb") as out:
+        left = size
+        while left > 0:
+            b = proc.stdout.read(min(left, MIB))
+            if not b:
+                break
+            out.write(b)
+            left -= len(b)
+    proc.kill()
+    proc.wait()
+
+
 def image_random(path, size):
     with open(path, "wb") as f:
         for _ in range(size // MIB):
@@ -73,17 +88,7 @@ def image_kernel(path, size):
     tars = sorted(glob.glob("/usr/src/linux-source-*.tar.xz"))
     if not tars:
         return None
-    with open(path, "wb") as out:
-        xz = subprocess.Popen(["xz", "-dc", tars[-1]], stdout=subprocess.PIPE)
-        left = size
-        while left > 0:
-            b = xz.stdout.read(min(left, MIB))
-            if not b:
-                break
-            out.write(b)
-            left -= len(b)
-        xz.kill()
-        xz.wait()
+    head_of(["xz", "-dc", tars[-1]], path, size)
     pad(path)
     return f"Linux kernel source tree: the first {size // MIB} MiB of the tar in {tars[-1]}"
 
@@ -123,17 +128,7 @@ def image_postgres(path, size, d, scale, log):
         as_pg("pgbench", "-h", run_dir, "-p", "54329", "-t", "2000", "-c", "4", "postgres")
     finally:
         as_pg(f"{bindir}/pg_ctl", "-D", data, "-w", "-m", "fast", "stop")
-    tar = subprocess.Popen(["tar", "cf", "-", "-C", data, "."], stdout=subprocess.PIPE)
-    with open(path, "wb") as out:
-        left = size
-        while left > 0:
-            b = tar.stdout.read(min(left, MIB))
-            if not b:
-                break
-            out.write(b)
-            left -= len(b)
-        tar.kill()
-        tar.wait()
+    head_of(["tar", "cf", "-", "-C", data, "."], path, size)
     shutil.rmtree(data, ignore_errors=True)
     pad(path)
     return f"PostgreSQL data directory after pgbench -i -s {scale} and 2000 x 4 transactions (tar, first {size // MIB} MiB)"
