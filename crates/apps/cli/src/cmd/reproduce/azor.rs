@@ -27,6 +27,10 @@ pub struct Args {
     /// Skip the live part (simulation only).
     #[arg(long)]
     pub no_live: bool,
+    /// Skip the simulated studies (the live part and the metadata table
+    /// only): the full live part alone takes about an hour.
+    #[arg(long, conflicts_with = "no_live")]
+    pub no_sim: bool,
     /// Seconds of fio per live variant [default: 12 with --quick, else 60];
     /// 0 skips the fio runs (the application workloads still run).
     #[arg(long)]
@@ -413,10 +417,18 @@ fn figure(rows: &[Row], study: &str, title: &str, x_label: &str) -> Figure {
 
 pub fn run(a: Args) -> Result<()> {
     let t0 = Instant::now();
-    let wanted: Vec<&TraceDef> = TRACES.iter().filter(|t| t.quick || !a.run.quick).collect();
+    let wanted: Vec<&TraceDef> = TRACES
+        .iter()
+        .filter(|t| !a.no_sim && (t.quick || !a.run.quick))
+        .collect();
     let rels: Vec<&str> = wanted.iter().map(|t| t.rel).collect();
     // Checked before anything is written: a wrong --traces is an error.
-    let found = a.run.traces_and_out(&rels)?;
+    let found = if a.no_sim {
+        a.run.create_out()?;
+        Vec::new()
+    } else {
+        a.run.traces_and_out(&rels)?
+    };
     let out = &a.run.out;
     let jobs = a
         .jobs
@@ -424,6 +436,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut md = String::new();
     let mut notes: Vec<String> = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
+    if a.no_sim {
+        notes.push("simulated studies skipped (--no-sim)".into());
+    }
     for t in wanted {
         let Some((_, p)) = found.iter().find(|(rel, _)| *rel == t.rel) else {
             let m = format!(
@@ -476,7 +491,7 @@ pub fn run(a: Args) -> Result<()> {
             "2LBS levels",
         ),
     ];
-    for (s, title, xl) in studies {
+    for (s, title, xl) in studies.into_iter().filter(|_| !a.no_sim) {
         let mut c = String::from(CSV_HEAD);
         c.push('\n');
         for r in rows.iter().filter(|r| r.study == s) {
