@@ -224,6 +224,58 @@ fn detach_under_a_32_deep_write_stream_keeps_every_acknowledged_write() {
     }
 }
 
+/// `serve --emulate-hdd` puts the HDD model in front of every design's slow
+/// device: the log says so, and writes through it are read back and, after
+/// a detach, on the backing device.
+#[test]
+fn every_design_serves_over_an_emulated_hdd() {
+    for d in ALL {
+        let st = Setup::new(d);
+        let mut srv = st.serve(&["--emulate-hdd"]);
+        let mut c = NbdClient::connect(&st.sock).expect("connect");
+        // The first half: a tiered volume of both tiers holds the slow
+        // tier's blocks up to its last (scratch) block, then zeros.
+        let mut ledger = Ledger::new(BLOCKS / 2);
+        let shape = LoadShape {
+            depth: 8,
+            hot_blocks: 256,
+            read_share: 0.3,
+            flush_share: 0.05,
+            fua_share: 0.1,
+            max_blocks: 4,
+        };
+        let end = run_load(
+            &mut c,
+            &mut ledger,
+            &mut Rng(11),
+            shape,
+            Instant::now() + Duration::from_secs(3),
+        )
+        .unwrap_or_else(|e| panic!("{d:?}: load: {e}\n{}", tail(&st.log)));
+        assert!(
+            matches!(end, LoadEnd::Done),
+            "{d:?}: the load ended early: {end:?}\n{}",
+            tail(&st.log)
+        );
+        assert!(ledger.writes_acked > 0, "{d:?}: nothing acknowledged");
+        verify_all(&mut c, &mut ledger).unwrap_or_else(|e| panic!("{d:?}: {e}"));
+        c.disconnect();
+        let log = std::fs::read_to_string(&st.log).unwrap_or_default();
+        assert!(log.contains("emulated HDD"), "{d:?}: {log}");
+        if d == Design::Tier {
+            // A tiered volume cannot be detached; its slow tier is checked
+            // by the tier tests.
+            drop(srv);
+            continue;
+        }
+        let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+        assert!(ok, "{d:?}: detach failed: {out}\n{}", tail(&st.log));
+        assert!(srv.wait_exit().success(), "{d:?}");
+        check_file_latest(&st.backing, &ledger)
+            .unwrap_or_else(|e| panic!("{d:?}: after detach: {e}"));
+    }
+}
+
 #[test]
 fn detach_of_a_tiered_volume_is_refused_and_it_keeps_serving() {
     let st = Setup::new(Design::Tier);

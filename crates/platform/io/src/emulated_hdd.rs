@@ -41,6 +41,13 @@ impl EmulatedHdd {
         }
     }
 
+    /// Wrap `inner` with the default profile's 7200 rpm disk as is (see
+    /// [`new`](Self::new)): the one HDD every `--emulate-hdd` of the CLI and
+    /// the designs' open options puts behind a backing device or slow tier.
+    pub fn default_disk(inner: Arc<dyn BlockDev>) -> Result<EmulatedHdd, ProfileError> {
+        Ok(EmulatedHdd::new(inner, Profile::default().hdd_model()?))
+    }
+
     /// Wrap `inner` with the HDD of `profile`, stretched over the device: the
     /// model's capacity is set to the device length, so random offsets on the
     /// device cost datasheet-average seeks (a random 4 KiB read about

@@ -137,12 +137,9 @@ pub async fn serve_emulated_hdd(
         FileDev::open(backing, FileDevOptions::default())
             .with_context(|| format!("opening {}", backing.display()))?,
     );
-    let model = tiercache_model::Profile::default()
-        .hdd_model()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let hdd: Arc<dyn tiercache_nbd::Backend> =
         Arc::new(tiercache_server::passthrough::PassThrough {
-            dev: Arc::new(EmulatedHdd::new(dev, model)),
+            dev: Arc::new(EmulatedHdd::default_disk(dev).map_err(|e| anyhow::anyhow!("{e}"))?),
         });
     let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
     let handle = server

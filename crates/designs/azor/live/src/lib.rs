@@ -182,10 +182,7 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
             )
         };
     if o.emulate_hdd {
-        let model = tiercache_model::Profile::default()
-            .hdd_model()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        backing = Arc::new(EmulatedHdd::new(backing, model));
+        backing = Arc::new(EmulatedHdd::default_disk(backing).map_err(|e| anyhow::anyhow!("{e}"))?);
     }
     let opened = open_with_devices(&o.cache, cache_dev, backing, &backing_path)?;
     tracing::info!(

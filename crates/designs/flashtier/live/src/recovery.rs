@@ -41,6 +41,9 @@ pub struct OpenOptions {
     pub backing: Option<PathBuf>,
     /// Open the devices with O_DIRECT where they allow it.
     pub direct: bool,
+    /// Put the default emulated 7200 rpm disk in front of the backing device
+    /// (benchmarks over a file that stands in for an HDD).
+    pub emulate_hdd: bool,
 }
 
 fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> {
@@ -59,7 +62,10 @@ pub fn open(o: &OpenOptions) -> Result<Arc<LogCache>> {
         .backing
         .clone()
         .unwrap_or_else(|| PathBuf::from(&sb.backing_path));
-    let backing = open_dev(&bpath, o.direct, "backing device")?;
+    let mut backing = open_dev(&bpath, o.direct, "backing device")?;
+    if o.emulate_hdd {
+        backing = Arc::new(tiercache_io::EmulatedHdd::default_disk(backing)?);
+    }
     open_with_devices(cache, backing, &bpath)
 }
 

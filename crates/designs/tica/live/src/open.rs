@@ -31,6 +31,9 @@ pub struct OpenOptions {
     pub backing: Option<PathBuf>,
     /// Open the devices with O_DIRECT where they allow it.
     pub direct: bool,
+    /// Put the default emulated 7200 rpm disk in front of the backing device
+    /// (benchmarks over a file that stands in for an HDD).
+    pub emulate_hdd: bool,
 }
 
 fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> {
@@ -54,7 +57,10 @@ pub fn open(o: &OpenOptions) -> Result<Arc<ThreeLevel>> {
     let wo_path = info.path_of(Role::WoSsd);
     let ro = open_dev(&ro_path, o.direct, "RO-SSD")?;
     let wo = open_dev(&wo_path, o.direct, "WO-SSD")?;
-    let bk = open_dev(&backing, o.direct, "backing device")?;
+    let mut bk = open_dev(&backing, o.direct, "backing device")?;
+    if o.emulate_hdd {
+        bk = Arc::new(tiercache_io::EmulatedHdd::default_disk(bk)?);
+    }
     open_with_devices(ro, wo, bk, &backing)
 }
 

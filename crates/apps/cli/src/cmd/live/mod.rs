@@ -186,10 +186,9 @@ async fn serve_uncached(
             )
         };
     if a.emulate_hdd {
-        let model = tiercache_model::Profile::default()
-            .hdd_model()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        dev = Arc::new(tiercache_io::EmulatedHdd::new(dev, model));
+        dev = Arc::new(
+            tiercache_io::EmulatedHdd::default_disk(dev).map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
     }
     let export: Arc<dyn tiercache_nbd::Backend> =
         Arc::new(tiercache_server::passthrough::PassThrough { dev });

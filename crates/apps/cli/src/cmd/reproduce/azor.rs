@@ -541,6 +541,17 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// Why a claim's trace has no simulated figure in this run.
+fn absent(a: &Args, t: &str) -> String {
+    if a.no_sim {
+        "simulated studies skipped (--no-sim)".into()
+    } else if a.run.quick {
+        format!("trace {t} absent from this run (quick mode runs postmark and msr-hm only)")
+    } else {
+        format!("trace {t} absent from this run")
+    }
+}
+
 fn pct(x: f64) -> String {
     if x.is_finite() {
         format!("{:+.0} %", x * 100.0)
@@ -617,13 +628,7 @@ fn report(
                 },
             )
         } else {
-            (
-                "not run".into(),
-                "-",
-                format!(
-                    "trace {t} absent from this run (quick mode runs postmark and msr-hm only)"
-                ),
-            )
+            ("not run".into(), "-", absent(a, t))
         };
         let _ = writeln!(
             md,
@@ -662,11 +667,7 @@ fn report(
                 "the shared traces carry no filesystem metadata class, so level 1 (metadata first) has nothing to prefer; only level 2 (frequency) acts, and only where conflicts evict hot blocks".to_string(),
             )
         } else {
-            (
-                "not run".into(),
-                "-",
-                format!("trace {t} absent from this run"),
-            )
+            ("not run".into(), "-", absent(a, t))
         };
         let _ = writeln!(
             md,

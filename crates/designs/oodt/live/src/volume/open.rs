@@ -65,10 +65,9 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
         }
         let mut dev = tiercache_io::open_device(&path, fo.direct, &format!("tier {i}"))?;
         if o.emulate_hdd && i + 1 == sb.tiers.len() {
-            let model = tiercache_model::Profile::default()
-                .hdd_model()
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            dev = Arc::new(tiercache_io::EmulatedHdd::new(dev, model));
+            dev = Arc::new(
+                tiercache_io::EmulatedHdd::default_disk(dev).map_err(|e| anyhow::anyhow!("{e}"))?,
+            );
         }
         devs.push(dev);
     }

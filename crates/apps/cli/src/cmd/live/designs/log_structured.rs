@@ -209,8 +209,8 @@ impl super::LiveDesign for LogStructured {
         ls::detect(path)
     }
     fn validate(&self, a: &ServeArgs) -> Result<()> {
-        if a.emulate_hdd || a.fs_classify != "off" {
-            bail!("--emulate-hdd and --fs-classify are not supported by the log-structured cache");
+        if a.fs_classify != "off" {
+            bail!("--fs-classify is not supported by the log-structured cache");
         }
         Ok(())
     }
@@ -232,14 +232,16 @@ impl super::LiveDesign for LogStructured {
             cache: a.cache.clone(),
             backing: a.backing.clone(),
             direct: a.direct,
+            emulate_hdd: a.emulate_hdd,
         })?;
         let r = cache.recovery();
         eprintln!(
-            "tiercache: opened log-structured {} cache {} (backing {}); recovered in {:.1} ms: {} blocks mapped ({} dirty), \
+            "tiercache: opened log-structured {} cache {} (backing {}{}); recovered in {:.1} ms: {} blocks mapped ({} dirty), \
              {} from the checkpoint, {} segments replayed, {} clean blocks dropped, clean shutdown {}",
             cache.write_policy(),
             a.cache.display(),
             cache.backing_path().display(),
+            if a.emulate_hdd { ", emulated HDD" } else { "" },
             r.duration.as_secs_f64() * 1000.0,
             r.mapped_blocks,
             r.dirty_blocks,

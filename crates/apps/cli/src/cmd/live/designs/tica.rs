@@ -137,8 +137,8 @@ impl super::LiveDesign for Tica {
         three::detect(path).is_some()
     }
     fn validate(&self, a: &ServeArgs) -> Result<()> {
-        if a.emulate_hdd || a.fs_classify != "off" {
-            bail!("--emulate-hdd and --fs-classify are not supported by the three-level cache");
+        if a.fs_classify != "off" {
+            bail!("--fs-classify is not supported by the three-level cache");
         }
         Ok(())
     }
@@ -174,18 +174,20 @@ impl super::LiveDesign for Tica {
             ssd: a.cache.clone(),
             backing: a.backing.clone(),
             direct: a.direct,
+            emulate_hdd: a.emulate_hdd,
         })?;
         cache.start_background();
         let info = cache.info();
         let r = cache.stats_json();
         eprintln!(
-            "tiercache: opened three-level cache: RO-SSD {}, WO-SSD {}, DRAM {} pages, policy {} (backing {}); \
+            "tiercache: opened three-level cache: RO-SSD {}, WO-SSD {}, DRAM {} pages, policy {} (backing {}{}); \
              recovered in {:.1} ms: {}",
             info.ro_ssd,
             info.wo_ssd,
             r["policy"]["dram_pages"],
             info.tica_policy,
             cache.backing_path().display(),
+            if a.emulate_hdd { ", emulated HDD" } else { "" },
             r["recovery"]["duration_ms"].as_f64().unwrap_or(0.0),
             r["recovery"]
         );

@@ -173,10 +173,11 @@ impl super::LiveDesign for Tiered {
         volume.start_background();
         let r = volume.recovery();
         eprintln!(
-            "tiercache: opened tiered volume {} ({} and {}), recovered in {:.1} ms: checkpoint {}, {} log records, {} migrations completed ({} after their switch), {} rolled back",
+            "tiercache: opened tiered volume {} ({} and {}{}), recovered in {:.1} ms: checkpoint {}, {} log records, {} migrations completed ({} after their switch), {} rolled back",
             a.cache.display(),
             volume.superblock().tiers[0].identity.path,
             volume.superblock().tiers[1].identity.path,
+            if a.emulate_hdd { ", an emulated HDD" } else { "" },
             r.duration.as_secs_f64() * 1000.0,
             r.checkpoint_seq,
             r.log_records,
