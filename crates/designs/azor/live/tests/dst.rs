@@ -433,7 +433,10 @@ fn evict_dirty_line_with_failing_reads(
     let slots = tiercache_server::design::stats_json(&cache.cache)["slots"]
         .as_u64()
         .unwrap();
-    assert!(slots + 1 < UNITS, "the backing device is larger than the cache");
+    assert!(
+        slots + 1 < UNITS,
+        "the backing device is larger than the cache"
+    );
     let mut sys = CacheSys {
         faults: false,
         devs,
@@ -447,27 +450,31 @@ fn evict_dirty_line_with_failing_reads(
     for u in 1..slots {
         sys.read(u, &mut buf).unwrap();
     }
-    scripted.fail.store(fails, std::sync::atomic::Ordering::SeqCst);
+    scripted
+        .fail
+        .store(fails, std::sync::atomic::Ordering::SeqCst);
     // The miss that evicts unit 0: its data comes from the backing device.
     sys.read(slots, &mut buf).unwrap();
-    assert_eq!(dst::parse_unit(slots, &buf).unwrap().to_vec(), vec![0; UNIT / 512]);
+    assert_eq!(
+        dst::parse_unit(slots, &buf).unwrap().to_vec(),
+        vec![0; UNIT / 512]
+    );
     // The writeback runs in the background: drive the runtime until its
     // read of the victim failed.
-    wait_until(&sys, || {
+    wait_until(&sys, "the writeback read to fail", || {
         scripted.failed.load(std::sync::atomic::Ordering::SeqCst) > 0
     });
     (sys, slots, scripted, dir)
 }
 
 /// Drive the system's runtime (its background tasks) until `done`; panics
-/// after a minute.
-fn wait_until(sys: &CacheSys, done: impl Fn() -> bool) {
+/// with `what` after a minute.
+fn wait_until(sys: &CacheSys, what: &str, done: impl Fn() -> bool) {
     let t0 = std::time::Instant::now();
     while !done() {
-        assert!(t0.elapsed().as_secs() < 60, "waited a minute");
-        sys.rt.block_on(async {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await
-        });
+        assert!(t0.elapsed().as_secs() < 60, "waited a minute for {what}");
+        sys.rt
+            .block_on(async { tokio::time::sleep(std::time::Duration::from_millis(5)).await });
     }
 }
 
@@ -509,7 +516,11 @@ fn evicted_dirty_line_whose_writeback_fails_for_good_is_kept() {
             .unwrap()
             .starts_with("degraded")
     };
-    wait_until(&sys, degraded);
+    wait_until(
+        &sys,
+        "the cache to degrade (the failed writeback must be noticed)",
+        degraded,
+    );
     // The device is back: the line stays unreachable until a reopen.
     scripted.fail.store(0, std::sync::atomic::Ordering::SeqCst);
     assert!(versions(&mut sys, 0).is_err(), "the line is unreachable");
