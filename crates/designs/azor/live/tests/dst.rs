@@ -540,3 +540,23 @@ fn evicted_dirty_line_whose_writeback_fails_for_good_is_kept() {
     sys.crash(6).expect("recovery");
     assert_eq!(versions(&mut sys, 0).unwrap(), vec![1; UNIT / 512]);
 }
+
+/// Regression (issue 17, long run of 2026-11-26 after the case-485 fix,
+/// case 725): a write-back write of line 94's sub-block 3 into a slot that
+/// had held line 214 failed (the metadata store had failed, so it could not
+/// pass its slot barrier); a cleaning writeback of that sub-block, queued
+/// behind it on the slot, read the slot's old bytes, line 214's, and wrote
+/// them to line 94 on the backing device: after a power loss unit 379 held
+/// unit 859's data. Writeback reads now take the bytes of a failed cache
+/// write queued before them from its payload (as read hits do). Timing
+/// decided it (about 3 replays in 8 failed), hence 10 replays.
+#[test]
+fn dst_ssd_cache_writeback_behind_a_failed_cache_write_of_a_reused_slot() {
+    let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
+    let (imgs, dir) = images(&cfg);
+    for _ in 0..10 {
+        dst::run_cases("ssd-cache-16k-4way-eio", 0xd57, 725, 1, 400, 40, |seed| {
+            system(&imgs, &dir, seed, true)
+        });
+    }
+}

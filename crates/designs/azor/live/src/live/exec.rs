@@ -55,7 +55,7 @@ impl LiveCache {
             },
         };
         let res = match res {
-            Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
+            Ok(mut bytes) if matches!(op.purpose, Purpose::ReadHit | Purpose::WritebackRead) => {
                 self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
                 Ok(bytes)
             }
@@ -440,12 +440,20 @@ impl LiveCache {
 
     /// A cache read queued behind a failed cache write of the same line: the
     /// bytes that write should have left in the slot come from its payload.
+    /// A writeback read too (of any line: it reads only dirty sub-blocks,
+    /// last written by the slot's line, and a successful write drops older
+    /// poisons): else it would carry bytes the slot never got for its line
+    /// (another line's) to the backing device.
     pub(super) fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
-        let Some(b) = buf else { return };
         if !self.any_poison.load(Ordering::Acquire) {
             return;
         }
-        let line = (b.offset + op.buf_off) / self.line;
+        let line = if op.purpose == Purpose::WritebackRead {
+            None
+        } else {
+            let Some(b) = buf else { return };
+            Some((b.offset + op.buf_off) / self.line)
+        };
         let slot = (op.offset / self.line) as Slot;
         let (f, l) = self.subs_of(op.offset, op.len);
         let c = self.core.lock().expect("core");
@@ -455,7 +463,7 @@ impl LiveCache {
         let mut hits: Vec<&Poison> = (f..=l)
             .filter_map(|i| c.poisoned.get(&(slot, i)))
             .flatten()
-            .filter(|p| p.id < op.id && p.line == line)
+            .filter(|p| p.id < op.id && line.is_none_or(|l| p.line == l))
             .collect();
         hits.sort_by_key(|p| p.id);
         for p in hits {

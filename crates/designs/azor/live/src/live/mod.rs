@@ -41,7 +41,14 @@
 //! - a failed cache write is never logged; in write-back its bytes are
 //!   rerouted to the backing device through the core, and reads queued behind
 //!   it are served from its payload;
-//! - FLUSH and FUA flush the backing device and commit the log.
+//! - FLUSH and FUA flush the backing device and commit the log;
+//! - a writeback's read (of the cache) and write (to the backing device) are
+//!   retried after an error: an evicted dirty line's only copy is its old
+//!   slot, already given to the new line. If the writeback fails for good,
+//!   the slot is stranded (`failure`): never overwritten nor unmapped in the
+//!   log, requests on its old line fail with EIO (the backing device holds
+//!   older data), the cache degrades, and a restart recovers the line from
+//!   the log and writes it back.
 //!
 //! This file holds the shared state ([`LiveCache`], the core and the log
 //! view) and its construction; the work is split by responsibility:
