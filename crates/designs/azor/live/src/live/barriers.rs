@@ -79,6 +79,9 @@ impl LiveCache {
         loop {
             let (wbs, gen) = {
                 let c = self.core.lock().expect("core");
+                if let Some(e) = Self::stranded_slot_error(&c, slot) {
+                    return Err(e);
+                }
                 (
                     c.pending_unmap.get(&slot).and_then(|bs| {
                         let w: Vec<OpId> = bs
@@ -130,6 +133,7 @@ impl LiveCache {
         if c.pending_unmap.contains_key(&slot)
             || c.slot_gen.contains_key(&slot)
             || c.withdrawn.contains_key(&slot)
+            || c.stranded.contains_key(&slot)
         {
             return false;
         }
@@ -157,6 +161,9 @@ impl LiveCache {
         loop {
             let (wait_wb, gen) = {
                 let mut c = self.core.lock().expect("core");
+                if let Some(e) = Self::stranded_slot_error(&c, slot) {
+                    return Err(e);
+                }
                 match c.view[slot as usize] {
                     Some(v) if v.line != line => {
                         if !v.dirty.is_empty() {

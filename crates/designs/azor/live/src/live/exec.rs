@@ -2,7 +2,7 @@
 //! its I/O on the cache or backing device, and reports the completion.
 
 use super::LiveCache;
-use super::{Core, LiveError, Poison, ReqBuf, PENDING_COMMIT};
+use super::{Core, LiveError, Poison, ReqBuf, PENDING_COMMIT, WRITEBACK_RETRIES};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -48,10 +48,14 @@ impl LiveCache {
         }
         let res = match &never {
             Some(e) => Err(std::io::Error::other(e.0.clone())),
-            None => self.run_io(&op, buf.as_ref()).await,
+            None if Self::is_writeback(&op) => self.run_writeback_io(&op).await,
+            None => match self.stranded_error(&op) {
+                Some(e) => Err(e),
+                None => self.run_io(&op, buf.as_ref(), None).await,
+            },
         };
         let res = match res {
-            Ok(mut bytes) if op.purpose == Purpose::ReadHit => {
+            Ok(mut bytes) if matches!(op.purpose, Purpose::ReadHit | Purpose::WritebackRead) => {
                 self.patch_poisoned(&op, buf.as_ref(), &mut bytes);
                 Ok(bytes)
             }
@@ -160,10 +164,56 @@ impl LiveCache {
         Ok(())
     }
 
+    fn is_writeback(op: &Op) -> bool {
+        matches!(op.purpose, Purpose::WritebackRead | Purpose::WritebackWrite)
+    }
+
+    /// A writeback's read (of the cache) or write (to the backing device),
+    /// retried up to [`WRITEBACK_RETRIES`] times after an error, with a short
+    /// backoff: the line written back may already have been evicted, and then
+    /// its only copy is the slot, which the new line overwrites once the
+    /// writeback finished. A transient error must not end that copy's life;
+    /// a writeback that fails for good strands the slot (`backing_failed`).
+    async fn run_writeback_io(&self, op: &Op) -> std::io::Result<Vec<u8>> {
+        // A write's payload, kept for its retries (the reads' buffers are taken once).
+        let payload = (op.purpose == Purpose::WritebackWrite)
+            .then(|| self.write_payload(op, None))
+            .flatten();
+        let mut res = self.run_io(op, None, payload.clone()).await;
+        let mut attempt = 0;
+        while let Err(e) = &res {
+            let missing = op.purpose == Purpose::WritebackWrite && payload.is_none();
+            if missing || attempt >= WRITEBACK_RETRIES || self.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            attempt += 1;
+            match op.dev {
+                Dev::Cache => self.stats.cache_errors.fetch_add(1, Ordering::Relaxed),
+                Dev::Backing => self.stats.backing_errors.fetch_add(1, Ordering::Relaxed),
+            };
+            tracing::warn!(
+                "writeback {:?} of {} bytes at {} on the {:?} device failed ({e}): retry {attempt} of {WRITEBACK_RETRIES}",
+                op.kind,
+                op.len,
+                op.offset,
+                op.dev
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1 << attempt)).await;
+            res = self.run_io(op, None, payload.clone()).await;
+        }
+        res
+    }
+
     /// Do the op's I/O on its device, by the cheapest path that applies
     /// (buffered pwrite or page-cache read here, else the I/O engine or the
-    /// blocking pool), and count its latency.
-    async fn run_io(&self, op: &Op, buf: Option<&Arc<ReqBuf>>) -> std::io::Result<Vec<u8>> {
+    /// blocking pool), and count its latency. `wb_payload`: a writeback
+    /// write's bytes (taken by the caller, `None` when its read failed).
+    async fn run_io(
+        &self,
+        op: &Op,
+        buf: Option<&Arc<ReqBuf>>,
+        wb_payload: Option<Vec<u8>>,
+    ) -> std::io::Result<Vec<u8>> {
         self.phase(op, "io");
         tracing::trace!(target: "tiercache::ops", "start {}", op.id);
         let dev = match op.dev {
@@ -209,7 +259,9 @@ impl LiveCache {
                 .map(|r| r.map(|_| Vec::new()));
         }
         // The bytes a write carries (when not written above).
-        let payload = if written.is_some() {
+        let payload = if op.purpose == Purpose::WritebackWrite {
+            wb_payload
+        } else if written.is_some() {
             None
         } else {
             self.write_payload(op, buf)
@@ -388,12 +440,20 @@ impl LiveCache {
 
     /// A cache read queued behind a failed cache write of the same line: the
     /// bytes that write should have left in the slot come from its payload.
+    /// A writeback read too (of any line: it reads only dirty sub-blocks,
+    /// last written by the slot's line, and a successful write drops older
+    /// poisons): else it would carry bytes the slot never got for its line
+    /// (another line's) to the backing device.
     pub(super) fn patch_poisoned(&self, op: &Op, buf: Option<&Arc<ReqBuf>>, bytes: &mut [u8]) {
-        let Some(b) = buf else { return };
         if !self.any_poison.load(Ordering::Acquire) {
             return;
         }
-        let line = (b.offset + op.buf_off) / self.line;
+        let line = if op.purpose == Purpose::WritebackRead {
+            None
+        } else {
+            let Some(b) = buf else { return };
+            Some((b.offset + op.buf_off) / self.line)
+        };
         let slot = (op.offset / self.line) as Slot;
         let (f, l) = self.subs_of(op.offset, op.len);
         let c = self.core.lock().expect("core");
@@ -403,7 +463,7 @@ impl LiveCache {
         let mut hits: Vec<&Poison> = (f..=l)
             .filter_map(|i| c.poisoned.get(&(slot, i)))
             .flatten()
-            .filter(|p| p.id < op.id && p.line == line)
+            .filter(|p| p.id < op.id && line.is_none_or(|l| p.line == l))
             .collect();
         hits.sort_by_key(|p| p.id);
         for p in hits {

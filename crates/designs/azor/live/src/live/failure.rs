@@ -46,10 +46,27 @@ impl LiveCache {
             for (s, f, l) in self.cached_pieces(&c, op) {
                 c.engine.redirty(s, f, l);
             }
+            // Slots already given to another line while this writeback of
+            // their old line ran: the log still maps them to the old line,
+            // dirty, and their bytes are its only copy (the core forgot it).
+            // They are stranded: never overwritten nor unmapped.
+            let lost: Vec<(Slot, u64)> = c
+                .pending_unmap
+                .iter()
+                .filter(|(_, bs)| bs.iter().any(|w| w.0.contains(&op.id)))
+                .filter_map(|(&s, _)| {
+                    c.view[s as usize]
+                        .filter(|v| !v.dirty.is_empty())
+                        .map(|v| (s, v.line))
+                })
+                .collect();
             for bs in c.pending_unmap.values_mut() {
                 bs.retain(|w| !w.0.contains(&op.id));
             }
             c.pending_unmap.retain(|_, bs| !bs.is_empty());
+            if !lost.is_empty() {
+                self.strand(&mut c, &lost, &e);
+            }
         }
         if op.kind == IoKind::Write
             && op.purpose == Purpose::WriteBacking
@@ -66,6 +83,70 @@ impl LiveCache {
         }
         tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
         Err(LiveError(format!("backing device I/O error: {e}")))
+    }
+
+    /// The writeback of the old dirty lines of `slots` (slot, line) failed for
+    /// good after the slots went to other lines: keep each slot as its old
+    /// line's only copy (no cache write may overwrite it, the log never
+    /// unmaps it; cache writes bound for it fail as failed cache writes do),
+    /// fail requests on those lines (the backing device holds older data),
+    /// and degrade the cache (nothing new is cached, so no line claims the
+    /// slots). A restart recovers the lines from the log and writes them back.
+    fn strand(&self, c: &mut Core, slots: &[(Slot, u64)], e: &std::io::Error) {
+        for &(s, line) in slots {
+            tracing::error!(
+                "the writeback of dirty line {line} (evicted from slot {s}) failed for good ({e}): the slot keeps its only copy until the cache is reopened; requests on the line fail"
+            );
+            c.stranded.insert(s, line);
+        }
+        self.any_stranded.store(true, Ordering::Release);
+        c.engine.degrade();
+        if !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::error!("cache degraded: a dirty line could not be written back");
+        }
+    }
+
+    /// An error for `op` if it is a client op on the backing device over a
+    /// stranded line: its data there is older than the slot's, which the
+    /// cache cannot reach until it is reopened.
+    pub(super) fn stranded_error(&self, op: &Op) -> Option<std::io::Error> {
+        if op.dev != Dev::Backing
+            || !matches!(
+                op.purpose,
+                Purpose::ReadMiss | Purpose::WriteBacking | Purpose::Trim
+            )
+        {
+            return None;
+        }
+        self.stranded_range_error(op.offset, op.len)
+            .map(|e| std::io::Error::other(e.0))
+    }
+
+    /// An error if bytes `offset..offset+len` of the exported device touch a
+    /// stranded line (`Core::stranded`).
+    pub(super) fn stranded_range_error(&self, offset: u64, len: u64) -> Option<LiveError> {
+        if !self.any_stranded.load(Ordering::Acquire) {
+            return None;
+        }
+        let (first, last) = (offset / self.line, (offset + len.max(1) - 1) / self.line);
+        let c = self.core.lock().expect("core");
+        let line = c
+            .stranded
+            .values()
+            .copied()
+            .find(|l| (first..=last).contains(l))?;
+        Some(LiveError(format!(
+            "cache device I/O error on dirty data: line {line} could not be written back to the backing device; it stays in the cache until the cache is reopened"
+        )))
+    }
+
+    /// An error if `slot` is stranded: no cache write may overwrite it.
+    pub(super) fn stranded_slot_error(c: &Core, slot: Slot) -> Option<LiveError> {
+        c.stranded.get(&slot).map(|line| {
+            LiveError(format!(
+                "slot {slot} keeps dirty line {line}, whose writeback failed: not overwritten until the cache is reopened"
+            ))
+        })
     }
 
     /// The cached slots of the lines a backing op covers, with the

@@ -176,6 +176,11 @@ impl LiveCache {
                 "the cache is shutting down (detached): writes are refused".into(),
             ));
         }
+        if kind != IoKind::Flush {
+            if let Some(e) = self.stranded_range_error(offset, len) {
+                return Err(e);
+            }
+        }
         let id = self.next_req.fetch_add(1, Ordering::Relaxed);
         let buf = Arc::new(ReqBuf {
             offset,

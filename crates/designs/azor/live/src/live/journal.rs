@@ -51,6 +51,10 @@ impl LiveCache {
         let from = out.iter().map(|o| o.id).min().unwrap_or(OpId::MAX);
         let e = c.engine.slot_bits(s);
         let v = c.view[s as usize];
+        if c.stranded.contains_key(&s) {
+            // The slot keeps its old line's only copy: never unmapped.
+            return;
+        }
         match (v, &e) {
             (Some(v), e) if e.as_ref().is_none_or(|e| e.line != v.line) => {
                 // The slot's durable line is gone: unmap it before the slot is reused.
@@ -221,6 +225,9 @@ impl LiveCache {
         }
         c.pending_unmap.retain(|_, bs| !bs.is_empty());
         for &(s, from) in &unmapped {
+            if c.stranded.contains_key(&s) {
+                continue;
+            }
             if c.view[s as usize].is_some() {
                 Self::append(c, Record::Unmap { slot: s });
                 let g = c.appended_gen;

@@ -41,7 +41,14 @@
 //! - a failed cache write is never logged; in write-back its bytes are
 //!   rerouted to the backing device through the core, and reads queued behind
 //!   it are served from its payload;
-//! - FLUSH and FUA flush the backing device and commit the log.
+//! - FLUSH and FUA flush the backing device and commit the log;
+//! - a writeback's read (of the cache) and write (to the backing device) are
+//!   retried after an error: an evicted dirty line's only copy is its old
+//!   slot, already given to the new line. If the writeback fails for good,
+//!   the slot is stranded (`failure`): never overwritten nor unmapped in the
+//!   log, requests on its old line fail with EIO (the backing device holds
+//!   older data), the cache degrades, and a restart recovers the line from
+//!   the log and writes it back.
 //!
 //! This file holds the shared state ([`LiveCache`], the core and the log
 //! view) and its construction; the work is split by responsibility:
@@ -75,6 +82,10 @@ use tokio::sync::watch;
 
 /// Consecutive device errors on the cache after which it stops caching new data.
 const DEGRADE_AFTER: u64 = 8;
+
+/// Retries of a writeback's read or write after an error (with a backoff of
+/// 2, 4, ... ms): an evicted dirty line's only copy is its old slot.
+const WRITEBACK_RETRIES: u32 = 6;
 
 /// Interval of the background cleaner: the scheduler's tick.
 const CLEAN_TICK: std::time::Duration =
@@ -171,6 +182,12 @@ pub(crate) struct Core {
     /// backing write, and the sub-blocks (slot, first, last, line) held
     /// clean until it lands (then dropped) or fails (then dirty again).
     held: FxHashMap<OpId, (Slot, u32, u32, u64)>,
+    /// Slots whose old dirty line's writeback failed for good after the slot
+    /// was given to another line (by slot: the old line). The slot keeps
+    /// that line's only copy: it is never overwritten nor unmapped in the
+    /// log (a restart recovers the line from it and writes it back), and
+    /// requests on the line fail (the backing device holds an older version).
+    stranded: FxHashMap<Slot, u64>,
 }
 
 /// A failed cache write of `line`'s data: the bytes it should have left in
@@ -222,6 +239,9 @@ pub struct LiveCache {
     /// Set once a fill was ever dropped: until then cache reads skip the
     /// failed-fill check (and its lock).
     pub(super) any_failed_fill: AtomicBool,
+    /// Set once a slot was stranded (`Core::stranded`): until then requests
+    /// skip the check (and its lock).
+    any_stranded: AtomicBool,
     /// The backing device's path, to record its identity at a clean shutdown.
     backing_path: Mutex<Option<std::path::PathBuf>>,
     /// A clean shutdown started: no more cleaning, writes and trims fail.
@@ -329,6 +349,7 @@ impl LiveCache {
                 fast_overwrite,
                 paused: false,
                 held: FxHashMap::default(),
+                stranded: FxHashMap::default(),
             }),
             store: Mutex::new(store),
             cache,
@@ -349,6 +370,7 @@ impl LiveCache {
             phases: Mutex::new(FxHashMap::default()),
             any_poison: AtomicBool::new(false),
             any_failed_fill: AtomicBool::new(false),
+            any_stranded: AtomicBool::new(false),
             backing_path: Mutex::new(None),
             stopping: AtomicBool::new(false),
             metadata_failed: std::sync::OnceLock::new(),
