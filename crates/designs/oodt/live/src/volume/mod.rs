@@ -144,6 +144,10 @@ pub struct TieredVolume {
     shut_down: AtomicBool,
     /// The threads that do the request I/O (instead of tokio's blocking pool).
     io: tiercache_runtime::SyncWorkers,
+    /// Run fast-tier-only requests' I/O inline on the runtime's workers: the
+    /// fast tier is a local file or device opened buffered, and
+    /// `TIERCACHE_TIER_INLINE` is not `0` (a benchmark knob).
+    inline_fast: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -126,6 +126,10 @@ impl TieredVolume {
         journal.checkpoint(&rec.table)?;
         let policy = build(kind, &PolicyConfig::default(), sb.blocks(), sb.block_bytes)?;
         let planner = cfg.planner();
+        let inline_fast = devs[0]
+            .raw_target()
+            .is_some_and(|t| t.direct_align.is_none())
+            && std::env::var("TIERCACHE_TIER_INLINE").map_or(true, |v| v != "0");
         let mut report = rec.report;
         report.duration = report.duration.max(Duration::from_micros(1));
         Ok(Arc::new(TieredVolume {
@@ -155,6 +159,7 @@ impl TieredVolume {
             counters: Counters::default(),
             recovery: report,
             shut_down: AtomicBool::new(false),
+            inline_fast,
             io: tiercache_runtime::SyncWorkers::new(
                 "tier-io",
                 tiercache_runtime::SyncWorkers::default_threads(),
