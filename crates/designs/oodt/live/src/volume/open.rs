@@ -160,6 +160,7 @@ impl TieredVolume {
             recovery: report,
             shut_down: AtomicBool::new(false),
             inline_fast,
+            inline_forced: AtomicBool::new(false),
             io: tiercache_runtime::SyncWorkers::new(
                 "tier-io",
                 tiercache_runtime::SyncWorkers::default_threads(),

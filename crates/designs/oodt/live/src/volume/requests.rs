@@ -11,6 +11,16 @@ use tiercache_tiering::dispatcher::{split, ReqId};
 use tiercache_tiering::planner::PlanClock;
 use tiercache_tiering::policy::Access;
 
+/// How a request's I/O runs on the calling task.
+#[derive(Clone, Copy)]
+enum Inline {
+    /// The fast tier is a local file or device opened buffered: reads only
+    /// from the page cache (`RWF_NOWAIT`), buffered writes.
+    PageCache,
+    /// Forced ([`TieredVolume::force_inline_fast`]): the device's own calls.
+    Plain,
+}
+
 impl TieredVolume {
     /// Claim the blocks of `[offset, offset + len)` (waiting while any is
     /// under migration), wait until no earlier overlapping claim conflicts,
@@ -163,12 +173,18 @@ impl TieredVolume {
     /// (docs/benchmarks.md, issue 16); slow-tier I/O and FUA syncs still go
     /// to the request threads, so they never hold one of the runtime's
     /// workers.
-    fn inline(&self, parts: &[Part], fua: bool) -> bool {
-        self.inline_fast
-            && !fua
+    fn inline(&self, parts: &[Part], fua: bool) -> Option<Inline> {
+        let forced = self.inline_forced.load(Ordering::Relaxed);
+        let fits = !fua
             && parts
                 .iter()
-                .all(|p| p.tier == 0 && p.len <= tiercache_io::INLINE_WRITE_MAX)
+                .all(|p| p.tier == 0 && p.len <= tiercache_io::INLINE_WRITE_MAX);
+        match (fits, forced, self.inline_fast) {
+            (false, _, _) => None,
+            (true, true, _) => Some(Inline::Plain),
+            (true, false, true) => Some(Inline::PageCache),
+            (true, false, false) => None,
+        }
     }
 
     /// Read `buf.len()` bytes at `offset`.
@@ -178,18 +194,24 @@ impl TieredVolume {
         // Fast-tier page-cache hits are read here without blocking
         // (`RWF_NOWAIT`); anything else (a page not cached) goes to the
         // request threads, which read the whole request again.
-        let cached = self.inline(&held.parts, false)
-            && held.parts.iter().all(|p| {
+        let dev = self.devs[0].as_ref();
+        let done = match self.inline(&held.parts, false) {
+            None => false,
+            Some(Inline::Plain) => {
+                for p in &held.parts {
+                    dev.read_at(&mut buf[p.at..p.at + p.len], p.dev_offset)?;
+                }
+                true
+            }
+            Some(Inline::PageCache) => held.parts.iter().all(|p| {
                 matches!(
-                    tiercache_io::read_cached(
-                        self.devs[0].as_ref(),
-                        &mut buf[p.at..p.at + p.len],
-                        p.dev_offset,
-                    ),
+                    tiercache_io::read_cached(dev, &mut buf[p.at..p.at + p.len], p.dev_offset),
                     Some(Ok(()))
                 )
-            });
-        if cached {
+            }),
+        };
+        if done {
+            self.counters.inline.fetch_add(1, Ordering::Relaxed);
             drop(held);
         } else {
             let n = buf.len();
@@ -224,16 +246,21 @@ impl TieredVolume {
     ) -> io::Result<()> {
         let held = self.acquire(offset, data.len() as u64, Kind::Write).await?;
         self.count(Kind::Write, &held.parts);
-        if self.inline(&held.parts, fua) {
+        if let Some(how) = self.inline(&held.parts, fua) {
             // Buffered writes into the fast tier's page cache, here.
             let dev = self.devs[0].as_ref();
             for p in &held.parts {
                 let part = &data[p.at..p.at + p.len];
-                match tiercache_io::write_buffered(dev, part, p.dev_offset) {
+                let buffered = match how {
+                    Inline::PageCache => tiercache_io::write_buffered(dev, part, p.dev_offset),
+                    Inline::Plain => None,
+                };
+                match buffered {
                     Some(r) => r?,
                     None => dev.write_at(part, p.dev_offset)?,
                 }
             }
+            self.counters.inline.fetch_add(1, Ordering::Relaxed);
             drop(held);
         } else {
             self.blocking(move || {
