@@ -129,7 +129,7 @@ impl TieredVolume {
         let inline_fast = devs[0]
             .raw_target()
             .is_some_and(|t| t.direct_align.is_none())
-            && std::env::var("TIERCACHE_TIER_INLINE").map_or(true, |v| v != "0");
+            && std::env::var("TIERCACHE_TIER_INLINE").as_deref() != Ok("0");
         let mut report = rec.report;
         report.duration = report.duration.max(Duration::from_micros(1));
         Ok(Arc::new(TieredVolume {
