@@ -201,7 +201,8 @@ def bench_hit(a, wl, dz, nk, sink, data, res):
     cache = dz.format(dz.name, backing, size + 64 * MIB)
     threads = ["--threads", a.threads] if a.threads else []
     sock = f"{dz.d}/{dz.name}.sock"
-    srv = Proc([dz.tc, "serve", "--cache", cache, "--listen", f"unix:{sock}", *threads], sock, dz.a.log)
+    srv = Proc([dz.tc, "serve", "--cache", cache, "--listen", f"unix:{sock}", *threads, *a.serve_arg],
+               sock, dz.a.log)
     try:
         fill(srv.uri, data)
         dz.warm(srv.uri, cache, size)
@@ -339,6 +340,9 @@ def parse_args():
     ap.add_argument("--dirty-target", help="format's --dirty-target for the SSD cache and the "
                     "log-structured layout (default: format's default)")
     ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for tiercache's `serve` in the all-hit runs (repeatable; "
+                    "e.g. --serve-arg=--direct)")
     a = ap.parse_args()
     designs = []
     for x in a.design.split(","):

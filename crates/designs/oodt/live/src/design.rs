@@ -29,7 +29,7 @@ impl Design for Tiered {
         Ok(self.0.read(offset, buf).await?)
     }
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
-        Ok(self.0.write(offset, &data, fua).await?)
+        Ok(self.0.write_vec(offset, data, fua).await?)
     }
     async fn flush(&self) -> Result<()> {
         Ok(self.0.flush().await?)

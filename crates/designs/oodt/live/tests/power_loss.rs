@@ -11,6 +11,10 @@
 //! block in one slot of either tier, all moves are two-block exchanges, four
 //! log records each).
 //!
+//! Half the rounds run fast-tier-only requests inline on the runtime's
+//! workers ([`TieredVolume::force_inline_fast`]), the path a buffered local
+//! fast tier takes, the others on the request threads.
+//!
 //! `TIERVOL_POWER_ROUNDS` and `TIERVOL_POWER_SEED` override rounds and seed.
 
 use std::io;
@@ -445,7 +449,7 @@ fn power_rounds(capacity: Capacity, seed: u64) {
     }));
     let mut rng = Rng(seed);
     let (mut after_switch, mut rolled_back, mut migrations) = (0usize, 0usize, 0u64);
-    let mut exchanges = 0u64;
+    let (mut exchanges, mut inline) = (0u64, 0u64);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -474,6 +478,9 @@ fn power_rounds(capacity: Capacity, seed: u64) {
         ];
         let vol = TieredVolume::open(sb.clone(), devs)
             .unwrap_or_else(|e| panic!("seed {seed} round {round}: open: {e:#}"));
+        // Rounds 2-3 of every 4 run fast-tier-only requests inline on the
+        // runtime's workers (the path a buffered local fast tier takes).
+        vol.force_inline_fast(round % 4 >= 2);
         let rec = vol.recovery().clone();
         after_switch += rec.completed_after_switch;
         rolled_back += rec.rolled_back;
@@ -518,6 +525,7 @@ fn power_rounds(capacity: Capacity, seed: u64) {
         let stats = vol.stats_json();
         migrations += stats["migrations"].as_u64().unwrap();
         exchanges += stats["exchanges"].as_u64().unwrap();
+        inline += stats["inline_requests"].as_u64().unwrap();
         let mode = CrashMode::Torn { seed: rng.next() };
         fast_c.crash(mode).unwrap();
         slow_c.crash(mode).unwrap();
@@ -534,6 +542,10 @@ fn power_rounds(capacity: Capacity, seed: u64) {
         l.writes, l.flushes, l.reads
     );
     assert!(migrations > 0, "no migration ran");
+    assert!(
+        inline > 0,
+        "no request ran inline in the rounds that force it"
+    );
     if capacity == Capacity::Sum {
         assert!(exchanges > 0, "no exchange ran");
     }

@@ -102,6 +102,8 @@ struct Counters {
     migration_errors: AtomicU64,
     checkpoints: AtomicU64,
     flushes: AtomicU64,
+    /// Requests whose I/O ran inline on the runtime's worker.
+    inline: AtomicU64,
 }
 
 /// What a request part does.
@@ -144,6 +146,13 @@ pub struct TieredVolume {
     shut_down: AtomicBool,
     /// The threads that do the request I/O (instead of tokio's blocking pool).
     io: tiercache_runtime::SyncWorkers,
+    /// Run fast-tier-only requests' I/O inline on the runtime's workers: the
+    /// fast tier is a local file or device opened buffered, and
+    /// `TIERCACHE_TIER_INLINE` is not `0` (a benchmark knob).
+    inline_fast: bool,
+    /// Run fast-tier-only requests inline whatever the device (tests: the
+    /// crash wrappers have no raw descriptor); see [`TieredVolume::force_inline_fast`].
+    inline_forced: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -187,6 +196,16 @@ impl TieredVolume {
     /// Where `block` lives now (`None` past the end of the volume).
     pub fn location(&self, block: BlockId) -> Option<Loc> {
         lock(&self.core).table.lookup(block)
+    }
+
+    /// Run the I/O of requests that touch only the fast tier (reads, and
+    /// writes without FUA) on the calling task whatever the fast device is,
+    /// with its ordinary `read_at`/`write_at` (`on`), or only where it is a
+    /// local file or device opened buffered, through the page cache without
+    /// blocking on reads (`!on`, the default). For tests that put wrappers
+    /// (crash or fault injection) under the volume.
+    pub fn force_inline_fast(&self, on: bool) {
+        self.inline_forced.store(on, Ordering::Relaxed);
     }
 
     /// What recovery found at open.
@@ -280,6 +299,7 @@ impl TieredVolume {
             "migration_errors": ld(&n.migration_errors),
             "planner_rounds": ld(&n.planner_rounds),
             "flushes": ld(&n.flushes),
+            "inline_requests": ld(&n.inline),
             "checkpoints": ld(&n.checkpoints),
             "checkpoint_seq": seq,
             "log_records": log_records,

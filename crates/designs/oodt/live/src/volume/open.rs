@@ -125,6 +125,10 @@ impl TieredVolume {
         journal.checkpoint(&rec.table)?;
         let policy = build(kind, &PolicyConfig::default(), sb.blocks(), sb.block_bytes)?;
         let planner = cfg.planner();
+        let inline_fast = devs[0]
+            .raw_target()
+            .is_some_and(|t| t.direct_align.is_none())
+            && std::env::var("TIERCACHE_TIER_INLINE").as_deref() != Ok("0");
         let mut report = rec.report;
         report.duration = report.duration.max(Duration::from_micros(1));
         Ok(Arc::new(TieredVolume {
@@ -154,6 +158,8 @@ impl TieredVolume {
             counters: Counters::default(),
             recovery: report,
             shut_down: AtomicBool::new(false),
+            inline_fast,
+            inline_forced: AtomicBool::new(false),
             io: tiercache_runtime::SyncWorkers::new(
                 "tier-io",
                 tiercache_runtime::SyncWorkers::default_threads(),

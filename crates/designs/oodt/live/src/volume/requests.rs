@@ -11,6 +11,16 @@ use tiercache_tiering::dispatcher::{split, ReqId};
 use tiercache_tiering::planner::PlanClock;
 use tiercache_tiering::policy::Access;
 
+/// How a request's I/O runs on the calling task.
+#[derive(Clone, Copy)]
+enum Inline {
+    /// The fast tier is a local file or device opened buffered: reads only
+    /// from the page cache (`RWF_NOWAIT`), buffered writes.
+    PageCache,
+    /// Forced ([`TieredVolume::force_inline_fast`]): the device's own calls.
+    Plain,
+}
+
 impl TieredVolume {
     /// Claim the blocks of `[offset, offset + len)` (waiting while any is
     /// under migration), wait until no earlier overlapping claim conflicts,
@@ -156,47 +166,120 @@ impl TieredVolume {
         }
     }
 
+    /// Whether the request's I/O may run inline on the calling task: every
+    /// part on the fast tier, that tier a local file or device opened
+    /// buffered (see `inline_fast`), and no sync to wait for. Page-cache I/O
+    /// takes microseconds, less than handing it to a request thread and back
+    /// (docs/benchmarks.md, issue 16); slow-tier I/O and FUA syncs still go
+    /// to the request threads, so they never hold one of the runtime's
+    /// workers.
+    fn inline(&self, parts: &[Part], fua: bool) -> Option<Inline> {
+        let forced = self.inline_forced.load(Ordering::Relaxed);
+        let fits = !fua
+            && parts
+                .iter()
+                .all(|p| p.tier == 0 && p.len <= tiercache_io::INLINE_WRITE_MAX);
+        match (fits, forced, self.inline_fast) {
+            (false, _, _) => None,
+            (true, true, _) => Some(Inline::Plain),
+            (true, false, true) => Some(Inline::PageCache),
+            (true, false, false) => None,
+        }
+    }
+
     /// Read `buf.len()` bytes at `offset`.
     pub async fn read(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let held = self.acquire(offset, buf.len() as u64, Kind::Read).await?;
         self.count(Kind::Read, &held.parts);
-        let n = buf.len();
-        let data = self
-            .blocking(move || {
-                let mut v = vec![0u8; n];
+        // Fast-tier page-cache hits are read here without blocking
+        // (`RWF_NOWAIT`); anything else (a page not cached) goes to the
+        // request threads, which read the whole request again.
+        let dev = self.devs[0].as_ref();
+        let done = match self.inline(&held.parts, false) {
+            None => false,
+            Some(Inline::Plain) => {
                 for p in &held.parts {
-                    held.vol.devs[p.tier as usize]
-                        .read_at(&mut v[p.at..p.at + p.len], p.dev_offset)?;
+                    dev.read_at(&mut buf[p.at..p.at + p.len], p.dev_offset)?;
                 }
-                drop(held);
-                Ok(v)
-            })
-            .await?;
-        buf.copy_from_slice(&data);
+                true
+            }
+            Some(Inline::PageCache) => held.parts.iter().all(|p| {
+                matches!(
+                    tiercache_io::read_cached(dev, &mut buf[p.at..p.at + p.len], p.dev_offset),
+                    Some(Ok(()))
+                )
+            }),
+        };
+        if done {
+            self.counters.inline.fetch_add(1, Ordering::Relaxed);
+            drop(held);
+        } else {
+            let n = buf.len();
+            let data = self
+                .blocking(move || {
+                    let mut v = vec![0u8; n];
+                    for p in &held.parts {
+                        held.vol.devs[p.tier as usize]
+                            .read_at(&mut v[p.at..p.at + p.len], p.dev_offset)?;
+                    }
+                    drop(held);
+                    Ok(v)
+                })
+                .await?;
+            buf.copy_from_slice(&data);
+        }
         self.round_after_request().await;
         Ok(())
     }
 
     /// Write `data` at `offset`; with `fua`, durable when this returns.
     pub async fn write(self: &Arc<Self>, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.write_vec(offset, data.to_vec(), fua).await
+    }
+
+    /// [`write`](Self::write) taking the payload by value (no copy).
+    pub async fn write_vec(
+        self: &Arc<Self>,
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    ) -> io::Result<()> {
         let held = self.acquire(offset, data.len() as u64, Kind::Write).await?;
         self.count(Kind::Write, &held.parts);
-        let data = data.to_vec();
-        self.blocking(move || {
-            let mut touched = [false; 2];
+        if let Some(how) = self.inline(&held.parts, fua) {
+            // Buffered writes into the fast tier's page cache, here.
+            let dev = self.devs[0].as_ref();
             for p in &held.parts {
-                held.vol.devs[p.tier as usize].write_at(&data[p.at..p.at + p.len], p.dev_offset)?;
-                touched[p.tier as usize] = true;
-            }
-            if fua {
-                for (t, _) in touched.iter().enumerate().filter(|(_, &x)| x) {
-                    held.vol.devs[t].flush()?;
+                let part = &data[p.at..p.at + p.len];
+                let buffered = match how {
+                    Inline::PageCache => tiercache_io::write_buffered(dev, part, p.dev_offset),
+                    Inline::Plain => None,
+                };
+                match buffered {
+                    Some(r) => r?,
+                    None => dev.write_at(part, p.dev_offset)?,
                 }
             }
+            self.counters.inline.fetch_add(1, Ordering::Relaxed);
             drop(held);
-            Ok(())
-        })
-        .await?;
+        } else {
+            self.blocking(move || {
+                let mut touched = [false; 2];
+                for p in &held.parts {
+                    held.vol.devs[p.tier as usize]
+                        .write_at(&data[p.at..p.at + p.len], p.dev_offset)?;
+                    touched[p.tier as usize] = true;
+                }
+                if fua {
+                    for (t, _) in touched.iter().enumerate().filter(|(_, &x)| x) {
+                        held.vol.devs[t].flush()?;
+                    }
+                }
+                drop(held);
+                Ok(())
+            })
+            .await?;
+        }
         self.round_after_request().await;
         Ok(())
     }
