@@ -93,7 +93,7 @@ def main() -> int:
         t_cli = med(lambda: subprocess.run(cmd, check=True, capture_output=True))
 
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731
-    print(f"# Python sweeps: scaling and overhead\n")
+    print("# Python sweeps: scaling and overhead\n")
     print(f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; tiercache {tiercache.__version__}; "
           f"Python {platform.python_version()}; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}).")
     print(f"Command: `python3 bench/sweep_scaling.py --repeat {a.repeat}{' --ray' if a.ray else ''}`; trace `{a.trace}`; "
@@ -106,7 +106,7 @@ def main() -> int:
     print(f"| 2 local processes | {t2:.2f} s | {t1 / t2:.2f}x | {c2:.2f} s | {c2 / t2:.2f} |")
     if tray is not None:
         print(f"| Ray, num_cpus=2 | {tray:.2f} s | {t1 / tray:.2f}x | - | - |")
-    print(f"\n## One run (ARC, 2000 lines of 512 B)\n")
+    print("\n## One run (ARC, 2000 lines of 512 B)\n")
     print("| path | wall time | overhead vs simulate |")
     print("|---|---:|---:|")
     print(f"| `tiercache.simulate` (in process) | {ms(t_sim)} | - |")
