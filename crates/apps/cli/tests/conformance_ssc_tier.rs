@@ -16,6 +16,8 @@
 //! simulator does. The decision counters must be equal exactly: blocks
 //! appended, silent evictions, dirty blocks moved (and the other cleaning
 //! counters, hits and misses, fills), under the same names in both JSONs.
+//! The server runs with its background cleaner off (`TIERCACHE_LS_CLEANER=0`):
+//! the cleaner cleans when its thread gets to it, which no trace order fixes.
 //!
 //! The backing device is a sparse file larger than the trace's extent, so
 //! that `replay` sends every record at its own offset (it wraps offsets
@@ -125,7 +127,15 @@ fn ssc_case(write_policy: &str, seg: &str, cache_size: &str) {
         ],
     );
     let sock = tmp.path().join("nbd.sock");
-    let srv = ServeProc::start(&cache, &sock, &tmp.path().join("serve.log"));
+    // The background cleaner runs when the server's clock says so; off,
+    // requests clean inline exactly where the simulator does.
+    let srv = ServeProc::start_env(
+        &cache,
+        &sock,
+        &tmp.path().join("serve.log"),
+        &[],
+        &[("TIERCACHE_LS_CLEANER", "0")],
+    );
     let r = replay_qd1(&trace, &sock);
     let live = srv.stats();
     drop(srv);

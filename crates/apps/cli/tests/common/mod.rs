@@ -847,6 +847,17 @@ impl ServeProc {
 
     /// Like `start`, with more `serve` options.
     pub fn start_with(cache: &Path, sock: &Path, log: &Path, extra: &[&str]) -> ServeProc {
+        Self::start_env(cache, sock, log, extra, &[])
+    }
+
+    /// Like `start_with`, with environment variables for the server.
+    pub fn start_env(
+        cache: &Path,
+        sock: &Path,
+        log: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServeProc {
         let logf = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -854,6 +865,7 @@ impl ServeProc {
             .expect("log file");
         let child = Command::new(bin())
             .env("TIERCACHE_DEBUG_OPS", "1")
+            .envs(env.iter().copied())
             .args(["serve", "--cache"])
             .arg(cache)
             .arg("--listen")

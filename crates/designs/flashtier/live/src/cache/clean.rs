@@ -200,16 +200,29 @@ impl LogCache {
         st.write_back_some(self, max)
     }
 
-    /// Keep dirty blocks under the target share of slots (all of them in degraded mode).
-    pub(super) fn clean_to_target(&self, st: &mut State) -> Res<()> {
-        let limit = if st.degraded.is_some() {
+    /// Dirty blocks allowed: the target share of slots (none in degraded mode).
+    pub(super) fn dirty_limit(&self, st: &State) -> usize {
+        if st.degraded.is_some() {
             0
         } else {
             // Compressed layout: the target is a share of the data area
             // (dirty blocks that do not compress fill it at one per block).
             State::dirty_limit(st.sb.dirty_target, st.sb.slots() / self.geo.ratio as u64)
+        }
+    }
+
+    /// Keep dirty blocks under the target share of slots (all of them in
+    /// degraded mode). While the background cleaner runs, a request writes
+    /// back only past the target plus a slack (the cleaner keeps the target).
+    pub(super) fn clean_to_target(&self, st: &mut State) -> Res<()> {
+        let limit = if self.cleaner_on() && st.degraded.is_none() {
+            self.foreground_dirty_limit(st)
+        } else {
+            self.dirty_limit(st)
         };
-        st.clean_to(self, limit)
+        st.clean_to(self, limit)?;
+        self.nudge_cleaner(st);
+        Ok(())
     }
 
     /// Write a checkpoint of the map (a new epoch; the journal starts over).

@@ -24,6 +24,7 @@ impl LogCache {
     /// marked clean. With `detach`, every dirty block is written back first,
     /// so the backing device alone holds all data.
     pub fn shutdown(&self, detach: bool) -> Res<()> {
+        self.stop_cleaner();
         if detach {
             self.write_back_all()?;
         }

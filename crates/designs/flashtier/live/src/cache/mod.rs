@@ -19,12 +19,22 @@
 //! although the backing device holds newer data.
 //!
 //! Requests run one at a time under one lock, with synchronous device I/O.
+//! Two things run beside them (`background`): FLUSHes and FUA writes that
+//! arrive while a commit is running join the next one (group commit: one
+//! summary write and its device flushes cover every write completed before
+//! it started), and, when started ([`LogCache::start_cleaner`]), a cleaner
+//! thread that keeps free segments and the dirty target ahead of the
+//! requests, one segment or one write-back batch per lock hold; requests
+//! then clean only as a last resort. Both run the same steps under the same
+//! lock as the requests did, so the crash guarantees are those of the
+//! request path.
 //!
 //! This file holds the cache's types, state and shared helpers (mapping and
 //! eviction, offsets, error accounting); the rest is split: `log` (appends,
 //! rolling segments), `clean` (segment cleaning, write-back, checkpoints),
 //! `read`, `write` (writes, trims, FLUSH), `lifecycle` and `report`.
 
+mod background;
 mod clean;
 mod lifecycle;
 mod log;
@@ -268,6 +278,10 @@ pub struct LogCache {
     codec: Codec,
     st: Mutex<State>,
     recovery: RecoveryInfo,
+    /// Group commit of FLUSH and FUA (`background`).
+    commits: background::Commits,
+    /// The background cleaner, when started (`background`).
+    cleaner: background::Cleaner,
 }
 
 impl LogCache {
@@ -290,6 +304,8 @@ impl LogCache {
             backing_path: backing_path.to_path_buf(),
             st: Mutex::new(st),
             recovery,
+            commits: Default::default(),
+            cleaner: Default::default(),
         }
     }
 

@@ -68,6 +68,7 @@ impl LogCache {
             "appended_blocks": c.appended_blocks,
             "bypassed_blocks": c.bypassed,
             "flushes": c.flushes,
+            "background": self.background_json(&st),
             "compression": self.compression_json(&st),
             "segments": {
                 "total": st.sb.nsegs,

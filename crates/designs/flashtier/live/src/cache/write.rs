@@ -27,7 +27,14 @@ impl LogCache {
         st.prepared = prepared;
         let r = self.write_locked(&mut st, offset, data, fua);
         st.prepared = None;
-        r
+        drop(st);
+        r?;
+        // Write-back FUA: the append is complete; a commit that starts now
+        // makes it durable (shared with concurrent FLUSH and FUA callers).
+        if fua && self.policy == WritePolicy::WriteBack {
+            self.commit()?;
+        }
+        Ok(())
     }
 
     /// The records of the whole blocks a write of `data` at `offset`
@@ -78,9 +85,6 @@ impl LogCache {
                     self.bypass(st, b0 + done as u64, &full[done * BLOCK as usize..])?;
                 }
                 self.clean_to_target(st)?;
-                if fua {
-                    self.flush_locked(st)?;
-                }
             }
             WritePolicy::WriteThrough => {
                 let r = if fua {
@@ -154,10 +158,10 @@ impl LogCache {
         Ok(())
     }
 
-    /// Make every completed write durable (NBD FLUSH).
+    /// Make every completed write durable (NBD FLUSH): a commit shared
+    /// with the FLUSH and FUA callers that arrive while one runs.
     pub fn flush(&self) -> Res<()> {
-        let mut st = self.lock()?;
-        self.flush_locked(&mut st)
+        self.commit()
     }
 
     /// Discard whole blocks of `offset..offset + len` from the cache and the

@@ -250,6 +250,9 @@ impl super::LiveDesign for LogStructured {
             r.dropped_clean,
             r.clean_shutdown
         );
+        if ls::LogCache::cleaner_wanted() {
+            cache.start_cleaner()?;
+        }
         Ok(Arc::new(ls::LogStructured::with_threads(
             cache,
             tiercache_runtime::SyncWorkers::default_threads(),

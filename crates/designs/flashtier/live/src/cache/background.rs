@@ -1,0 +1,287 @@
+//! Work beside the requests: group commit of FLUSH and FUA, and the
+//! background cleaner.
+//!
+//! **Group commit.** A FLUSH (or a FUA write, after its append) needs one
+//! commit — the open segment's summary made durable behind its data, a
+//! checkpoint if one is due, the backing device flushed (`flush_locked`) —
+//! that *started* after it arrived. Commits run one at a time; callers that
+//! arrive while one runs wait for it and then share the next one, so N
+//! concurrent FUA writers cost about two commits, not N. The commit itself
+//! is the request path's `flush_locked` under the store's lock, so its
+//! ordering (data, then summary, then flush) is unchanged; at queue depth 1
+//! every caller runs its own commit, as before.
+//!
+//! **Background cleaner** ([`LogCache::start_cleaner`]). A thread keeps
+//! [`RESERVE`] plus a margin of segments free and the dirty blocks at the
+//! dirty target, one victim segment or one write-back batch per hold of the
+//! lock (requests take the lock in between). It wakes when a request finds
+//! work for it, and every [`TICK`]. While it runs, requests clean segments
+//! only when fewer than [`RESERVE`] are free (the policy's last resort) and
+//! write back only past the dirty target plus a slack. Its steps are the
+//! request path's own (`Log::clean_segment`, `Log::write_back_some`), so a
+//! crash in the middle of one is a crash in the middle of a request's
+//! cleaning. Cleaning then depends on timing: the conformance test against
+//! the simulator serves with the cleaner off (`TIERCACHE_LS_CLEANER=0`),
+//! which is the simulator's policy exactly.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::{err, LogCache, Res, State, RESERVE};
+
+/// The cleaner's pace when nothing wakes it.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// Blocks written back per lock hold by the cleaner.
+const WRITE_BACK_BATCH: usize = 256;
+
+fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct CommitState {
+    /// Commits started and finished (numbered from 1).
+    started: u64,
+    done: u64,
+    running: bool,
+    /// Why commit number `done` failed.
+    failed: Option<String>,
+    /// Callers served (FLUSH requests and FUA writes).
+    requests: u64,
+}
+
+/// Group commit bookkeeping.
+#[derive(Default)]
+pub(super) struct Commits {
+    m: Mutex<CommitState>,
+    cv: Condvar,
+}
+
+/// The background cleaner's handle and counters.
+#[derive(Default)]
+pub(super) struct Cleaner {
+    /// Started and not stopped: requests leave cleaning to it.
+    on: AtomicBool,
+    stop: AtomicBool,
+    /// A wake-up is pending (set by requests, taken by the thread).
+    wanted: AtomicBool,
+    wake: Mutex<()>,
+    cv: Condvar,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    segments: AtomicU64,
+    written_back: AtomicU64,
+}
+
+/// Clears `running` and wakes the waiters even if the commit panicked.
+struct Finish<'a> {
+    c: &'a Commits,
+    n: u64,
+    failed: Option<String>,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let mut s = relock(&self.c.m);
+        s.done = self.n;
+        s.running = false;
+        s.failed = if std::thread::panicking() {
+            Some("a commit panicked".into())
+        } else {
+            self.failed.take()
+        };
+        self.c.cv.notify_all();
+    }
+}
+
+impl LogCache {
+    /// Make every write completed before the call durable: one commit that
+    /// started after the call, shared with the callers that arrived while
+    /// the previous commit ran (group commit).
+    pub(super) fn commit(&self) -> Res<()> {
+        let mut c = relock(&self.commits.m);
+        c.requests += 1;
+        let need = c.started + 1;
+        while c.running && c.done < need {
+            c = self.commits.cv.wait(c).unwrap_or_else(|e| e.into_inner());
+        }
+        if c.done >= need {
+            // Commit `done` started after this call arrived.
+            return match &c.failed {
+                None => Ok(()),
+                Some(e) => Err(err(e.clone())),
+            };
+        }
+        debug_assert_eq!(c.started + 1, need);
+        c.started = need;
+        c.running = true;
+        drop(c);
+        let mut fin = Finish {
+            c: &self.commits,
+            n: need,
+            failed: None,
+        };
+        let r = self.lock().and_then(|mut st| self.flush_locked(&mut st));
+        fin.failed = r.as_ref().err().map(|e| e.0.clone());
+        r
+    }
+
+    /// Whether `serve` starts the cleaner: yes unless `TIERCACHE_LS_CLEANER=0`
+    /// (requests then clean inline, the simulator's policy exactly).
+    pub fn cleaner_wanted() -> bool {
+        !matches!(
+            std::env::var("TIERCACHE_LS_CLEANER")
+                .as_deref()
+                .map(str::trim),
+            Ok("0")
+        )
+    }
+
+    /// Start the background cleaner thread (once; it ends at shutdown or
+    /// when the cache is dropped).
+    pub fn start_cleaner(self: &Arc<Self>) -> std::io::Result<()> {
+        let mut h = relock(&self.cleaner.handle);
+        if h.is_some() {
+            return Ok(());
+        }
+        self.cleaner.stop.store(false, Ordering::SeqCst);
+        self.cleaner.on.store(true, Ordering::SeqCst);
+        let weak = Arc::downgrade(self);
+        match std::thread::Builder::new()
+            .name("ls-cleaner".into())
+            .spawn(move || cleaner_loop(weak))
+        {
+            Ok(t) => {
+                *h = Some(t);
+                Ok(())
+            }
+            Err(e) => {
+                self.cleaner.on.store(false, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    /// Stop the background cleaner and wait for it (between two steps);
+    /// requests clean inline again.
+    pub fn stop_cleaner(&self) {
+        self.cleaner.stop.store(true, Ordering::SeqCst);
+        self.cleaner.on.store(false, Ordering::SeqCst);
+        {
+            let _g = relock(&self.cleaner.wake);
+            self.cleaner.cv.notify_all();
+        }
+        let h = relock(&self.cleaner.handle).take();
+        if let Some(h) = h {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// The background cleaner is running.
+    pub(super) fn cleaner_on(&self) -> bool {
+        self.cleaner.on.load(Ordering::Relaxed)
+    }
+
+    /// Free segments the cleaner keeps: [`RESERVE`] plus a sixteenth of
+    /// the segments (at least 2, at most a quarter).
+    pub(super) fn background_free(&self, st: &State) -> usize {
+        let n = st.segs.len();
+        RESERVE + std::cmp::min((n / 16).max(2), n / 4)
+    }
+
+    /// Dirty blocks the requests allow while the cleaner runs: the target
+    /// plus an eighth of it (at least 64 blocks).
+    pub(super) fn foreground_dirty_limit(&self, st: &State) -> usize {
+        let l = self.dirty_limit(st);
+        l + (l / 8).max(64)
+    }
+
+    /// After a request: wake the cleaner if it has work.
+    pub(super) fn nudge_cleaner(&self, st: &State) {
+        if !self.cleaner_on() || self.cleaner.wanted.load(Ordering::Relaxed) {
+            return;
+        }
+        if st.free.len() < self.background_free(st) || st.map.dirty() > self.dirty_limit(st) {
+            self.cleaner.wanted.store(true, Ordering::Relaxed);
+            let _g = relock(&self.cleaner.wake);
+            self.cleaner.cv.notify_one();
+        }
+    }
+
+    /// One step of the cleaner under the lock: clean one victim segment if
+    /// fewer than [`Self::background_free`] are free, else write back one
+    /// batch if past the dirty target. `Ok(true)`: there may be more work.
+    pub fn background_step(&self) -> Res<bool> {
+        let mut st = self.lock()?;
+        if st.degraded.is_some() {
+            // Degraded: requests write everything back themselves.
+            return Ok(false);
+        }
+        if st.free.len() < self.background_free(&st) {
+            if let Some(v) = st.victim_segment() {
+                st.clean_segment(self, v)?;
+                self.cleaner.segments.fetch_add(1, Ordering::Relaxed);
+                return Ok(true);
+            }
+        }
+        if st.map.dirty() > self.dirty_limit(&st) {
+            let n = st.write_back_some(self, WRITE_BACK_BATCH)?;
+            self.cleaner
+                .written_back
+                .fetch_add(n as u64, Ordering::Relaxed);
+            return Ok(n > 0);
+        }
+        Ok(false)
+    }
+
+    /// The `background` part of `stats --json`.
+    pub(super) fn background_json(&self, st: &State) -> serde_json::Value {
+        let c = relock(&self.commits.m);
+        serde_json::json!({
+            "cleaner": self.cleaner_on(),
+            "free_segments_target": self.background_free(st),
+            "dirty_limit": self.dirty_limit(st),
+            "cleaner_segments_cleaned": self.cleaner.segments.load(Ordering::Relaxed),
+            "cleaner_written_back": self.cleaner.written_back.load(Ordering::Relaxed),
+            "commit_requests": c.requests,
+            "commits": c.done,
+        })
+    }
+}
+
+/// The cleaner thread: wait for a wake-up or a tick, then run steps back
+/// to back (releasing the lock between them) while there is work.
+fn cleaner_loop(weak: Weak<LogCache>) {
+    loop {
+        {
+            let Some(me) = weak.upgrade() else { return };
+            let c = &me.cleaner;
+            if c.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let g = relock(&c.wake);
+            if !c.wanted.load(Ordering::Relaxed) {
+                let _ = c.cv.wait_timeout(g, TICK);
+            }
+        }
+        let Some(me) = weak.upgrade() else { return };
+        me.cleaner.wanted.store(false, Ordering::Relaxed);
+        while !me.cleaner.stop.load(Ordering::SeqCst) {
+            match me.background_step() {
+                Ok(true) => std::thread::yield_now(),
+                Ok(false) => break,
+                Err(e) => {
+                    if e.0 == "the cache is closed" {
+                        return;
+                    }
+                    tracing::warn!("background cleaning: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
