@@ -516,16 +516,23 @@ pub fn run(a: Args) -> Result<()> {
     write(&out.join("azor-metadata.csv"), &meta)?;
 
     // Live part.
+    // A live part that failed midway (a server gone, an interrupt) still
+    // writes the report, then makes the run fail: its tables are partial.
+    let mut failed = None;
     let live = if a.no_live {
         notes.push("live part skipped (--no-live)".into());
         None
     } else {
         match live::run(&a, out) {
-            Ok(l) => Some(l),
+            Ok(l) => {
+                failed = l.stopped.clone();
+                Some(l)
+            }
             Err(e) => {
                 let m = format!("live part not run: {e:#}");
                 eprintln!("reproduce azor: {m}");
-                notes.push(m);
+                notes.push(m.clone());
+                failed = Some(m);
                 None
             }
         }
@@ -538,6 +545,12 @@ pub fn run(a: Args) -> Result<()> {
         "reproduce azor: wrote {}/azor.md in {secs:.0} s",
         out.display()
     );
+    if let Some(why) = failed {
+        anyhow::bail!(
+            "the live part did not complete ({why}); {}/azor.md is partial",
+            out.display()
+        );
+    }
     Ok(())
 }
 

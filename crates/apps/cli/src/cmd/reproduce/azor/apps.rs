@@ -39,6 +39,10 @@ pub struct AppResults {
     pub pgbench: (u32, u32),
 }
 
+/// The smallest device `mkfs.xfs` formats (it refuses "Filesystem must be
+/// larger than 300MB" below this).
+const XFS_MIN_BYTES: u64 = 300 << 20;
+
 /// The variants of the application runs: the quick run compares the HDD
 /// alone with fully associative write-hdd-upd and write-back; the full run
 /// adds direct-mapped, 2LBS and the peer.
@@ -411,6 +415,15 @@ pub(super) async fn run(
     };
     for &(fs, app) in plan {
         if let Some(m) = missing_tools(fs, app) {
+            eprintln!("reproduce azor: {m}");
+            res.notes.push(m);
+            continue;
+        }
+        if fs == "xfs" && data_bytes < XFS_MIN_BYTES {
+            let m = format!(
+                "{app} on xfs skipped: mkfs.xfs needs a device of at least 300 MiB and --live-data is {} MiB",
+                data_bytes >> 20
+            );
             eprintln!("reproduce azor: {m}");
             res.notes.push(m);
             continue;

@@ -44,6 +44,8 @@ pub struct LiveResults {
     pub notes: Vec<String>,
     /// The application workloads on ext4/XFS (`None` with --no-apps).
     pub apps: Option<super::apps::AppResults>,
+    /// Why the application workloads stopped before their end, if they did.
+    pub stopped: Option<String>,
 }
 
 /// The fio job every variant runs.
@@ -302,6 +304,7 @@ pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
         variants: Vec::new(),
         notes: Vec::new(),
         apps: None,
+        stopped: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -350,7 +353,8 @@ pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
                     Err(e) => {
                         let m = format!("application workloads stopped: {e:#}");
                         eprintln!("reproduce azor: {m}");
-                        res.notes.push(m);
+                        res.notes.push(m.clone());
+                        res.stopped = Some(m);
                     }
                 }
             }
