@@ -379,7 +379,15 @@ fn live_compressed_store_matches_simulation() {
         ],
     );
     let sock = d.path().join("nbd.sock");
-    let srv = ServeProc::start(&cache, &sock, &d.path().join("serve.log"));
+    // The background cleaner runs when the server's clock says so; off,
+    // requests clean inline exactly where the simulator does.
+    let srv = ServeProc::start_env(
+        &cache,
+        &sock,
+        &d.path().join("serve.log"),
+        &[],
+        &[("TIERCACHE_LS_CLEANER", "0")],
+    );
     let r = json(&[
         "replay",
         "--trace",
