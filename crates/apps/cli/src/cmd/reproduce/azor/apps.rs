@@ -35,6 +35,9 @@ pub struct AppRow {
 pub struct AppResults {
     pub rows: Vec<AppRow>,
     pub notes: Vec<String>,
+    /// Runs through tiercache that failed (the others went on): the
+    /// reproduction then fails after writing its report.
+    pub failed: Vec<String>,
     pub postmark: (u32, u32),
     pub pgbench: (u32, u32),
 }
@@ -400,6 +403,7 @@ pub(super) async fn run(
     let mut res = AppResults {
         rows: Vec::new(),
         notes: Vec::new(),
+        failed: Vec::new(),
         postmark: pm,
         pgbench: pgb,
     };
@@ -461,7 +465,20 @@ pub(super) async fn run(
             .await?;
             let what = v.what.clone();
             let hit_ratio = v.stop().await?;
-            let (rate, fsck_clean) = r.with_context(|| format!("{app} on {fs} through {name}"))?;
+            // One failed run does not throw away the others: noted, and a
+            // failure through tiercache fails the whole reproduction at the end.
+            let (rate, fsck_clean) = match r {
+                Ok(x) => x,
+                Err(e) => {
+                    let m = format!("{app} on {fs} through {name} failed: {e:#}");
+                    eprintln!("reproduce azor: {m}");
+                    res.notes.push(m.clone());
+                    if !matches!(kind, Kind::Peer) {
+                        res.failed.push(m);
+                    }
+                    continue;
+                }
+            };
             res.rows.push(AppRow {
                 fs,
                 app,

@@ -349,7 +349,12 @@ pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
             }
             if !a.no_apps {
                 match super::apps::run(a, &mut env, data, out).await {
-                    Ok(r) => res.apps = Some(r),
+                    Ok(r) => {
+                        if !r.failed.is_empty() {
+                            res.stopped = Some(r.failed.join("; "));
+                        }
+                        res.apps = Some(r)
+                    }
                     Err(e) => {
                         let m = format!("application workloads stopped: {e:#}");
                         eprintln!("reproduce azor: {m}");
