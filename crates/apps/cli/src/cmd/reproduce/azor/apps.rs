@@ -338,7 +338,8 @@ fn pgbench(m: &mut Mounted, scale: u32, seconds: u32) -> Result<f64> {
             .arg("-D")
             .arg(&data)
             .args(["-w", "-t", "300", "-l"])
-            .arg(m.mnt.join("pg.log"))
+            // In a folder postgres owns: the mount point is root's.
+            .arg(sockdir.join("pg.log"))
             .arg("-o")
             .arg(format!(
         "-p {port} -k {} -c listen_addresses='' -c shared_buffers=32MB -c max_wal_size=256MB",
