@@ -27,8 +27,8 @@ pub struct Args {
     /// Skip the live part (simulation only).
     #[arg(long)]
     pub no_live: bool,
-    /// Skip the simulated studies (the live part and the metadata table
-    /// only): the full live part alone takes about an hour.
+    /// Skip the simulated studies: the live part and the metadata table
+    /// only (no traces needed).
     #[arg(long, conflicts_with = "no_live")]
     pub no_sim: bool,
     /// Seconds of fio per live variant [default: 12 with --quick, else 60];
