@@ -20,45 +20,8 @@ const BLOCKS: u64 = 1024;
 /// Writer threads; thread `t` owns blocks `t * BLOCKS / WRITERS..`.
 const WRITERS: u64 = 4;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Block `b` at version `v`: every 512-byte sector names both.
-fn block(b: u64, v: u64) -> Vec<u8> {
-    let mut d = vec![0u8; BLOCK as usize];
-    for (s, sec) in d.chunks_mut(512).enumerate() {
-        sec[..8].copy_from_slice(&b.to_le_bytes());
-        sec[8..16].copy_from_slice(&v.to_le_bytes());
-        for (i, x) in sec[16..].iter_mut().enumerate() {
-            *x = (b ^ v.wrapping_mul(13) ^ (s * 7 + i) as u64) as u8;
-        }
-    }
-    d
-}
-
-/// The version of each sector of block `b` (an error for garbage).
-fn sectors(b: u64, d: &[u8]) -> Result<Vec<u64>, String> {
-    d.chunks(512)
-        .enumerate()
-        .map(|(s, sec)| {
-            let v = u64::from_le_bytes(sec[8..16].try_into().unwrap());
-            if sec != &block(b, v)[s * 512..(s + 1) * 512] {
-                return Err(format!("block {b} sector {s}: garbage or misdirected data"));
-            }
-            Ok(v)
-        })
-        .collect()
-}
+mod common;
+use common::{block, sectors, Rng};
 
 fn file_dev(p: &Path) -> Arc<dyn BlockDev> {
     Arc::new(FileDev::open(p, FileDevOptions::default()).unwrap())
