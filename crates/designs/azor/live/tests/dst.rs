@@ -560,3 +560,157 @@ fn dst_ssd_cache_writeback_behind_a_failed_cache_write_of_a_reused_slot() {
         });
     }
 }
+
+/// A backing device whose writes block while `closed` (a slow HDD or a
+/// stalled remote, held at an exact point by the test).
+struct GatedWrites {
+    inner: Arc<dyn tiercache_io::BlockDev>,
+    closed: std::sync::atomic::AtomicBool,
+    /// Writes that arrived while the gate was closed.
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl tiercache_io::BlockDev for GatedWrites {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.closed.load(SeqCst) {
+            self.held.fetch_add(1, SeqCst);
+            while self.closed.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn name(&self) -> &str {
+        "gated-writes"
+    }
+}
+
+/// Rule 10 of the metadata store ("a line in one slot only", issue 17's
+/// open question of 2026-11-26): a dirty line evicted by a read miss keeps
+/// its old slot mapped in the log until its writeback lands on the backing
+/// device; a write of that line meanwhile caches it in another slot. Were
+/// the new slot's `Map` committed (by a FLUSH) before the old slot's
+/// `Unmap`, recovery after a power loss would find the line mapped twice
+/// and refuse to open the cache (it did before the fix). Now the write into
+/// the new slot waits for the old slot's writeback. The backing device
+/// holds that writeback; with `release`, it lets it go before the power
+/// loss, else the writeback never lands. Either way recovery must open, and
+/// unit 0 must read as its newest acknowledged and flushed version.
+fn rewrite_during_eviction_writeback(release: bool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
+    cfg.cleaning.timed = false;
+    let (imgs, dir) = images(&cfg);
+    let devs: [SimDev; 2] =
+        std::array::from_fn(|i| SimDev::from_vec("dev", imgs[i].clone(), 0x10 ^ i as u64));
+    let backing_path = dir.path().join("backing");
+    let gate = Arc::new(GatedWrites {
+        inner: devs[1].faulty.clone(),
+        closed: std::sync::atomic::AtomicBool::new(false),
+        held: std::sync::atomic::AtomicU64::new(0),
+    });
+    let rt = runtime();
+    let cache = {
+        let _rt = rt.enter();
+        let o = open_on_devices(devs[0].faulty.clone(), gate.clone(), &backing_path).unwrap();
+        o.cache.start_background();
+        SsdCache {
+            cache: o.cache,
+            backing: backing_path.clone(),
+        }
+    };
+    let slots = tiercache_server::design::stats_json(&cache.cache)["slots"]
+        .as_u64()
+        .unwrap();
+    assert!(slots + 1 < UNITS);
+    let mut sys = CacheSys {
+        faults: false,
+        devs,
+        backing_path,
+        rt,
+        cache: Some(cache),
+    };
+    // Unit 0 dirty (version 1) and durable; then the cache filled with
+    // clean lines read after it: unit 0 is the LRU victim.
+    sys.write(0, &dst::unit(0, 1), false).unwrap();
+    sys.flush().unwrap();
+    let mut buf = vec![0u8; UNIT];
+    for u in 1..slots {
+        sys.read(u, &mut buf).unwrap();
+    }
+    // The read miss that evicts unit 0; its writeback's backing write is held.
+    gate.closed.store(true, SeqCst);
+    let t = std::time::Duration::from_secs(30);
+    {
+        let c = sys.c().unwrap();
+        let r = sys.rt.block_on(async {
+            tokio::time::timeout(t, c.read(slots * UNIT as u64, &mut buf)).await
+        });
+        r.expect("a read miss waits for another line's writeback")
+            .unwrap();
+    }
+    wait_until(
+        &sys,
+        "the eviction's writeback to reach the backing device",
+        || gate.held.load(SeqCst) > 0,
+    );
+    // Unit 0 written again (into another slot) while that writeback is in flight.
+    let live = Arc::clone(&sys.c().unwrap().cache);
+    let write = sys
+        .rt
+        .spawn(async move { live.write_owned(0, dst::unit(0, 2), false).await });
+    sys.rt
+        .block_on(async { tokio::time::sleep(std::time::Duration::from_millis(300)).await });
+    if release {
+        gate.closed.store(false, SeqCst);
+    }
+    // The newest acknowledged version (an unacknowledged write may land or not).
+    let acked = if release || write.is_finished() {
+        sys.rt
+            .block_on(async { tokio::time::timeout(t, write).await })
+            .expect("the write finishes once the writeback landed")
+            .unwrap()
+            .unwrap();
+        2
+    } else {
+        1
+    };
+    sys.rt
+        .block_on(async { tokio::time::timeout(t, sys.c().unwrap().flush()).await })
+        .expect("the flush finishes")
+        .unwrap();
+    // Power loss (the writeback, if still held, never lands).
+    for d in &sys.devs {
+        d.faulty.kill();
+    }
+    gate.closed.store(false, SeqCst);
+    sys.crash(5).expect("recovery opens the cache");
+    let v = versions(&mut sys, 0).unwrap();
+    assert!(
+        v.iter().all(|&x| x == v[0]) && (acked..=2).contains(&v[0]),
+        "unit 0 after recovery: {v:?}, acknowledged and flushed: version {acked}"
+    );
+}
+
+#[test]
+fn rewritten_line_whose_eviction_writeback_is_held_is_mapped_once() {
+    rewrite_during_eviction_writeback(false);
+}
+
+#[test]
+fn rewritten_line_whose_eviction_writeback_lands_is_durable() {
+    rewrite_during_eviction_writeback(true);
+}

@@ -75,6 +75,7 @@ impl LiveCache {
         self: &Arc<Self>,
         slot: Slot,
         op_id: OpId,
+        line: Option<u64>,
     ) -> Result<(), LiveError> {
         loop {
             let (wbs, gen) = {
@@ -82,15 +83,24 @@ impl LiveCache {
                 if let Some(e) = Self::stranded_slot_error(&c, slot) {
                     return Err(e);
                 }
-                (
-                    c.pending_unmap.get(&slot).and_then(|bs| {
-                        let w: Vec<OpId> = bs
-                            .iter()
+                if let Some(e) = line.and_then(|l| Self::stranded_line_error(&c, slot, l)) {
+                    return Err(e);
+                }
+                let mut w: Vec<OpId> = c
+                    .pending_unmap
+                    .get(&slot)
+                    .map(|bs| {
+                        bs.iter()
                             .filter(|(_, f)| *f <= op_id)
                             .flat_map(|(w, _)| w.iter().copied())
-                            .collect();
-                        (!w.is_empty()).then_some(w)
-                    }),
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(l) = line {
+                    w.extend(Self::old_slot_writebacks(&c, slot, l));
+                }
+                (
+                    (!w.is_empty()).then_some(w),
                     c.slot_gen
                         .get(&slot)
                         .and_then(|v| v.iter().filter(|(_, f)| *f <= op_id).map(|(g, _)| *g).max()),
@@ -118,6 +128,30 @@ impl LiveCache {
         }
     }
 
+    /// Writebacks in flight from another slot that the log still maps to
+    /// `line`: a dirty line evicted from one slot keeps that slot mapped in
+    /// the log until its writeback lands (rule 7 of tiercache-store). A cache
+    /// write of the line into `slot` waits for them, so that the old slot's
+    /// `Unmap` is appended before the new slot's `Map` and no commit maps
+    /// the line twice (rule 10; recovery would refuse such a log).
+    pub(super) fn old_slot_writebacks(c: &Core, slot: Slot, line: u64) -> Vec<OpId> {
+        c.pending_unmap
+            .iter()
+            .filter(|(&s, _)| s != slot && c.view[s as usize].is_some_and(|v| v.line == line))
+            .flat_map(|(_, bs)| bs.iter().flat_map(|(w, _)| w.iter().copied()))
+            .collect()
+    }
+
+    /// An error if another slot is stranded holding `line` (its writeback
+    /// failed for good, `Core::stranded`): the log keeps that slot mapped to
+    /// the line, so the line may not be mapped in `slot` too.
+    pub(super) fn stranded_line_error(c: &Core, slot: Slot, line: u64) -> Option<LiveError> {
+        c.stranded
+            .iter()
+            .find(|(&s, &l)| s != slot && l == line)
+            .and_then(|(&s, _)| Self::stranded_slot_error(c, s))
+    }
+
     /// Clean valid sub-blocks of the durable slot state `v` that cache write `op` overwrites.
     pub(super) fn clean_overwritten(&self, op: &Op, v: LineMeta) -> SubBlocks {
         let (f, l) = self.subs_of(op.offset, op.len);
@@ -134,6 +168,11 @@ impl LiveCache {
             || c.slot_gen.contains_key(&slot)
             || c.withdrawn.contains_key(&slot)
             || c.stranded.contains_key(&slot)
+        {
+            return false;
+        }
+        if (!c.pending_unmap.is_empty() && !Self::old_slot_writebacks(&c, slot, line).is_empty())
+            || (!c.stranded.is_empty() && Self::stranded_line_error(&c, slot, line).is_some())
         {
             return false;
         }

@@ -155,7 +155,7 @@ impl LiveCache {
         let ready = line.is_some_and(|line| self.slot_ready_now(op, slot, line));
         if !ready {
             self.phase(op, "slot");
-            self.wait_slot_ready(slot, op.id).await?;
+            self.wait_slot_ready(slot, op.id, line).await?;
             if let Some(line) = line {
                 self.phase(op, "log");
                 self.guard_overwrite(op, slot, line).await?;
