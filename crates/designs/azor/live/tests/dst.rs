@@ -643,6 +643,17 @@ fn rewrite_during_eviction_writeback(release: bool) {
         rt,
         cache: Some(cache),
     };
+    // A failed assertion must not leave a writer blocked forever (the
+    // runtime's drop waits for it): dropped before `sys`, declared after it.
+    struct OpenOnDrop(Arc<GatedWrites>);
+    impl Drop for OpenOnDrop {
+        fn drop(&mut self) {
+            self.0
+                .closed
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let _open = OpenOnDrop(gate.clone());
     // Unit 0 dirty (version 1) and durable; then the cache filled with
     // clean lines read after it: unit 0 is the LRU victim.
     sys.write(0, &dst::unit(0, 1), false).unwrap();
