@@ -58,8 +58,6 @@ pub struct FsState {
     classifier: Option<FsClassifier<CacheReader>>,
     /// 4 KiB blocks whose last seen content was metadata or journal.
     sniffed: FxHashMap<u64, Class>,
-    /// Filesystem found, for stats.
-    pub filesystem: Option<String>,
 }
 
 const SNIFF_BLOCK: u64 = 4096;
@@ -120,7 +118,7 @@ pub fn attach(cache: &Arc<LiveCache>, fs: &Mutex<FsState>, rt: tokio::runtime::H
                 "classifying blocks of the {name} filesystem on the device (metadata first)"
             );
             let mut s = fs.lock().expect("fs");
-            s.filesystem = Some(name);
+            *cache.fs_name.lock().expect("fs name") = Some(name);
             s.classifier = Some(c);
             s.sniffed.clear();
             true
@@ -129,7 +127,7 @@ pub fn attach(cache: &Arc<LiveCache>, fs: &Mutex<FsState>, rt: tokio::runtime::H
             tracing::debug!("no filesystem to classify: {e}");
             let mut s = fs.lock().expect("fs");
             s.classifier = None;
-            s.filesystem = None;
+            *cache.fs_name.lock().expect("fs name") = None;
             false
         }
     }
@@ -144,4 +142,91 @@ pub fn write_class(fs: &Mutex<FsState>, offset: u64, data: &[u8]) -> Class {
     };
     s.learn(offset, data);
     class
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{format_cache, open_cache, OpenOptions};
+    use std::sync::Arc;
+    use tiercache_core::{CacheConfig, IoKind};
+
+    /// Regression (2026-11-26: `tiercache reproduce azor` hung for good in
+    /// PostMark on XFS through a cache with `--fs-classify auto`; even
+    /// `tiercache stats` got no answer): a write to a filesystem's critical
+    /// block makes the classifier parse the layout again, reading it through
+    /// the cache while it holds the classification lock. Requests that took
+    /// that lock on the runtime's two workers blocked both, and the parse's
+    /// read needed them (its backing device, an emulated HDD, was served by
+    /// the same process). Requests waiting for the classification lock must
+    /// leave the workers free: here, with the lock held, eight classified
+    /// reads queue and a plain task must still run; after the release every
+    /// read finishes.
+    #[test]
+    fn requests_waiting_for_the_classification_lock_leave_the_workers_free() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let backing = d.path().join("backing.img");
+        std::fs::File::create(&backing)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let cache = d.path().join("cache.img");
+        format_cache(
+            &cache,
+            &backing,
+            &CacheConfig::default(),
+            Some(16 << 20),
+            false,
+        )
+        .unwrap();
+        let live = {
+            let _g = rt.enter();
+            let o = open_cache(&OpenOptions {
+                cache,
+                backing: None,
+                emulate_hdd: false,
+                direct: false,
+            })
+            .unwrap();
+            o.cache.start_background();
+            // Classification on (no filesystem here: reads still look up
+            // their class under the lock, as on a formatted device).
+            o.cache.enable_classification();
+            o.cache
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let fs = live.fs.lock().unwrap();
+        let reads: Vec<_> = (0..8u64)
+            .map(|i| {
+                let live = Arc::clone(&live);
+                rt.spawn(async move {
+                    live.request(IoKind::Read, i * 4096, 4096, None, false)
+                        .await
+                        .map(|d| d.len())
+                })
+            })
+            .collect();
+        // Let the reads reach the lock (on the workers, before the fix).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let (tx, rx) = std::sync::mpsc::channel();
+        rt.spawn(async move { tx.send(()).unwrap() });
+        let ran = rx.recv_timeout(std::time::Duration::from_secs(10));
+        drop(fs);
+        assert!(
+            ran.is_ok(),
+            "no runtime worker was free while the classification lock was held"
+        );
+        let n: usize = rt.block_on(async {
+            let mut n = 0;
+            for r in reads {
+                n += r.await.unwrap().unwrap();
+            }
+            n
+        });
+        assert_eq!(n, 8 * 4096);
+    }
 }

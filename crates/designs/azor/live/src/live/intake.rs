@@ -45,7 +45,7 @@ impl LiveCache {
                 .await
                 .unwrap_or(Class::Data)
             }
-            (None, IoKind::Read, _) => self.fs.lock().expect("fs").read_class(offset, len),
+            (None, IoKind::Read, _) => self.with_fs(move |fs| fs.read_class(offset, len)).await,
             _ => Class::Data,
         };
         let out = self
@@ -60,7 +60,17 @@ impl LiveCache {
             .await?;
         if classify {
             match kind {
-                IoKind::Read => self.fs.lock().expect("fs").learn(offset, &out),
+                IoKind::Read => {
+                    let learned = self
+                        .fs
+                        .try_lock()
+                        .map(|mut fs| fs.learn(offset, &out))
+                        .is_ok();
+                    if !learned {
+                        let d = out.clone();
+                        self.with_fs(move |fs| fs.learn(offset, &d)).await
+                    }
+                }
                 IoKind::Write if offset < (1 << 20) && self.filesystem().is_none() => {
                     self.spawn_attach()
                 }

@@ -223,8 +223,14 @@ pub struct LiveCache {
     pause: watch::Sender<bool>,
     /// One `tiercache set` at a time.
     set_lock: tokio::sync::Mutex<()>,
-    /// Filesystem-aware classes (ext4, XFS) for requests, when on.
+    /// Filesystem-aware classes (ext4, XFS) for requests, when on: the
+    /// classification state. Its lock may be held across reads
+    /// through this cache (a classifier re-detecting the layout), which need
+    /// the runtime's workers: async code never blocks on it (`with_fs`).
     pub(crate) fs: Mutex<crate::classify::FsState>,
+    /// The filesystem being classified, if any (apart from `fs`, so that
+    /// stats and the request path never wait for a classification).
+    pub(crate) fs_name: Mutex<Option<String>>,
     /// The I/O engine data ops run on (`None`: tokio's blocking pool).
     io: Mutex<Option<Arc<dyn tiercache_io::Engine>>>,
     classify: AtomicBool,
@@ -365,6 +371,7 @@ impl LiveCache {
             pause: watch::channel(false).0,
             set_lock: tokio::sync::Mutex::new(()),
             fs: Mutex::new(crate::classify::FsState::default()),
+            fs_name: Mutex::new(None),
             io: Mutex::new(None),
             classify: AtomicBool::new(false),
             phases: Mutex::new(FxHashMap::default()),
@@ -416,6 +423,25 @@ impl LiveCache {
 
     /// The filesystem being classified, if any.
     pub fn filesystem(&self) -> Option<String> {
-        self.fs.lock().expect("fs").filesystem.clone()
+        self.fs_name.lock().expect("fs name").clone()
+    }
+
+    /// Run `f` on the classification state without blocking a runtime
+    /// worker: at once when the lock is free, else on the blocking pool. A
+    /// worker blocked on it could deadlock the server: the holder may be
+    /// waiting for a read through this cache, which needs the workers.
+    pub(super) async fn with_fs<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut crate::classify::FsState) -> R + Send + 'static,
+    ) -> R {
+        let f = match self.fs.try_lock() {
+            Ok(mut g) => return f(&mut g),
+            Err(std::sync::TryLockError::Poisoned(e)) => panic!("fs: {e}"),
+            Err(std::sync::TryLockError::WouldBlock) => f,
+        };
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&mut me.fs.lock().expect("fs")))
+            .await
+            .expect("classification task")
     }
 }
