@@ -484,6 +484,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn page_log_is_selectable_and_leaves_the_ssd_as_page() {
+        for name in ["hybrid", "page", "page-log"] {
+            let k: FtlKind = name.parse().unwrap();
+            assert_eq!(k.to_string(), name);
+        }
+        let e = "bogus".parse::<FtlKind>().unwrap_err();
+        assert!(e.contains("page-log"), "{e}");
+        let dev = |kind, ftl| {
+            let mut d = DeviceConfig::new(kind, 64 << 20).unwrap();
+            d.ftl = ftl;
+            Device::new(d).unwrap()
+        };
+        // The SSD baseline is the page-mapped one whichever page layer is asked.
+        let (a, b) = (
+            dev(DeviceKind::Ssd, FtlKind::Page),
+            dev(DeviceKind::Ssd, FtlKind::PageLog),
+        );
+        assert_eq!(a.exported_pages(), b.exported_pages());
+        assert_eq!(b.ftl().log_blocks(), 0);
+        // An SSC on page-log writes new data to its log.
+        let mut c = dev(DeviceKind::Ssc, FtlKind::PageLog);
+        c.write_clean(123_456_789).unwrap();
+        assert!(c.contains(123_456_789));
+        assert_eq!(c.ftl().log_blocks(), 1);
+    }
+
+    #[test]
     fn small_page_mapped_ssd_overwrites_its_whole_exported_space() {
         // 8 MiB over 10 planes rounds up to 40 blocks of 64 pages: 7 % is 2.8
         // blocks, less than the collection needs (2 reserve, the host and
