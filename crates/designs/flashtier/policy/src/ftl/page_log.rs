@@ -43,9 +43,12 @@
 //! the log's clean pages would make this layer the prototype's `page` again.
 //!
 //! Why a separate layer and not the behaviour of `page`: `page` models the
-//! OpenSSD prototype (SSC-P, 6.2), a page-mapped FTL whose silent eviction
-//! discards every clean page of any victim and keeps no log; its numbers are
-//! the paper's prototype's. Section 4.3's split is the design of the
+//! OpenSSD prototype (SSC-P: "We use a page-map FTL for OpenSSD because it is
+//! simpler to implement in firmware than the simulated hybrid FTL for SSC",
+//! 6), whose silent eviction discards every clean page of any victim and
+//! keeps no log ("If a page within the victim block is dirty, it uses regular
+//! garbage collection to copy the page, and otherwise discards the page
+//! contents", 6.2); changing it would lose the prototype's figures. Section 4.3's split is the design of the
 //! simulated SSC ("We implemented our own FTL that is similar to the FAST
 //! FTL", 5.1); `page-log` puts that design on a page-mapped layer so that
 //! data blocks are not tied to disk extents (docs/reproduction.md, "Scattered
