@@ -48,6 +48,9 @@ EVERY_MODE = [
     ("ssd", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc-v", {"cache_size": "8MiB", "ftl": "hybrid", "write_policy": "write-through"}),
+    # Section 4.3's log/data split on the page-mapped layer (issue 21).
+    ("ssc", {"cache_size": "8MiB", "ftl": "page-log"}),
+    ("ssc-v", {"cache_size": "8MiB", "ftl": "page-log", "write_policy": "write-through"}),
     # The live log-structured store's policy, with compressed records (issue 22).
     ("ssc", {"cache_size": "8MiB", "ftl": "log", "compress": "lz4", "compressibility": "2:0.5,8:0.5"}),
     ("tier", {"fast_tier_size": "8%"}),
@@ -98,7 +101,7 @@ def test_sweep_over_a_mode(msr_trace, cache_dir):
         ("ssc", {"cache_size": "8MiB", "write_policy": "write-hdd-upd"}, r"option write_policy: .*allowed: write-back, write-through"),
         ("ssc", {"cache_size": "8MiB", "line_size": "8KiB"}, r"option line_size: .*allowed: 4KiB"),
         ("ssd", {}, r"option cache_size: required"),
-        ("ssd", {"cache_size": "8MiB", "ftl": "bogus"}, r"option ftl: unknown FTL 'bogus' \(allowed: hybrid, page\)"),
+        ("ssd", {"cache_size": "8MiB", "ftl": "bogus"}, r"option ftl: unknown FTL 'bogus' \(allowed: hybrid, page, page-log\)"),
         ("srac", {"cache_size": "10%", "no_timing": True}, r"option no_timing: applies to mode cache, ssd, ssc, ssc-v, tica and tier"),
         ("warp", {}, r"option mode: unknown mode 'warp' \(allowed: cache, ssd"),
     ],

@@ -86,7 +86,7 @@ ALLOWED: dict[str, str] = {
     "capacity": "sum, slow",
     "plan_clock": "wall, requests",
     "tica_policy": "ef, wed, adaptive",
-    "ftl": "hybrid, page, log (log: --mode ssc only)",
+    "ftl": "hybrid, page, page-log, log (log: --mode ssc only)",
     "victim": "cost-benefit, greedy",
     "compress": "off, lz4, zstd, zstd:LEVEL (LEVEL 1-22; mode='ssc', ftl='log' only)",
     "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",

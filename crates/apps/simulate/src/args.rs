@@ -58,7 +58,10 @@ pub struct SimArgs {
     #[arg(long)]
     pub tier_volume_size: Option<String>,
     /// Flash modes: translation layer: hybrid (FAST-like, the paper's), page
-    /// (page-mapped), or, with --mode ssc, log: the live log-structured store's
+    /// (page-mapped, the paper's prototype "SSC-P"), page-log (page-mapped
+    /// with the paper's Section 4.3 log/data split: a 7 % (ssc) or up to 20 %
+    /// (ssc-v) log collected by copying, silent eviction of data blocks only;
+    /// ssd as page), or, with --mode ssc, log: the live log-structured store's
     /// policy (segments of --segment-size; --cache-size is the data area,
     /// `stats --json` segments.total x segments.bytes of a formatted store).
     #[arg(long, default_value = "hybrid")]

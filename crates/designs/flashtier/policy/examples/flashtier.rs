@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{}: {} requests, {} unique blocks",
             w.name, w.requests, w.footprint_blocks
         );
-        for ftl in [FtlKind::Hybrid, FtlKind::Page] {
+        for ftl in [FtlKind::Hybrid, FtlKind::Page, FtlKind::PageLog] {
             vii.extend(
                 table_vii(w, ftl, 0.25)?
                     .into_iter()

@@ -6,6 +6,8 @@
 //! `cargo run --release -p tiercache-flash --example scattered -- [REQUESTS] [BLOCKS] [SPREAD]`
 //! replaces the first workload's size.
 //!
+//! Layers: hybrid, page (the prototype's SSC-P) and page-log (Section 4.3's
+//! log/data split on a page-mapped layer; its SSD row is page's).
 //! For each page-mapped SSC it also runs an SSD cache sized to hold as many
 //! blocks as the SSC keeps mapped at the end: the share of the SSC's extra
 //! misses that capacity alone explains.
@@ -40,6 +42,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .map(|r| (w.name.clone(), r)),
             );
         }
+        // page-log: the SSD is the page-mapped one above; only the SSCs differ.
+        for kind in [DeviceKind::Ssc, DeviceKind::SscV] {
+            let r = simulate(
+                &w,
+                kind,
+                FtlKind::PageLog,
+                ManagerKind::WriteThrough,
+                w.capacity_for(0.25),
+                false,
+            )?;
+            rows.push((w.name.clone(), r));
+        }
         println!("{}", format_vii(&rows));
         for (_, r) in &rows {
             let pages = u64::from(r.flash_blocks) * 64;
@@ -60,7 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         for (_, r) in rows
             .iter()
-            .filter(|(_, r)| r.ftl_kind == "page" && r.mode != "ssd")
+            .filter(|(_, r)| r.ftl_kind.starts_with("page") && r.mode != "ssd")
         {
             let cap = (r.ftl.mapped_pages as f64 / 0.93).ceil() as u64 * 4096;
             let s = simulate(
@@ -72,7 +86,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 false,
             )?;
             println!(
-                "page {}: miss {:.2} %; an SSD cache of {} blocks (its {} mapped): miss {:.2} %",
+                "{} {}: miss {:.2} %; an SSD cache of {} blocks (its {} mapped): miss {:.2} %",
+                r.ftl_kind,
                 r.mode,
                 r.miss_rate * 100.0,
                 s.cache_capacity_blocks,

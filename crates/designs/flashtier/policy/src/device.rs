@@ -15,8 +15,9 @@
 //! are written to a dedicated region and counted in the device's stats.
 
 use crate::flash::{Flash, Geometry, Timing};
-use crate::ftl::hybrid::{exported_blocks_for, Hybrid, HybridConfig};
+use crate::ftl::hybrid::{exported_blocks_for, log_blocks_for, Hybrid, HybridConfig};
 use crate::ftl::page::PageFtl;
+use crate::ftl::page_log::PageLogFtl;
 use crate::ftl::{MapMemory, Translation};
 use crate::gc::GcPolicy;
 use crate::FlashError;
@@ -81,6 +82,12 @@ pub enum FtlKind {
     Hybrid,
     /// Page-mapped (the paper's OpenSSD prototype, "SSC-P").
     Page,
+    /// Page-mapped with Section 4.3's log/data split for `ssc` and `ssc-v`
+    /// ([`crate::ftl::page_log`]): host writes go to a log of at most 7 %
+    /// (SSC) or 20 % (SSC-V) of the blocks, collected by copying its valid
+    /// pages into data blocks; only data blocks are silently evicted. The
+    /// `ssd` is the same as with `Page`.
+    PageLog,
 }
 
 impl FromStr for FtlKind {
@@ -89,7 +96,10 @@ impl FromStr for FtlKind {
         match s {
             "hybrid" => Ok(FtlKind::Hybrid),
             "page" => Ok(FtlKind::Page),
-            _ => Err(format!("unknown FTL '{s}' (allowed: hybrid, page)")),
+            "page-log" => Ok(FtlKind::PageLog),
+            _ => Err(format!(
+                "unknown FTL '{s}' (allowed: hybrid, page, page-log)"
+            )),
         }
     }
 }
@@ -99,6 +109,7 @@ impl fmt::Display for FtlKind {
         f.write_str(match self {
             FtlKind::Hybrid => "hybrid",
             FtlKind::Page => "page",
+            FtlKind::PageLog => "page-log",
         })
     }
 }
@@ -206,7 +217,16 @@ impl Device {
                 )?;
                 (Box::new(h), exported.map_or(0, |e| e * ppb))
             }
-            FtlKind::Page => {
+            FtlKind::PageLog if cfg.kind != DeviceKind::Ssd => {
+                // SSC: a fixed 7 % log; SSC-V: up to 20 % (FlashTier 5.1).
+                let fraction = match cfg.kind {
+                    DeviceKind::Ssc => cfg.overprovision,
+                    _ => cfg.max_log,
+                };
+                let p = PageLogFtl::new(flash, log_blocks_for(blocks, fraction))?;
+                (Box::new(p), 0)
+            }
+            FtlKind::Page | FtlKind::PageLog => {
                 let reserve = match cfg.kind {
                     DeviceKind::Ssc => (f64::from(blocks) * cfg.overprovision).ceil() as usize,
                     _ => 2,
@@ -462,6 +482,33 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_log_is_selectable_and_leaves_the_ssd_as_page() {
+        for name in ["hybrid", "page", "page-log"] {
+            let k: FtlKind = name.parse().unwrap();
+            assert_eq!(k.to_string(), name);
+        }
+        let e = "bogus".parse::<FtlKind>().unwrap_err();
+        assert!(e.contains("page-log"), "{e}");
+        let dev = |kind, ftl| {
+            let mut d = DeviceConfig::new(kind, 64 << 20).unwrap();
+            d.ftl = ftl;
+            Device::new(d).unwrap()
+        };
+        // The SSD baseline is the page-mapped one whichever page layer is asked.
+        let (a, b) = (
+            dev(DeviceKind::Ssd, FtlKind::Page),
+            dev(DeviceKind::Ssd, FtlKind::PageLog),
+        );
+        assert_eq!(a.exported_pages(), b.exported_pages());
+        assert_eq!(b.ftl().log_blocks(), 0);
+        // An SSC on page-log writes new data to its log.
+        let mut c = dev(DeviceKind::Ssc, FtlKind::PageLog);
+        c.write_clean(123_456_789).unwrap();
+        assert!(c.contains(123_456_789));
+        assert_eq!(c.ftl().log_blocks(), 1);
+    }
 
     #[test]
     fn small_page_mapped_ssd_overwrites_its_whole_exported_space() {

@@ -3,9 +3,11 @@
 //!
 //! - [`flash`]: packages, planes, erase blocks and pages with the Table IV
 //!   parameters; per-block erase counts, page states and the op counters.
-//! - [`ftl`]: translation layers: [`ftl::page::PageFtl`] (page-mapped) and
-//!   [`ftl::hybrid::Hybrid`] (FAST-like: block-mapped data blocks, page-mapped
-//!   log blocks, switch/partial/full merges).
+//! - [`ftl`]: translation layers: [`ftl::page::PageFtl`] (page-mapped, the
+//!   prototype's), [`ftl::page_log::PageLogFtl`] (page-mapped with Section
+//!   4.3's log/data split: log blocks garbage-collected, data blocks silently
+//!   evicted) and [`ftl::hybrid::Hybrid`] (FAST-like: block-mapped data
+//!   blocks, page-mapped log blocks, switch/partial/full merges).
 //! - [`gc`]: the one victim rule (greedy and cost-benefit) and the one rule of
 //!   silent eviction ([`gc::reclaim`]), for the flash model's collections and
 //!   the log-structured store's segment cleaning.

@@ -110,7 +110,7 @@ pub fn format_vii(rows: &[(String, FlashReport)]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<14} {:<7} {:<6} {:>10} {:>10} {:>8} {:>9} {:>8} {:>10} {:>10}",
+        "{:<14} {:<8} {:<6} {:>10} {:>10} {:>8} {:>9} {:>8} {:>10} {:>10}",
         "workload",
         "ftl",
         "device",
@@ -125,7 +125,7 @@ pub fn format_vii(rows: &[(String, FlashReport)]) -> String {
     for (w, r) in rows {
         let _ = writeln!(
             s,
-            "{:<14} {:<7} {:<6} {:>10.1} {:>10} {:>8} {:>9.3} {:>8.2} {:>10} {:>10}",
+            "{:<14} {:<8} {:<6} {:>10.1} {:>10} {:>8} {:>9.3} {:>8.2} {:>10} {:>10}",
             w,
             r.ftl_kind,
             r.mode,

@@ -72,6 +72,7 @@ fn check_vii(w: &Workload, ftl: FtlKind) {
 fn iozone_ssc_and_ssc_v_write_and_erase_less_than_ssd() {
     let Some(w) = iozone() else { return };
     check_vii(&w, FtlKind::Hybrid);
+    check_vii(&w, FtlKind::PageLog);
 }
 
 #[test]
@@ -79,6 +80,7 @@ fn zipf_ssc_and_ssc_v_write_and_erase_less_than_ssd() {
     let w = zipf();
     check_vii(&w, FtlKind::Hybrid);
     check_vii(&w, FtlKind::Page);
+    check_vii(&w, FtlKind::PageLog);
 }
 
 #[test]

@@ -28,7 +28,8 @@ pub struct Args {
     /// Requests of the synthetic zipfian overwrite workload (0: skip it).
     #[arg(long, default_value_t = 400_000)]
     pub zipf_requests: u64,
-    /// Also run the page-mapped layer (the paper's prototype "SSC-P").
+    /// Also run the page-mapped layers: page (the paper's prototype "SSC-P")
+    /// and page-log (Section 4.3's log/data split on a page-mapped layer).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub page_ftl: bool,
 }
@@ -73,7 +74,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut vii = Vec::new();
     let mut vi = Vec::new();
     let ftls: &[FtlKind] = if a.page_ftl {
-        &[FtlKind::Hybrid, FtlKind::Page]
+        &[FtlKind::Hybrid, FtlKind::Page, FtlKind::PageLog]
     } else {
         &[FtlKind::Hybrid]
     };

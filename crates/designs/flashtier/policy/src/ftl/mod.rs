@@ -3,6 +3,7 @@
 
 pub mod hybrid;
 pub mod page;
+pub mod page_log;
 
 use crate::flash::Flash;
 use crate::FlashError;
