@@ -57,6 +57,27 @@ fn bad_traces_folder_is_a_clear_error() {
     assert!(err.contains("msr-cambridge1-sample.csv"), "{err}");
 }
 
+/// A live data set too small for the caches and filesystems is refused
+/// before anything runs or is written (no empty report).
+#[test]
+fn too_small_live_data_is_an_error_before_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for bad in ["1MiB", "twelve"] {
+        let o = azor(&[
+            "--no-sim",
+            "--live-data",
+            bad,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!o.status.success(), "--live-data {bad} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--live-data"), "{err}");
+        assert!(!out.join("azor.md").exists(), "a report was written");
+    }
+}
+
 /// The CSV as rows of column name -> value.
 fn csv(p: &Path) -> Vec<HashMap<String, String>> {
     let s = std::fs::read_to_string(p).unwrap();

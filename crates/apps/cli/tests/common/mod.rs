@@ -329,10 +329,30 @@ pub fn parse_block(block: u64, data: &[u8]) -> Result<u64, String> {
     let version = u(16);
     if make_block(block, version) != data {
         return Err(format!(
-            "version {version} header but torn or corrupt content"
+            "version {version} header but torn or corrupt content ({})",
+            torn_detail(block, version, data)
         ));
     }
     Ok(version)
+}
+
+/// Which version of `block` each 512-byte sector of a torn block comes from
+/// (versions up to `version + 64` are tried; the last sector without its
+/// checksum): tells a tear by sector or page, a mix of two writes, or
+/// foreign bytes apart when a crash test fails.
+fn torn_detail(block: u64, version: u64, data: &[u8]) -> String {
+    let versions: Vec<Vec<u8>> = (0..=version + 64).map(|v| make_block(block, v)).collect();
+    let sectors: Vec<String> = (0..BLOCK / 512)
+        .map(|i| {
+            let (a, z) = (i * 512, ((i + 1) * 512).min(BLOCK - 8));
+            match versions.iter().position(|b| b[a..z] == data[a..z]) {
+                Some(v) => format!("v{v}"),
+                None if data[a..z].iter().all(|&b| b == 0) => "zeros".into(),
+                None => "?".into(),
+            }
+        })
+        .collect();
+    format!("512-byte sectors hold {}", sectors.join(" "))
 }
 
 /// Write version 0 of every block into `path` (the initial backing file).

@@ -422,7 +422,10 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|t| !a.no_sim && (t.quick || !a.run.quick))
         .collect();
     let rels: Vec<&str> = wanted.iter().map(|t| t.rel).collect();
-    // Checked before anything is written: a wrong --traces is an error.
+    // Checked before anything is written: a wrong --traces or --live-data is an error.
+    if !a.no_live {
+        live::data_bytes(&a)?;
+    }
     let found = if a.no_sim {
         a.run.create_out()?;
         Vec::new()

@@ -278,21 +278,29 @@ impl Started {
     }
 }
 
+/// The emulated HDD's size (`--live-data`), checked: `run` checks it again,
+/// the caller first, before anything is written.
+pub fn data_bytes(a: &super::Args) -> Result<u64> {
+    let data =
+        tiercache_sim::units::parse_bytes(a.live_data.as_deref().unwrap_or(if a.run.quick {
+            "256MiB"
+        } else {
+            "1GiB"
+        }))
+        .map_err(|e| anyhow::anyhow!("--live-data: {e}"))?;
+    if data < (16 << 20) {
+        bail!("--live-data must be at least 16MiB");
+    }
+    Ok(data)
+}
+
 pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
     if !have("fio") {
         bail!("fio is not installed (scripts/setup.sh installs it)");
     }
     let quick = a.run.quick;
     let seconds = a.live_seconds.unwrap_or(if quick { 12 } else { 60 });
-    let data = tiercache_sim::units::parse_bytes(a.live_data.as_deref().unwrap_or(if quick {
-        "256MiB"
-    } else {
-        "1GiB"
-    }))
-    .map_err(anyhow::Error::msg)?;
-    if data < (16 << 20) {
-        bail!("--live-data must be at least 16MiB");
-    }
+    let data = data_bytes(a)?;
     let cache_bytes = data / 8;
     let dir = tempfile::Builder::new().prefix("azor-live").tempdir()?;
     let backing = dir.path().join("hdd.img");
