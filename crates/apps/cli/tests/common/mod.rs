@@ -439,8 +439,8 @@ impl Ledger {
         self.allowed(b, v, acked_at_send)
     }
 
-    /// Check a block read that overlapped a write to it (the write was sent
-    /// while the read was in flight): every 8-byte word must come from a
+    /// Check a block read that overlapped a write to it (the write was in
+    /// flight when the read was sent, or sent while it was): every 8-byte word must come from a
     /// version the device may hold (written, and not older than
     /// `acked_at_send`); a whole-block version need not. Overlapping requests
     /// have no order in NBD, as on a disk, but a read never returns bytes that
@@ -597,6 +597,12 @@ pub fn run_load(
                 let acked = (first..first + n)
                     .map(|b| ledger.blocks[b as usize].acked)
                     .collect();
+                // A write still in flight overlaps the read as much as one
+                // sent after it: NBD orders neither (a mix of the two
+                // versions is allowed, word by word).
+                let overlapped = (first..first + n)
+                    .map(|b| ledger.blocks[b as usize].writing)
+                    .collect();
                 c.send_read(first * BLOCK as u64, n as usize * BLOCK)
                     .map(|ck| {
                         (
@@ -604,7 +610,7 @@ pub fn run_load(
                             Pending::Read {
                                 first,
                                 acked,
-                                overlapped: vec![false; n as usize],
+                                overlapped,
                             },
                         )
                     })
