@@ -76,6 +76,9 @@ impl LogCache {
         let Some((seg, seq)) = st.begin_open() else {
             return Err(err("no free segment (cleaning could not free one)"));
         };
+        // Fast-path reads of the old life's slots see the new life begin
+        // before any of its data is written (`fast`).
+        self.gens.reopen(seg, seq);
         let base = self.seg_offset(st, seg);
         let rec = JournalRecord {
             epoch: st.epoch,

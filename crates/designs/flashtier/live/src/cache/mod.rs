@@ -36,6 +36,7 @@
 
 mod background;
 mod clean;
+mod fast;
 mod lifecycle;
 mod log;
 mod read;
@@ -48,6 +49,7 @@ use std::time::Duration;
 
 use tiercache_io::BlockDev;
 
+pub use self::fast::{fast_path_wanted, FAST_MAX};
 use self::log::Staged;
 use crate::cleaning::{SegInfo, VictimPolicy};
 use crate::compress::{Codec, RAW_UNITS, UNIT};
@@ -282,6 +284,11 @@ pub struct LogCache {
     commits: background::Commits,
     /// The background cleaner, when started (`background`).
     cleaner: background::Cleaner,
+    /// Per segment, the sequence number of its life (`fast`).
+    gens: fast::Generations,
+    /// The fast path is on, and its counters (`fast`).
+    fast_on: std::sync::atomic::AtomicBool,
+    fast: fast::FastCounters,
 }
 
 impl LogCache {
@@ -293,6 +300,7 @@ impl LogCache {
         recovery: RecoveryInfo,
     ) -> LogCache {
         let geo = st.sb.geometry();
+        let gens = fast::Generations::new(&st);
         LogCache {
             geo,
             data_blocks: geo.data_blocks(),
@@ -306,6 +314,9 @@ impl LogCache {
             recovery,
             commits: Default::default(),
             cleaner: Default::default(),
+            gens,
+            fast_on: std::sync::atomic::AtomicBool::new(true),
+            fast: Default::default(),
         }
     }
 
