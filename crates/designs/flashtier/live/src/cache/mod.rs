@@ -166,6 +166,9 @@ struct OpenSeg {
     durable: usize,
     /// Compressed layout: units of the data area used so far.
     units: u32,
+    /// Plain layout: blocks whose write-out to the device was started
+    /// (`LogCache::start_write_out`).
+    started: usize,
 }
 
 /// Mutable state, under the cache's lock: the FlashTier policy crate's
