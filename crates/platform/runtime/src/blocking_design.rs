@@ -1,7 +1,9 @@
 //! A [`Design`] for stores that do synchronous device I/O under a lock (the
 //! log-structured and three-level caches): each call runs on a small pool of
-//! dedicated request threads fed by a channel ([`SyncWorkers`]). One adapter
-//! for all such stores, instead of one per design.
+//! dedicated request threads fed by a channel ([`SyncWorkers`]), unless the
+//! store serves it cheaply on the calling task ([`SyncStore::read_now`],
+//! [`SyncStore::write_now`]). One adapter for all such stores, instead of one
+//! per design.
 //!
 //! Why not tokio's blocking pool: with 32 requests in flight per connection,
 //! `spawn_blocking` wakes up to 32 threads that then queue on the store's one

@@ -18,7 +18,9 @@
 //! checkpoints first, or recovery would bring back the older dirty copy
 //! although the backing device holds newer data.
 //!
-//! Requests run one at a time under one lock, with synchronous device I/O.
+//! Requests run one at a time under one lock, with synchronous device I/O;
+//! all-hit reads read their slots after releasing it, guarded by per-segment
+//! generations, and plain appends run on the caller's thread (`fast`).
 //! Two things run beside them (`background`): FLUSHes and FUA writes that
 //! arrive while a commit is running join the next one (group commit: one
 //! summary write and its device flushes cover every write completed before
