@@ -1,7 +1,9 @@
 //! A [`Design`] for stores that do synchronous device I/O under a lock (the
 //! log-structured and three-level caches): each call runs on a small pool of
-//! dedicated request threads fed by a channel ([`SyncWorkers`]). One adapter
-//! for all such stores, instead of one per design.
+//! dedicated request threads fed by a channel ([`SyncWorkers`]), unless the
+//! store serves it cheaply on the calling task ([`SyncStore::read_now`],
+//! [`SyncStore::write_now`]). One adapter for all such stores, instead of one
+//! per design.
 //!
 //! Why not tokio's blocking pool: with 32 requests in flight per connection,
 //! `spawn_blocking` wakes up to 32 threads that then queue on the store's one
@@ -103,6 +105,21 @@ pub trait SyncStore: Send + Sync + 'static {
     }
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()>;
+    /// Serve a read on the calling task when the store can do it cheaply and
+    /// without blocking (a lookup and a page-cache read): `true` when `buf`
+    /// holds the data, `false` to run [`Self::read`] on a request thread.
+    /// The default never does.
+    fn read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let _ = (offset, buf);
+        false
+    }
+    /// Like [`Self::read_now`] for a write: `Some` with its result when it
+    /// ran on the calling task, `None` (nothing done) to run [`Self::write`]
+    /// on a request thread. The default never does.
+    fn write_now(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
+        let _ = (offset, data, fua);
+        None
+    }
     fn flush(&self) -> Result<()>;
     fn trim(&self, offset: u64, len: u64) -> Result<()>;
     fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
@@ -175,12 +192,18 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
         self.store.can_prefetch()
     }
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if self.store.read_now(offset, buf) {
+            return Ok(());
+        }
         let n = buf.len();
         let data = self.run(move |s| s.read(offset, n)).await?;
         buf.copy_from_slice(&data);
         Ok(())
     }
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        if let Some(r) = self.store.write_now(offset, &data, fua) {
+            return r;
+        }
         self.run(move |s| s.write(offset, &data, fua)).await
     }
     async fn flush(&self) -> Result<()> {

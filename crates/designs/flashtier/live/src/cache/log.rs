@@ -76,6 +76,9 @@ impl LogCache {
         let Some((seg, seq)) = st.begin_open() else {
             return Err(err("no free segment (cleaning could not free one)"));
         };
+        // Fast-path reads of the old life's slots see the new life begin
+        // before any of its data is written (`fast`).
+        self.gens.reopen(seg, seq);
         let base = self.seg_offset(st, seg);
         let rec = JournalRecord {
             epoch: st.epoch,
@@ -130,6 +133,7 @@ impl LogCache {
             version: 1,
             durable: 0,
             units: 0,
+            started: 0,
         });
         Ok(())
     }
@@ -192,9 +196,42 @@ impl LogCache {
                 .entries
                 .push(entry(lba, dirty));
         }
+        self.start_write_out(st);
         Ok(true)
     }
+
+    /// Plain layout on a buffered file: every [`WRITE_OUT`] blocks appended,
+    /// ask the kernel to start writing them to the device
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not wait for
+    /// the writes), so the data flush of the next commit or roll, which runs
+    /// under the lock, finds most of the segment written already. Only a
+    /// hint: durability still comes from the flushes.
+    fn start_write_out(&self, st: &mut State) {
+        let Some(t) = self.cache.raw_target() else {
+            return;
+        };
+        let o = st.open_seg.as_ref().expect("open");
+        let (from, to) = (o.started, o.entries.len());
+        if t.direct_align.is_some() || to - from < WRITE_OUT {
+            return;
+        }
+        let off = self.seg_offset(st, o.seg) + self.geo.data_offset(from as u32);
+        // SAFETY: `raw_target` promises the descriptor stays open while the
+        // device lives; `sync_file_range` only reads its arguments.
+        unsafe {
+            libc::sync_file_range(
+                t.fd,
+                off as libc::off64_t,
+                ((to - from) as u64 * BLOCK) as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        st.open_seg.as_mut().expect("open").started = to;
+    }
 }
+
+/// Blocks appended between two write-out hints (`start_write_out`).
+const WRITE_OUT: usize = 64;
 
 /// Records encoded for a buffer of whole blocks: its address, the number
 /// of its first block and one record per block.

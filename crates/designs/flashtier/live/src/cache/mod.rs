@@ -18,7 +18,9 @@
 //! checkpoints first, or recovery would bring back the older dirty copy
 //! although the backing device holds newer data.
 //!
-//! Requests run one at a time under one lock, with synchronous device I/O.
+//! Requests run one at a time under one lock, with synchronous device I/O;
+//! all-hit reads read their slots after releasing it, guarded by per-segment
+//! generations, and plain appends run on the caller's thread (`fast`).
 //! Two things run beside them (`background`): FLUSHes and FUA writes that
 //! arrive while a commit is running join the next one (group commit: one
 //! summary write and its device flushes cover every write completed before
@@ -36,6 +38,7 @@
 
 mod background;
 mod clean;
+mod fast;
 mod lifecycle;
 mod log;
 mod read;
@@ -48,6 +51,7 @@ use std::time::Duration;
 
 use tiercache_io::BlockDev;
 
+pub use self::fast::{fast_path_wanted, FAST_MAX};
 use self::log::Staged;
 use crate::cleaning::{SegInfo, VictimPolicy};
 use crate::compress::{Codec, RAW_UNITS, UNIT};
@@ -164,6 +168,9 @@ struct OpenSeg {
     durable: usize,
     /// Compressed layout: units of the data area used so far.
     units: u32,
+    /// Plain layout: blocks whose write-out to the device was started
+    /// (`LogCache::start_write_out`).
+    started: usize,
 }
 
 /// Mutable state, under the cache's lock: the FlashTier policy crate's
@@ -282,6 +289,11 @@ pub struct LogCache {
     commits: background::Commits,
     /// The background cleaner, when started (`background`).
     cleaner: background::Cleaner,
+    /// Per segment, the sequence number of its life (`fast`).
+    gens: fast::Generations,
+    /// The fast path is on, and its counters (`fast`).
+    fast_on: std::sync::atomic::AtomicBool,
+    fast: fast::FastCounters,
 }
 
 impl LogCache {
@@ -293,6 +305,7 @@ impl LogCache {
         recovery: RecoveryInfo,
     ) -> LogCache {
         let geo = st.sb.geometry();
+        let gens = fast::Generations::new(&st);
         LogCache {
             geo,
             data_blocks: geo.data_blocks(),
@@ -306,6 +319,9 @@ impl LogCache {
             recovery,
             commits: Default::default(),
             cleaner: Default::default(),
+            gens,
+            fast_on: std::sync::atomic::AtomicBool::new(true),
+            fast: Default::default(),
         }
     }
 

@@ -15,7 +15,9 @@ impl LogCache {
 
     /// The counters.
     pub fn counters(&self) -> Counters {
-        all_counters(&self.st.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut c = all_counters(&self.st.lock().unwrap_or_else(|e| e.into_inner()));
+        c.read_hits += self.fast_read_blocks();
+        c
     }
 
     /// Blocks mapped and dirty blocks.
@@ -40,7 +42,8 @@ impl LogCache {
     /// `tiercache stats --json`.
     pub fn stats_json(&self) -> Value {
         let st = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        let c = all_counters(&st);
+        let mut c = all_counters(&st);
+        c.read_hits += self.fast_read_blocks();
         let count = |s: SegState| st.segs.iter().filter(|x| x.state == s).count();
         let (hits, misses) = (c.read_hits + c.write_hits, c.read_misses + c.write_misses);
         let r = &self.recovery;
@@ -69,6 +72,7 @@ impl LogCache {
             "bypassed_blocks": c.bypassed,
             "flushes": c.flushes,
             "background": self.background_json(&st),
+            "fast_path": self.fast_json(),
             "compression": self.compression_json(&st),
             "segments": {
                 "total": st.sb.nsegs,

@@ -296,3 +296,165 @@ fn a_corrupt_record_is_an_error_never_wrong_data() {
         assert_eq!(c.stats_json()["compression"]["checksum_errors"], 1);
     }
 }
+
+/// The segment and generation of block `b`'s slot.
+fn seg_of(c: &LogCache, b: u64) -> (u32, u64) {
+    let slot = c.lock().unwrap().map.get(b).unwrap().slot;
+    let seg = slot / c.data_blocks;
+    (seg, c.gens.get(seg))
+}
+
+/// A fast-path read whose blocks' segment is cleaned, reopened and
+/// overwritten between its lookup and its read of the slots must not
+/// return the new life's bytes: it gives up and the request path reads
+/// the current data.
+#[test]
+fn a_fast_read_racing_with_segment_reuse_gives_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = setup(dir.path());
+    let c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+    write(&c, 0, 14, 1); // segment A holds blocks 0..14 at v1
+    let (a, gen0) = seg_of(&c, 0);
+    let mut buf = vec![0u8; 4 * BLOCK as usize];
+    assert!(
+        c.read_fast(0, &mut buf),
+        "an all-hit read of a cached file takes the fast path"
+    );
+    assert_eq!(version(3, &buf[3 * BLOCK as usize..]), 1);
+    let slot_off = {
+        let st = c.lock().unwrap();
+        c.slot_offset(&st, st.map.get(0).unwrap().slot)
+    };
+    let mut reopened = false;
+    let fast = c.read_fast_then(0, &mut buf, || {
+        // A loses its live blocks (v2 elsewhere), is cleaned and reused for
+        // other blocks until new data lands in block 0's old slot.
+        write(&c, 0, 14, 2);
+        for round in 0..64u64 {
+            write(&c, 500 + (round % 20) * 14, 14, 3);
+            if c.gens.get(a) != gen0 {
+                let mut raw = vec![0u8; BLOCK as usize];
+                c.cache.read_at(&mut raw, slot_off).unwrap();
+                if raw[..8] != 0u64.to_le_bytes() {
+                    reopened = true;
+                    break;
+                }
+            }
+        }
+    });
+    assert!(
+        reopened,
+        "the test reuses segment {a} and overwrites block 0's old slot"
+    );
+    assert!(
+        !fast,
+        "a read across a segment reuse must not return the new life's bytes"
+    );
+    assert_eq!(
+        c.fast.read_raced.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let d = c.read(0, 4 * BLOCK as usize).unwrap();
+    for b in 0..4 {
+        assert_eq!(version(b, &d[b as usize * BLOCK as usize..]), 2);
+    }
+    // The fast path reads the new copies too.
+    assert!(c.read_fast(0, &mut buf));
+    assert_eq!(buf, d);
+}
+
+/// Cleaning alone (the segment freed, not reopened) leaves the slots in
+/// place: a fast-path read racing with it returns what its lookup found.
+#[test]
+fn a_fast_read_racing_with_cleaning_returns_the_looked_up_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = setup(dir.path());
+    let c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+    write(&c, 0, 14, 1);
+    write(&c, 100, 3, 1); // A sealed, another segment open
+    let (a, gen0) = seg_of(&c, 5);
+    let mut buf = vec![0u8; 2 * BLOCK as usize + 100];
+    let fast = c.read_fast_then(5 * BLOCK + 50, &mut buf, || {
+        write(&c, 5, 2, 2); // newer copies elsewhere
+        let mut st = c.lock().unwrap();
+        c.clean_segment(&mut st, a).unwrap();
+        assert!(st.free.contains(&a));
+    });
+    assert_eq!(c.gens.get(a), gen0, "cleaning does not reopen the segment");
+    assert!(fast);
+    let mut want = block(5, 1);
+    want.extend(block(6, 1));
+    want.extend(block(7, 1));
+    assert_eq!(buf, want[50..50 + buf.len()]);
+    // Now the request path and the fast path both see v2 for 5 and 6, v1 for 7.
+    let d = c.read(5 * BLOCK, 3 * BLOCK as usize).unwrap();
+    assert_eq!(version(5, &d), 2);
+    assert_eq!(version(7, &d[2 * BLOCK as usize..]), 1);
+}
+
+/// Fast-path writes (plain appends on the caller's thread) and request-path
+/// writes interleave into the same log: every block reads back its newest
+/// version, through both paths and after a flush and a crash.
+#[test]
+fn fast_path_writes_match_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, backing) = setup(dir.path());
+    let c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+    let mut model = vec![0u64; 1024];
+    let (mut fast, mut slow) = (0, 0);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for v in 1..3000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let (b, n) = (x % 200, 1 + (x >> 20) % 3);
+        let d: Vec<u8> = (b..b + n).flat_map(|k| block(k, v)).collect();
+        match c.write_fast(b * BLOCK, &d, false) {
+            Some(r) => {
+                r.unwrap();
+                fast += 1;
+            }
+            None => {
+                c.write(b * BLOCK, &d, false).unwrap();
+                slow += 1;
+            }
+        }
+        for k in b..b + n {
+            model[k as usize] = v;
+        }
+        if v % 500 == 0 {
+            c.flush().unwrap();
+        }
+    }
+    assert!(
+        fast > 300 && slow > 10,
+        "both paths ran: {fast} fast, {slow} slow"
+    );
+    assert_eq!(
+        c.fast.writes.load(std::sync::atomic::Ordering::Relaxed),
+        fast
+    );
+    assert!(
+        c.write_fast(0, &block(0, 1), true).is_none(),
+        "FUA takes the request path"
+    );
+    assert!(
+        c.write_fast(10, &block(0, 1), false).is_none(),
+        "partial blocks take the request path"
+    );
+    let check = |c: &LogCache| {
+        for b in 0..1024u64 {
+            let d = c.read(b * BLOCK, BLOCK as usize).unwrap();
+            assert_eq!(version(b, &d), model[b as usize], "block {b}");
+            let mut f = vec![0u8; BLOCK as usize];
+            if c.read_fast(b * BLOCK, &mut f) {
+                assert_eq!(f, d, "block {b} through the fast path");
+            }
+        }
+    };
+    check(&c);
+    c.flush().unwrap();
+    drop(c); // kill -9 after the flush
+    let c = open_with_devices(dev(&cache), dev(&backing), &backing).unwrap();
+    check(&c);
+}

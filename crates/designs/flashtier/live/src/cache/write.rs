@@ -52,7 +52,13 @@ impl LogCache {
         Some(Staged::encode(self.codec, b0, bytes))
     }
 
-    fn write_locked(&self, st: &mut State, offset: u64, data: &[u8], fua: bool) -> Res<()> {
+    pub(super) fn write_locked(
+        &self,
+        st: &mut State,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Res<()> {
         let (b0, b1) = (offset / BLOCK, (offset + data.len() as u64).div_ceil(BLOCK));
         let n = (b1 - b0) as usize;
         for b in b0..b1 {

@@ -250,6 +250,7 @@ impl super::LiveDesign for LogStructured {
             r.dropped_clean,
             r.clean_shutdown
         );
+        cache.set_fast_path(ls::cache::fast_path_wanted());
         if ls::LogCache::cleaner_wanted() {
             cache.start_cleaner()?;
         }
