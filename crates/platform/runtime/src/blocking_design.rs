@@ -7,7 +7,9 @@
 //! `spawn_blocking` wakes up to 32 threads that then queue on the store's one
 //! lock; the hand-off and the convoy took 41-54 % of the CPU of all-hit
 //! requests (docs/benchmarks.md). A few threads draining one queue run queued
-//! requests back to back without sleeping in between.
+//! requests back to back without sleeping in between. A store may still serve
+//! a request on the calling task when it needs no slow I/O
+//! ([`SyncStore::read_inline`], [`SyncStore::write_inline`]): no hand-off at all.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -103,6 +105,20 @@ pub trait SyncStore: Send + Sync + 'static {
     }
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()>;
+    /// Serve a read on the calling task (the runtime's worker, no hand-off to
+    /// a request thread) when it needs no slow I/O; `None` (the default)
+    /// sends it to the request threads.
+    fn read_inline(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        let _ = (offset, buf);
+        None
+    }
+    /// Serve a write on the calling task when it needs no slow I/O (no sync,
+    /// no slow device); `None` (the default) only when nothing was done: the
+    /// write then goes to the request threads.
+    fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
+        let _ = (offset, data, fua);
+        None
+    }
     fn flush(&self) -> Result<()>;
     fn trim(&self, offset: u64, len: u64) -> Result<()>;
     fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
@@ -175,12 +191,18 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
         self.store.can_prefetch()
     }
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(r) = self.store.read_inline(offset, buf) {
+            return r;
+        }
         let n = buf.len();
         let data = self.run(move |s| s.read(offset, n)).await?;
         buf.copy_from_slice(&data);
         Ok(())
     }
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        if let Some(r) = self.store.write_inline(offset, &data, fua) {
+            return r;
+        }
         self.run(move |s| s.write(offset, &data, fua)).await
     }
     async fn flush(&self) -> Result<()> {

@@ -141,6 +141,14 @@ impl Ssd {
     pub fn entries(&self) -> impl Iterator<Item = (Page, SlotEntry)> + '_ {
         self.map.iter().map(|(p, e)| (*p, *e))
     }
+    /// Slots a write can take without a commit first.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+    /// Where slot `slot`'s bytes are on the device.
+    pub fn slot_offset(&self, slot: Slot) -> Option<u64> {
+        self.layout.slot_offset(slot)
+    }
     /// Whether a write can get a slot without a commit first.
     pub fn has_free_slot(&self) -> bool {
         !self.free.is_empty()

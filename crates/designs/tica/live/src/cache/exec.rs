@@ -1,6 +1,7 @@
 //! Executing the policy's device ops: backing I/O, SSD slots and commits,
 //! and resynchronizing the policy after an op failed.
 
+use super::inline::SlowIo;
 use super::State;
 use super::{ssd_fault, CacheError, DramPage, Fault};
 use crate::pair::{Role, PAGE};
@@ -9,6 +10,7 @@ use tiercache_levels::{Dev, Op, OpKind, Page};
 
 impl State {
     pub(crate) fn backing_read(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
+        let _slow = SlowIo::enter(&self.slow);
         let mut buf = vec![0u8; PAGE as usize];
         self.backing.read_at(&mut buf, p * PAGE).map_err(|e| {
             CacheError(format!(
@@ -21,6 +23,7 @@ impl State {
     }
 
     pub(crate) fn backing_write(&mut self, p: Page, data: &[u8]) -> Result<(), CacheError> {
+        let _slow = SlowIo::enter(&self.slow);
         self.backing.write_at(data, p * PAGE).map_err(|e| {
             CacheError(format!(
                 "backing device {}: writing page {p}: {e}",
@@ -34,6 +37,7 @@ impl State {
 
     pub(crate) fn backing_flush(&mut self) -> Result<(), CacheError> {
         if self.backing_unflushed {
+            let _slow = SlowIo::enter(&self.slow);
             self.backing.flush().map_err(|e| {
                 CacheError(format!(
                     "backing device {}: flush: {e}",
@@ -48,6 +52,7 @@ impl State {
     /// Commit both SSDs' metadata, the backing device flushed first (a
     /// victim's unmap is durable only after its writeback is).
     pub(super) fn commit_all(&mut self) -> Result<(), Fault> {
+        let _slow = SlowIo::enter(&self.slow);
         self.backing_flush()?;
         if self.ro.has_pending() {
             self.ro.commit().map_err(|e| ssd_fault(e, Role::RoSsd))?;
