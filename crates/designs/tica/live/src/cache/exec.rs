@@ -77,14 +77,21 @@ impl State {
     ) -> Result<FxHashMap<Page, Vec<u8>>, Fault> {
         let mut bufs: FxHashMap<Page, Vec<u8>> = FxHashMap::default();
         let req_page = req.map(|(p, _)| p);
-        if let Some((p, d)) = req {
-            bufs.insert(p, d.to_vec());
+        // A page's bytes for a write op: read by an earlier op, else the
+        // client's (borrowed: no copy until a device or DRAM takes them).
+        fn data_of<'a>(
+            bufs: &'a FxHashMap<Page, Vec<u8>>,
+            req: Option<(Page, &'a [u8])>,
+            p: Page,
+        ) -> Result<&'a [u8], Fault> {
+            match (bufs.get(&p), req) {
+                (Some(d), _) => Ok(d),
+                (None, Some((q, d))) if q == p => Ok(d),
+                _ => Err(Fault::Other(format!(
+                    "internal: no data for page {p} in an op sequence"
+                ))),
+            }
         }
-        let data_of = |bufs: &FxHashMap<Page, Vec<u8>>, p: Page| -> Result<Vec<u8>, Fault> {
-            bufs.get(&p).cloned().ok_or_else(|| {
-                Fault::Other(format!("internal: no data for page {p} in an op sequence"))
-            })
-        };
         let mut deferred_ro_unmap = false;
         for op in ops {
             let p = op.page;
@@ -97,9 +104,20 @@ impl State {
                     bufs.insert(p, d);
                 }
                 (Dev::Dram, OpKind::Write) => {
-                    let data = data_of(&bufs, p)?;
+                    let data = data_of(&bufs, req, p)?;
                     let dirty = req_page == Some(p);
-                    self.dram.insert(p, DramPage { data, dirty });
+                    match self.dram.get_mut(&p) {
+                        // Reuse the old copy's buffer (gc_dram drops stale ones lazily).
+                        Some(d) => {
+                            d.data.clear();
+                            d.data.extend_from_slice(data);
+                            d.dirty = dirty;
+                        }
+                        None => {
+                            let data = data.to_vec();
+                            self.dram.insert(p, DramPage { data, dirty });
+                        }
+                    }
                 }
                 (Dev::RoSsd | Dev::WoSsd, kind) => {
                     let role = if op.dev == Dev::RoSsd {
@@ -113,14 +131,14 @@ impl State {
                             bufs.insert(p, d);
                         }
                         OpKind::Write => {
-                            let data = data_of(&bufs, p)?;
+                            let data = data_of(&bufs, req, p)?;
                             // The RO-SSD only receives flushes of dirty pages;
                             // the WO-SSD the client's writes (dirty) and WED
                             // copies of DRAM read pages (clean).
                             let dirty = role == Role::RoSsd || req_page == Some(p);
                             self.ensure_slot(role)?;
                             self.ssd(role)
-                                .write(p, &data, dirty)
+                                .write(p, data, dirty)
                                 .map_err(|e| ssd_fault(e, role))?;
                         }
                         // A client write's TRIMs of its page's older copies
@@ -145,8 +163,8 @@ impl State {
                     bufs.insert(p, d);
                 }
                 (Dev::Hdd, OpKind::Write) => {
-                    let data = data_of(&bufs, p)?;
-                    self.backing_write(p, &data)?;
+                    let data = data_of(&bufs, req, p)?;
+                    self.backing_write(p, data)?;
                     if let Some(d) = self.dram.get_mut(&p) {
                         d.dirty = false;
                     }
