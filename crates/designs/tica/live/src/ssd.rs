@@ -276,14 +276,17 @@ impl Ssd {
     /// Make every record durable (a checkpoint instead when the log is two
     /// thirds full); slots unmapped before become free.
     pub fn commit(&mut self) -> Result<(), SsdError> {
-        let table = self.table();
-        let store = self.store()?;
-        let r = if store.wants_checkpoint() {
-            store.checkpoint(table).map(|_| true)
+        // The table (every mapping) only when a checkpoint needs it.
+        let r = if self.store()?.wants_checkpoint() {
+            let table = self.table();
+            self.store()?.checkpoint(table).map(|_| true)
         } else {
-            match store.commit() {
+            match self.store()?.commit() {
                 Ok(_) => Ok(false),
-                Err(StoreError::LogFull { .. }) => store.checkpoint(table).map(|_| true),
+                Err(StoreError::LogFull { .. }) => {
+                    let table = self.table();
+                    self.store()?.checkpoint(table).map(|_| true)
+                }
                 Err(e) => Err(e),
             }
         };
