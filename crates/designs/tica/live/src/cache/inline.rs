@@ -212,8 +212,8 @@ impl ThreeLevel {
     ) -> Option<Result<(), CacheError>> {
         if fua
             || data.is_empty()
-            || offset % PAGE != 0
-            || data.len() as u64 % PAGE != 0
+            || !offset.is_multiple_of(PAGE)
+            || !(data.len() as u64).is_multiple_of(PAGE)
             || self.check_range(offset, data.len() as u64).is_err()
         {
             return None;
