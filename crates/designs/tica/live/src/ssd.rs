@@ -145,6 +145,10 @@ impl Ssd {
     pub fn free_slots(&self) -> usize {
         self.free.len()
     }
+    /// Unmapped slots waiting for a commit to become free.
+    pub fn pending_free_slots(&self) -> usize {
+        self.pending_free.len()
+    }
     /// Where slot `slot`'s bytes are on the device.
     pub fn slot_offset(&self, slot: Slot) -> Option<u64> {
         self.layout.slot_offset(slot)

@@ -13,13 +13,14 @@ use tiercache_io::BlockDev;
 const TICK_SLEEP_MAX: Duration = Duration::from_millis(10);
 
 /// The background thread commits when an SSD has fewer free slots than
-/// this share (1/N) of its slots, and unmapped slots wait for a commit.
+/// this share (1/N) of its slots, and at least a quarter of that share
+/// waits (unmapped) for a commit to become free.
 const LOW_SLOTS_DIV: usize = 8;
 
 impl State {
     /// Whether the background thread should commit now: healthy, records
     /// waiting, and either a second since the last commit or an SSD short
-    /// of free slots while unmapped ones wait for the commit.
+    /// of free slots while enough unmapped ones wait for the commit.
     fn commit_due(&self) -> bool {
         if self.degraded.is_some()
             || self.closed
@@ -27,8 +28,12 @@ impl State {
         {
             return false;
         }
-        let low =
-            |x: &crate::ssd::Ssd| x.has_pending() && x.free_slots() < x.slots() / LOW_SLOTS_DIV;
+        // Worth a commit only when it frees a good number of slots (not at
+        // every tick while a full SSD unmaps a victim now and then).
+        let low = |x: &crate::ssd::Ssd| {
+            x.free_slots() < x.slots() / LOW_SLOTS_DIV
+                && x.pending_free_slots() >= (x.slots() / (4 * LOW_SLOTS_DIV)).max(1)
+        };
         self.wo.since_commit() > Duration::from_secs(1) || low(&self.wo) || low(&self.ro)
     }
 
