@@ -37,17 +37,15 @@ impl State {
         self.wo.since_commit() > Duration::from_secs(1) || low(&self.wo) || low(&self.ro)
     }
 
-    /// The devices a commit syncs: both SSDs, and the backing device when
-    /// it has unflushed writes.
-    fn sync_targets(&self) -> Vec<(Option<Role>, Arc<dyn BlockDev>)> {
-        let mut v = vec![
-            (Some(Role::RoSsd), Arc::clone(&self.ro.dev)),
-            (Some(Role::WoSsd), Arc::clone(&self.wo.dev)),
-        ];
-        if self.backing_unflushed {
-            v.push((None, Arc::clone(&self.backing)));
-        }
-        v
+    /// The devices synced ahead of a commit: both SSDs. Not the backing
+    /// device: its flush stays in the commit, under the lock, where a
+    /// failure stops the victims' unmaps (after a failed `fsync` a later one
+    /// may succeed although the data is gone).
+    fn sync_targets(&self) -> Vec<(Role, Arc<dyn BlockDev>)> {
+        vec![
+            (Role::RoSsd, Arc::clone(&self.ro.dev)),
+            (Role::WoSsd, Arc::clone(&self.wo.dev)),
+        ]
     }
 }
 
@@ -102,20 +100,18 @@ impl ThreeLevel {
     /// changes state). A failed sync fails its SSD (after an `fsync` error
     /// the kernel may have dropped the dirty pages, so a later sync proves
     /// nothing): the cache degrades, as if the commit had failed.
-    fn presync(&self, devs: &[(Option<Role>, Arc<dyn BlockDev>)]) -> Result<(), CacheError> {
+    fn presync(&self, devs: &[(Role, Arc<dyn BlockDev>)]) -> Result<(), CacheError> {
         for (role, dev) in devs {
             if let Err(e) = dev.flush() {
                 let mut s = self.lock();
-                let why = format!("{}: flush: {e}", dev.name());
-                match role {
-                    Some(role) if s.degraded.is_none() && !s.closed => s.degrade(*role, &why)?,
-                    Some(_) => {}
-                    None => return Err(CacheError(format!("backing device {why}"))),
+                if s.degraded.is_none() && !s.closed {
+                    s.degrade(*role, &format!("{}: flush: {e}", dev.name()))?;
                 }
             }
         }
         Ok(())
     }
+
     /// Start the background flusher thread: it passes the wall clock to the
     /// flush scheduler at each tick.
     pub fn start_background(self: &Arc<Self>) {
