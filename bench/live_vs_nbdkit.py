@@ -179,8 +179,8 @@ def interleaved(res, key, runs, repeat, label, unit="IOPS"):
             print(f"  {label:28} {who:9} run {i}: {iops:10.0f} {unit}", flush=True)
 
 
-def perf_record(a, design, srv, uri, size, path):
-    """One extra (uncounted) write run with `perf record` (call graphs) attached to the server."""
+def perf_record(a, design, srv, uri, size, path, rw="randwrite"):
+    """One extra (uncounted) `rw` run with `perf record` (call graphs) attached to the server."""
     if shutil.which("perf") is None:
         print("  perf is not installed: no profile", flush=True)
         return
@@ -188,9 +188,9 @@ def perf_record(a, design, srv, uri, size, path):
     p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p", str(srv.pid),
                           "-o", path, "--", "sleep", str(a.runtime + 2)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    fio(uri, f"perf-{design}", "randwrite", a.runtime, size)
+    fio(uri, f"perf-{design}", rw, a.runtime, size)
     p.wait()
-    print(f"  perf profile of {design}'s write path: {path}", flush=True)
+    print(f"  perf profile of {design}'s {rw} path: {path}", flush=True)
 
 
 def bench_hit(a, wl, dz, nk, sink, data, res):
@@ -229,7 +229,9 @@ def bench_hit(a, wl, dz, nk, sink, data, res):
                                 [(w, lambda u=u, dst=dst: (nbdcopy(u, dst), 0.0)) for w, u in uris],
                                 a.repeat, f"nbdcopy -> {label}", "MiB/s")
         if a.perf:
-            perf_record(a, dz.name, srv, srv.uri, size, os.path.join(a.perf, f"{dz.name}.perf.data"))
+            for rw in a.perf_rw.split(","):
+                name = f"{dz.name}.perf.data" if rw == "randwrite" else f"{dz.name}-{rw}.perf.data"
+                perf_record(a, dz.name, srv, srv.uri, size, os.path.join(a.perf, name), rw)
     finally:
         srv.stop()
 
@@ -337,6 +339,9 @@ def parse_args():
     ap.add_argument("--perf", metavar="DIR",
                     help="after each design's runs, one extra write run with `perf record` (DWARF call graphs) "
                     "on the server; DIR gets DESIGN.perf.data")
+    ap.add_argument("--perf-rw", default="randwrite",
+                    help="fio workloads profiled by --perf, comma-separated (randwrite, randread; "
+                    "default randwrite); randread goes to DESIGN-randread.perf.data")
     ap.add_argument("--dirty-target", help="format's --dirty-target for the SSD cache and the "
                     "log-structured layout (default: format's default)")
     ap.add_argument("--threads", help="serve --threads for tiercache (default: serve's default)")

@@ -1,15 +1,17 @@
 //! A [`Design`] for stores that do synchronous device I/O under a lock (the
 //! log-structured and three-level caches): each call runs on a small pool of
 //! dedicated request threads fed by a channel ([`SyncWorkers`]), unless the
-//! store serves it cheaply on the calling task ([`SyncStore::read_now`],
-//! [`SyncStore::write_now`]). One adapter for all such stores, instead of one
+//! store serves it cheaply on the calling task ([`SyncStore::read_inline`],
+//! [`SyncStore::write_inline`]). One adapter for all such stores, instead of one
 //! per design.
 //!
 //! Why not tokio's blocking pool: with 32 requests in flight per connection,
 //! `spawn_blocking` wakes up to 32 threads that then queue on the store's one
 //! lock; the hand-off and the convoy took 41-54 % of the CPU of all-hit
 //! requests (docs/benchmarks.md). A few threads draining one queue run queued
-//! requests back to back without sleeping in between.
+//! requests back to back without sleeping in between. A store may still serve
+//! a request on the calling task when it needs no slow I/O
+//! ([`SyncStore::read_inline`], [`SyncStore::write_inline`]): no hand-off at all.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,18 +107,17 @@ pub trait SyncStore: Send + Sync + 'static {
     }
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>>;
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()>;
-    /// Serve a read on the calling task when the store can do it cheaply and
-    /// without blocking (a lookup and a page-cache read): `true` when `buf`
-    /// holds the data, `false` to run [`Self::read`] on a request thread.
-    /// The default never does.
-    fn read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+    /// Serve a read on the calling task (the runtime's worker, no hand-off to
+    /// a request thread) when it needs no slow I/O; `None` (the default)
+    /// sends it to the request threads.
+    fn read_inline(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
         let _ = (offset, buf);
-        false
+        None
     }
-    /// Like [`Self::read_now`] for a write: `Some` with its result when it
-    /// ran on the calling task, `None` (nothing done) to run [`Self::write`]
-    /// on a request thread. The default never does.
-    fn write_now(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
+    /// Serve a write on the calling task when it needs no slow I/O (no sync,
+    /// no slow device); `None` (the default) only when nothing was done: the
+    /// write then goes to the request threads.
+    fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
         let _ = (offset, data, fua);
         None
     }
@@ -192,8 +193,8 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
         self.store.can_prefetch()
     }
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if self.store.read_now(offset, buf) {
-            return Ok(());
+        if let Some(r) = self.store.read_inline(offset, buf) {
+            return r;
         }
         let n = buf.len();
         let data = self.run(move |s| s.read(offset, n)).await?;
@@ -201,7 +202,7 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
         Ok(())
     }
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
-        if let Some(r) = self.store.write_now(offset, &data, fua) {
+        if let Some(r) = self.store.write_inline(offset, &data, fua) {
             return r;
         }
         self.run(move |s| s.write(offset, &data, fua)).await

@@ -41,10 +41,10 @@ impl SyncStore for LogCache {
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         LogCache::write(self, offset, data, fua).map_err(conv)
     }
-    fn read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
-        self.read_fast(offset, buf)
+    fn read_inline(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        self.read_fast(offset, buf).then_some(Ok(()))
     }
-    fn write_now(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
+    fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
         self.write_fast(offset, data, fua).map(|r| r.map_err(conv))
     }
     fn flush(&self) -> Result<()> {

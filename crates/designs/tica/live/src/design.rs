@@ -1,6 +1,7 @@
 //! The three-level (TICA) cache as a design of the live runtime: a
 //! [`SyncStore`] served on request threads (the cache does synchronous
-//! device I/O under its lock).
+//! device I/O under its lock), all-hit reads and cheap writes inline on the
+//! runtime's worker (`cache::inline`).
 
 use std::path::PathBuf;
 
@@ -37,6 +38,12 @@ impl SyncStore for ThreeLevel {
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         ThreeLevel::write(self, offset, data, fua).map_err(conv)
+    }
+    fn read_inline(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        ThreeLevel::read_inline(self, offset, buf).map(|r| r.map_err(conv))
+    }
+    fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
+        ThreeLevel::write_inline(self, offset, data, fua).map(|r| r.map_err(conv))
     }
     fn flush(&self) -> Result<()> {
         ThreeLevel::flush(self).map_err(conv)

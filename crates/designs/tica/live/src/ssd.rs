@@ -141,6 +141,18 @@ impl Ssd {
     pub fn entries(&self) -> impl Iterator<Item = (Page, SlotEntry)> + '_ {
         self.map.iter().map(|(p, e)| (*p, *e))
     }
+    /// Slots a write can take without a commit first.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+    /// Unmapped slots waiting for a commit to become free.
+    pub fn pending_free_slots(&self) -> usize {
+        self.pending_free.len()
+    }
+    /// Where slot `slot`'s bytes are on the device.
+    pub fn slot_offset(&self, slot: Slot) -> Option<u64> {
+        self.layout.slot_offset(slot)
+    }
     /// Whether a write can get a slot without a commit first.
     pub fn has_free_slot(&self) -> bool {
         !self.free.is_empty()
@@ -268,14 +280,17 @@ impl Ssd {
     /// Make every record durable (a checkpoint instead when the log is two
     /// thirds full); slots unmapped before become free.
     pub fn commit(&mut self) -> Result<(), SsdError> {
-        let table = self.table();
-        let store = self.store()?;
-        let r = if store.wants_checkpoint() {
-            store.checkpoint(table).map(|_| true)
+        // The table (every mapping) only when a checkpoint needs it.
+        let r = if self.store()?.wants_checkpoint() {
+            let table = self.table();
+            self.store()?.checkpoint(table).map(|_| true)
         } else {
-            match store.commit() {
+            match self.store()?.commit() {
                 Ok(_) => Ok(false),
-                Err(StoreError::LogFull { .. }) => store.checkpoint(table).map(|_| true),
+                Err(StoreError::LogFull { .. }) => {
+                    let table = self.table();
+                    self.store()?.checkpoint(table).map(|_| true)
+                }
                 Err(e) => Err(e),
             }
         };

@@ -2,13 +2,52 @@
 //! scheduler (idle flushing) and metadata commits; its start and stop.
 
 use super::CacheError;
-use super::ThreeLevel;
+use super::{State, ThreeLevel};
+use crate::pair::Role;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tiercache_io::BlockDev;
 
 /// Longest sleep between two looks at the stop flag.
 const TICK_SLEEP_MAX: Duration = Duration::from_millis(10);
+
+/// The background thread commits when an SSD has fewer free slots than
+/// this share (1/N) of its slots, and at least a quarter of that share
+/// waits (unmapped) for a commit to become free.
+const LOW_SLOTS_DIV: usize = 8;
+
+impl State {
+    /// Whether the background thread should commit now: healthy, records
+    /// waiting, and either a second since the last commit or an SSD short
+    /// of free slots while enough unmapped ones wait for the commit.
+    fn commit_due(&self) -> bool {
+        if self.degraded.is_some()
+            || self.closed
+            || !(self.wo.has_pending() || self.ro.has_pending())
+        {
+            return false;
+        }
+        // Worth a commit only when it frees a good number of slots (not at
+        // every tick while a full SSD unmaps a victim now and then).
+        let low = |x: &crate::ssd::Ssd| {
+            x.free_slots() < x.slots() / LOW_SLOTS_DIV
+                && x.pending_free_slots() >= (x.slots() / (4 * LOW_SLOTS_DIV)).max(1)
+        };
+        self.wo.since_commit() > Duration::from_secs(1) || low(&self.wo) || low(&self.ro)
+    }
+
+    /// The devices synced ahead of a commit: both SSDs. Not the backing
+    /// device: its flush stays in the commit, under the lock, where a
+    /// failure stops the victims' unmaps (after a failed `fsync` a later one
+    /// may succeed although the data is gone).
+    fn sync_targets(&self) -> Vec<(Role, Arc<dyn BlockDev>)> {
+        vec![
+            (Role::RoSsd, Arc::clone(&self.ro.dev)),
+            (Role::WoSsd, Arc::clone(&self.wo.dev)),
+        ]
+    }
+}
 
 impl ThreeLevel {
     /// Run the flusher once: up to `max` dirty DRAM pages to the RO-SSD, and
@@ -30,20 +69,47 @@ impl ThreeLevel {
 
     /// One tick of the flush scheduler at `now_ns` of the wall clock (idle
     /// flushing), and a metadata commit when records waited longer than a
-    /// second.
+    /// second or an SSD is short of free slots (so that requests seldom
+    /// commit themselves, [`super::State::ensure_slot`]). Before such a
+    /// commit the SSDs' data is synced *outside* the lock ([`Self::presync`]):
+    /// the `fdatasync` in the commit, under the lock, then has little left
+    /// to write.
     fn flusher_tick(&self, now_ns: u64) -> Result<usize, CacheError> {
+        let devs = {
+            let s = self.lock();
+            if s.closed {
+                return Ok(0);
+            }
+            s.commit_due().then(|| s.sync_targets())
+        };
+        if let Some(devs) = &devs {
+            self.presync(devs)?;
+        }
         let mut s = self.lock();
         if s.closed {
             return Ok(0);
         }
         let n = s.flush_tick(now_ns)?;
-        if s.degraded.is_none()
-            && (s.wo.has_pending() || s.ro.has_pending())
-            && s.wo.since_commit() > Duration::from_secs(1)
-        {
+        if s.commit_due() {
             s.sync()?;
         }
         Ok(n)
+    }
+
+    /// Sync the devices' data without the lock (a barrier only: nothing
+    /// changes state). A failed sync fails its SSD (after an `fsync` error
+    /// the kernel may have dropped the dirty pages, so a later sync proves
+    /// nothing): the cache degrades, as if the commit had failed.
+    fn presync(&self, devs: &[(Role, Arc<dyn BlockDev>)]) -> Result<(), CacheError> {
+        for (role, dev) in devs {
+            if let Err(e) = dev.flush() {
+                let mut s = self.lock();
+                if s.degraded.is_none() && !s.closed {
+                    s.degrade(*role, &format!("{}: flush: {e}", dev.name()))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Start the background flusher thread: it passes the wall clock to the

@@ -35,6 +35,7 @@ impl State {
     /// Handle the failure of SSD `failed`: degrade at once, then write back
     /// and mark the pair (resumed by later calls if a step fails).
     pub(super) fn degrade(&mut self, failed: Role, why: &str) -> Result<(), CacheError> {
+        let _slow = super::inline::SlowIo::enter(&self.slow);
         if self.degraded.is_none() {
             let dev_name = self.ssd(failed).name.clone();
             eprintln!(

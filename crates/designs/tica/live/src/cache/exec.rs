@@ -1,6 +1,7 @@
 //! Executing the policy's device ops: backing I/O, SSD slots and commits,
 //! and resynchronizing the policy after an op failed.
 
+use super::inline::SlowIo;
 use super::State;
 use super::{ssd_fault, CacheError, DramPage, Fault};
 use crate::pair::{Role, PAGE};
@@ -9,6 +10,7 @@ use tiercache_levels::{Dev, Op, OpKind, Page};
 
 impl State {
     pub(crate) fn backing_read(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
+        let _slow = SlowIo::enter(&self.slow);
         let mut buf = vec![0u8; PAGE as usize];
         self.backing.read_at(&mut buf, p * PAGE).map_err(|e| {
             CacheError(format!(
@@ -21,6 +23,7 @@ impl State {
     }
 
     pub(crate) fn backing_write(&mut self, p: Page, data: &[u8]) -> Result<(), CacheError> {
+        let _slow = SlowIo::enter(&self.slow);
         self.backing.write_at(data, p * PAGE).map_err(|e| {
             CacheError(format!(
                 "backing device {}: writing page {p}: {e}",
@@ -34,6 +37,7 @@ impl State {
 
     pub(crate) fn backing_flush(&mut self) -> Result<(), CacheError> {
         if self.backing_unflushed {
+            let _slow = SlowIo::enter(&self.slow);
             self.backing.flush().map_err(|e| {
                 CacheError(format!(
                     "backing device {}: flush: {e}",
@@ -48,6 +52,7 @@ impl State {
     /// Commit both SSDs' metadata, the backing device flushed first (a
     /// victim's unmap is durable only after its writeback is).
     pub(super) fn commit_all(&mut self) -> Result<(), Fault> {
+        let _slow = SlowIo::enter(&self.slow);
         self.backing_flush()?;
         if self.ro.has_pending() {
             self.ro.commit().map_err(|e| ssd_fault(e, Role::RoSsd))?;
@@ -72,14 +77,21 @@ impl State {
     ) -> Result<FxHashMap<Page, Vec<u8>>, Fault> {
         let mut bufs: FxHashMap<Page, Vec<u8>> = FxHashMap::default();
         let req_page = req.map(|(p, _)| p);
-        if let Some((p, d)) = req {
-            bufs.insert(p, d.to_vec());
+        // A page's bytes for a write op: read by an earlier op, else the
+        // client's (borrowed: no copy until a device or DRAM takes them).
+        fn data_of<'a>(
+            bufs: &'a FxHashMap<Page, Vec<u8>>,
+            req: Option<(Page, &'a [u8])>,
+            p: Page,
+        ) -> Result<&'a [u8], Fault> {
+            match (bufs.get(&p), req) {
+                (Some(d), _) => Ok(d),
+                (None, Some((q, d))) if q == p => Ok(d),
+                _ => Err(Fault::Other(format!(
+                    "internal: no data for page {p} in an op sequence"
+                ))),
+            }
         }
-        let data_of = |bufs: &FxHashMap<Page, Vec<u8>>, p: Page| -> Result<Vec<u8>, Fault> {
-            bufs.get(&p).cloned().ok_or_else(|| {
-                Fault::Other(format!("internal: no data for page {p} in an op sequence"))
-            })
-        };
         let mut deferred_ro_unmap = false;
         for op in ops {
             let p = op.page;
@@ -92,9 +104,20 @@ impl State {
                     bufs.insert(p, d);
                 }
                 (Dev::Dram, OpKind::Write) => {
-                    let data = data_of(&bufs, p)?;
+                    let data = data_of(&bufs, req, p)?;
                     let dirty = req_page == Some(p);
-                    self.dram.insert(p, DramPage { data, dirty });
+                    match self.dram.get_mut(&p) {
+                        // Reuse the old copy's buffer (gc_dram drops stale ones lazily).
+                        Some(d) => {
+                            d.data.clear();
+                            d.data.extend_from_slice(data);
+                            d.dirty = dirty;
+                        }
+                        None => {
+                            let data = data.to_vec();
+                            self.dram.insert(p, DramPage { data, dirty });
+                        }
+                    }
                 }
                 (Dev::RoSsd | Dev::WoSsd, kind) => {
                     let role = if op.dev == Dev::RoSsd {
@@ -108,14 +131,14 @@ impl State {
                             bufs.insert(p, d);
                         }
                         OpKind::Write => {
-                            let data = data_of(&bufs, p)?;
+                            let data = data_of(&bufs, req, p)?;
                             // The RO-SSD only receives flushes of dirty pages;
                             // the WO-SSD the client's writes (dirty) and WED
                             // copies of DRAM read pages (clean).
                             let dirty = role == Role::RoSsd || req_page == Some(p);
                             self.ensure_slot(role)?;
                             self.ssd(role)
-                                .write(p, &data, dirty)
+                                .write(p, data, dirty)
                                 .map_err(|e| ssd_fault(e, role))?;
                         }
                         // A client write's TRIMs of its page's older copies
@@ -140,8 +163,8 @@ impl State {
                     bufs.insert(p, d);
                 }
                 (Dev::Hdd, OpKind::Write) => {
-                    let data = data_of(&bufs, p)?;
-                    self.backing_write(p, &data)?;
+                    let data = data_of(&bufs, req, p)?;
+                    self.backing_write(p, data)?;
                     if let Some(d) = self.dram.get_mut(&p) {
                         d.dirty = false;
                     }

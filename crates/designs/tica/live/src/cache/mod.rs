@@ -43,12 +43,13 @@ mod background;
 mod degrade;
 mod exec;
 mod flushing;
+mod inline;
 mod lifecycle;
 mod pages;
 mod report;
 mod requests;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustc_hash::FxHashMap;
@@ -126,6 +127,9 @@ struct Counters {
     degraded_backing_reads: u64,
     degraded_writes: u64,
     errors: u64,
+    /// Requests served on the runtime's worker (`inline`).
+    inline_reads: u64,
+    inline_writes: u64,
 }
 
 /// A dirty page held by fewer than two devices ([`ThreeLevel::single_copy_dirty_pages`]).
@@ -152,6 +156,8 @@ pub(crate) struct State {
     counters: Counters,
     /// When and what to flush (DRAM to RO-SSD).
     flusher: FlushScheduler,
+    /// Non-zero while the lock's holder does slow I/O (`inline::SlowIo`).
+    slow: Arc<AtomicUsize>,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -163,6 +169,10 @@ pub struct ThreeLevel {
     recovery: RecoveryInfo,
     stop: AtomicBool,
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The state's slow-I/O mark, read without the lock (`inline`).
+    slow: Arc<AtomicUsize>,
+    /// Requests may run on the caller's thread (`inline`).
+    inline: AtomicBool,
 }
 
 fn ssd_fault(e: SsdError, role: Role) -> Fault {
@@ -183,6 +193,7 @@ impl State {
             closed: false,
             counters: Counters::default(),
             flusher: FlushScheduler::new(Default::default()),
+            slow: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -202,6 +213,7 @@ impl ThreeLevel {
         backing_path: std::path::PathBuf,
         recovery: RecoveryInfo,
     ) -> ThreeLevel {
+        let slow = Arc::clone(&state.slow);
         ThreeLevel {
             state: Mutex::new(State {
                 flusher: FlushScheduler::new(info.flush_config()),
@@ -213,6 +225,8 @@ impl ThreeLevel {
             recovery,
             stop: AtomicBool::new(false),
             flusher: Mutex::new(None),
+            slow,
+            inline: AtomicBool::new(inline::enabled_by_env()),
         }
     }
 

@@ -4,7 +4,7 @@ use super::State;
 use super::{CacheError, Fault};
 use crate::pair::Role;
 use tiercache_levels::Architecture;
-use tiercache_levels::Page;
+use tiercache_levels::{Op, Page};
 
 impl State {
     /// Read one page (healthy or degraded).
@@ -15,26 +15,37 @@ impl State {
             }
             let mut ops = Vec::new();
             self.tica.access(p, false, &mut ops);
-            match self.exec(&ops, None) {
-                Ok(mut bufs) => {
-                    self.gc_dram();
-                    return bufs
-                        .remove(&p)
-                        .ok_or_else(|| CacheError(format!("internal: no op read page {p}")));
+            if let Some(d) = self.read_ops(p, &ops)? {
+                return Ok(d);
+            }
+        }
+    }
+
+    /// Run the ops of the policy's read of page `p`: its bytes, or `None`
+    /// when an SSD failed and the cache degraded (read it again).
+    pub(super) fn read_ops(&mut self, p: Page, ops: &[Op]) -> Result<Option<Vec<u8>>, CacheError> {
+        match self.exec(ops, None) {
+            Ok(mut bufs) => {
+                self.gc_dram();
+                bufs.remove(&p)
+                    .map(Some)
+                    .ok_or_else(|| CacheError(format!("internal: no op read page {p}")))
+            }
+            Err(Fault::Ssd(role, why)) => {
+                self.degrade(role, &why)?;
+                Ok(None)
+            }
+            Err(Fault::Other(e)) => {
+                self.counters.errors += 1;
+                if !self.tica.on_wo(p) {
+                    // A failed miss: the policy placed the page in DRAM
+                    // without data; forget it there.
+                    let mut trims = Vec::new();
+                    self.tica.trim(p, &mut trims);
+                    self.dram.remove(&p);
                 }
-                Err(Fault::Ssd(role, why)) => self.degrade(role, &why)?,
-                Err(Fault::Other(e)) => {
-                    self.counters.errors += 1;
-                    if !self.tica.on_wo(p) {
-                        // A failed miss: the policy placed the page in DRAM
-                        // without data; forget it there.
-                        let mut trims = Vec::new();
-                        self.tica.trim(p, &mut trims);
-                        self.dram.remove(&p);
-                    }
-                    self.resync_policy();
-                    return Err(CacheError(e));
-                }
+                self.resync_policy();
+                Err(CacheError(e))
             }
         }
     }

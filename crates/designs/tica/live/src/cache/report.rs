@@ -89,6 +89,7 @@ impl ThreeLevel {
             "backing_writes": c.backing_writes,
             "flushes": c.flushes,
             "errors": c.errors,
+            "inline_requests": {"reads": c.inline_reads, "writes": c.inline_writes},
             "degraded_io": {"dram_reads": c.degraded_dram_reads, "backing_reads": c.degraded_backing_reads, "writes": c.degraded_writes},
             "dram": {"pages": s.dram.len(), "read_pages": dram.read_len(), "write_pages": dram.write_len(), "write_cap": dram.write_cap()},
             "ro_ssd": level(&s.ro),

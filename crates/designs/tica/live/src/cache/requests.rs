@@ -1,9 +1,33 @@
 //! Client requests: read, write, flush and trim, page by page under the lock.
 
-use super::ThreeLevel;
 use super::{CacheError, Fault};
+use super::{State, ThreeLevel};
 use crate::pair::PAGE;
 use tiercache_levels::Architecture;
+
+impl State {
+    /// A write's pages, then the flushes it allows (the lock held).
+    pub(super) fn write_range(&mut self, offset: u64, data: &[u8]) -> Result<(), CacheError> {
+        let end = offset + data.len() as u64;
+        let mut pos = offset;
+        while pos < end {
+            let p = pos / PAGE;
+            let in_page = (pos % PAGE) as usize;
+            let n = ((PAGE as usize) - in_page).min((end - pos) as usize);
+            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
+            if n == PAGE as usize {
+                self.write_page(p, src)?;
+            } else {
+                let mut page = self.peek_page(p)?;
+                page[in_page..in_page + n].copy_from_slice(src);
+                self.write_page(p, &page)?;
+            }
+            pos += n as u64;
+        }
+        self.flush_after_request()?;
+        Ok(())
+    }
+}
 
 impl ThreeLevel {
     /// Read `len` bytes at `offset`.
@@ -31,23 +55,7 @@ impl ThreeLevel {
         self.check_range(offset, data.len() as u64)?;
         let mut s = self.lock();
         Self::check_open(&s)?;
-        let end = offset + data.len() as u64;
-        let mut pos = offset;
-        while pos < end {
-            let p = pos / PAGE;
-            let in_page = (pos % PAGE) as usize;
-            let n = ((PAGE as usize) - in_page).min((end - pos) as usize);
-            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-            if n == PAGE as usize {
-                s.write_page(p, src)?;
-            } else {
-                let mut page = s.peek_page(p)?;
-                page[in_page..in_page + n].copy_from_slice(src);
-                s.write_page(p, &page)?;
-            }
-            pos += n as u64;
-        }
-        s.flush_after_request()?;
+        s.write_range(offset, data)?;
         if fua {
             s.flush()?;
         }
