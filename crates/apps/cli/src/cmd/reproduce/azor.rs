@@ -39,6 +39,10 @@ pub struct Args {
     /// the live part.
     #[arg(long)]
     pub no_apps: bool,
+    /// Which application workloads to run (comma-separated: postmark,
+    /// pgbench) [default: postmark with --quick, else both].
+    #[arg(long, value_delimiter = ',', value_parser = ["postmark", "pgbench"], conflicts_with = "no_apps")]
+    pub apps: Option<Vec<String>>,
     /// PostMark's initial files [default: 40 with --quick, else 100].
     #[arg(long)]
     pub postmark_files: Option<u32>,
