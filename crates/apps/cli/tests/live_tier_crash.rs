@@ -28,6 +28,12 @@ use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 use common::*;
 
 fn tier_rounds(label: &str, policy: &str, capacity: &str, rounds: u64, seed: u64) {
+    // Each migration copy waits 5 ms after its `Begin` is durable, so that
+    // kills land between a `Begin` and its `Switch` often enough for the
+    // rolled-back path to occur (CI runs twice saw none in 8 and 14 rounds:
+    // the copy and flush take well under a millisecond). The servers the
+    // harness starts inherit it.
+    std::env::set_var("TIERCACHE_TIER_COPY_PAUSE_MS", "5");
     let sum = capacity == "sum";
     let design = CrashDesign {
         backing: "slow.img",

@@ -153,6 +153,10 @@ pub struct TieredVolume {
     /// Run fast-tier-only requests inline whatever the device (tests: the
     /// crash wrappers have no raw descriptor); see [`TieredVolume::force_inline_fast`].
     inline_forced: AtomicBool,
+    /// A pause before each migration copy, after its `Begin` is durable
+    /// (`TIERCACHE_TIER_COPY_PAUSE_MS`, a test knob: it widens the window in
+    /// which a kill -9 leaves a migration to roll back; 0 by default).
+    copy_pause: std::time::Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -160,6 +160,12 @@ impl TieredVolume {
             shut_down: AtomicBool::new(false),
             inline_fast,
             inline_forced: AtomicBool::new(false),
+            copy_pause: Duration::from_millis(
+                std::env::var("TIERCACHE_TIER_COPY_PAUSE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            ),
             io: tiercache_runtime::SyncWorkers::new(
                 "tier-io",
                 tiercache_runtime::SyncWorkers::default_threads(),

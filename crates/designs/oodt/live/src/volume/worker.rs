@@ -294,6 +294,9 @@ impl TieredVolume {
             let r = match a {
                 Action::Log(rec) => journal.append(&rec),
                 Action::Copy { from, to } => {
+                    if !self.copy_pause.is_zero() {
+                        std::thread::sleep(self.copy_pause);
+                    }
                     let (src, so) = self.locate(from);
                     let (dst, d_off) = self.locate(to);
                     src.read_at(&mut buf, so)
