@@ -145,11 +145,7 @@ impl Translation for PageFtl {
     }
 
     fn read(&mut self, lpn: u64) -> bool {
-        let hit = self.map.contains_key(&lpn);
-        if hit {
-            self.flash.stats.host_page_reads += 1;
-        }
-        hit
+        page_read(&self.map, &mut self.flash, lpn)
     }
 
     fn contains(&self, lpn: u64) -> bool {
@@ -161,23 +157,11 @@ impl Translation for PageFtl {
     }
 
     fn remove(&mut self, lpn: u64) -> bool {
-        match self.map.remove(&lpn) {
-            Some(p) => {
-                self.flash.invalidate(p);
-                true
-            }
-            None => false,
-        }
+        page_remove(&mut self.map, &mut self.flash, lpn)
     }
 
     fn set_clean(&mut self, lpn: u64) -> bool {
-        match self.map.get(&lpn) {
-            Some(&p) => {
-                self.flash.set_dirty(p, false);
-                true
-            }
-            None => false,
-        }
+        page_set_clean(&self.map, &mut self.flash, lpn)
     }
 
     fn flash(&self) -> &Flash {
@@ -243,6 +227,38 @@ pub fn lambert_w0(x: f64) -> f64 {
         }
     }
     w
+}
+
+/// A read of `lpn` through a page-level map: a hit counts a host page read.
+/// Shared by the page-mapped layers (`page`, `page_log`).
+pub(super) fn page_read(map: &FxHashMap<u64, u32>, flash: &mut Flash, lpn: u64) -> bool {
+    let hit = map.contains_key(&lpn);
+    if hit {
+        flash.stats.host_page_reads += 1;
+    }
+    hit
+}
+
+/// Drop `lpn` from a page-level map, invalidating its page.
+pub(super) fn page_remove(map: &mut FxHashMap<u64, u32>, flash: &mut Flash, lpn: u64) -> bool {
+    match map.remove(&lpn) {
+        Some(p) => {
+            flash.invalidate(p);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Mark `lpn`'s page clean in a page-level map.
+pub(super) fn page_set_clean(map: &FxHashMap<u64, u32>, flash: &mut Flash, lpn: u64) -> bool {
+    match map.get(&lpn) {
+        Some(&p) => {
+            flash.set_dirty(p, false);
+            true
+        }
+        None => false,
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@
 //! data blocks are not tied to disk extents (docs/reproduction.md, "Scattered
 //! writes").
 
+use super::page::{page_read, page_remove, page_set_clean};
 use super::{MapMemory, Translation};
 use crate::flash::{Cause, Flash};
 use crate::gc;
@@ -312,11 +313,7 @@ impl Translation for PageLogFtl {
     }
 
     fn read(&mut self, lpn: u64) -> bool {
-        let hit = self.map.contains_key(&lpn);
-        if hit {
-            self.flash.stats.host_page_reads += 1;
-        }
-        hit
+        page_read(&self.map, &mut self.flash, lpn)
     }
 
     fn contains(&self, lpn: u64) -> bool {
@@ -328,23 +325,11 @@ impl Translation for PageLogFtl {
     }
 
     fn remove(&mut self, lpn: u64) -> bool {
-        match self.map.remove(&lpn) {
-            Some(p) => {
-                self.flash.invalidate(p);
-                true
-            }
-            None => false,
-        }
+        page_remove(&mut self.map, &mut self.flash, lpn)
     }
 
     fn set_clean(&mut self, lpn: u64) -> bool {
-        match self.map.get(&lpn) {
-            Some(&p) => {
-                self.flash.set_dirty(p, false);
-                true
-            }
-            None => false,
-        }
+        page_set_clean(&self.map, &mut self.flash, lpn)
     }
 
     fn flash(&self) -> &Flash {
