@@ -359,17 +359,33 @@ fn dst_ssd_cache_read_behind_a_fill_of_another_sub_block_of_a_dropped_fill() {
     }
 }
 
-/// A cache device whose next `fail` reads fail with EIO (a scripted fault
-/// at an exact op: the test arms it right before the one request whose
-/// only cache read is the op to fail).
-struct ScriptedReads {
+/// A device scripted at an exact op: its next `fail` reads fail with EIO
+/// (the test arms it right before the one request whose only cache read is
+/// the op to fail), and its writes block while `closed` (a slow HDD or a
+/// stalled remote, held at an exact point).
+struct Scripted {
     inner: Arc<dyn tiercache_io::BlockDev>,
     fail: std::sync::atomic::AtomicU64,
     /// Reads failed so far.
     failed: std::sync::atomic::AtomicU64,
+    closed: std::sync::atomic::AtomicBool,
+    /// Writes that arrived while `closed`.
+    held: std::sync::atomic::AtomicU64,
 }
 
-impl tiercache_io::BlockDev for ScriptedReads {
+impl Scripted {
+    fn new(inner: Arc<dyn tiercache_io::BlockDev>) -> Arc<Self> {
+        Arc::new(Scripted {
+            inner,
+            fail: Default::default(),
+            failed: Default::default(),
+            closed: Default::default(),
+            held: Default::default(),
+        })
+    }
+}
+
+impl tiercache_io::BlockDev for Scripted {
     fn len(&self) -> u64 {
         self.inner.len()
     }
@@ -386,6 +402,13 @@ impl tiercache_io::BlockDev for ScriptedReads {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.closed.load(SeqCst) {
+            self.held.fetch_add(1, SeqCst);
+            while self.closed.load(SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         self.inner.write_at(buf, offset)
     }
     fn flush(&self) -> std::io::Result<()> {
@@ -395,7 +418,7 @@ impl tiercache_io::BlockDev for ScriptedReads {
         self.inner.trim(offset, len)
     }
     fn name(&self) -> &str {
-        "scripted-reads"
+        "scripted"
     }
 }
 
@@ -408,18 +431,14 @@ impl tiercache_io::BlockDev for ScriptedReads {
 /// cache on the scripted device), the slot count and the scripted device.
 fn evict_dirty_line_with_failing_reads(
     fails: u64,
-) -> (CacheSys, u64, Arc<ScriptedReads>, tempfile::TempDir) {
+) -> (CacheSys, u64, Arc<Scripted>, tempfile::TempDir) {
     let mut cfg = config(WritePolicy::WriteBack, Assoc::Full, 4096);
     cfg.cleaning.timed = false;
     let (imgs, dir) = images(&cfg);
     let devs: [SimDev; 2] =
         std::array::from_fn(|i| SimDev::from_vec("dev", imgs[i].clone(), 0x485 ^ i as u64));
     let backing_path = dir.path().join("backing");
-    let scripted = Arc::new(ScriptedReads {
-        inner: devs[0].faulty.clone(),
-        fail: std::sync::atomic::AtomicU64::new(0),
-        failed: std::sync::atomic::AtomicU64::new(0),
-    });
+    let scripted = Scripted::new(devs[0].faulty.clone());
     let rt = runtime();
     let cache = {
         let _rt = rt.enter();
@@ -561,43 +580,6 @@ fn dst_ssd_cache_writeback_behind_a_failed_cache_write_of_a_reused_slot() {
     }
 }
 
-/// A backing device whose writes block while `closed` (a slow HDD or a
-/// stalled remote, held at an exact point by the test).
-struct GatedWrites {
-    inner: Arc<dyn tiercache_io::BlockDev>,
-    closed: std::sync::atomic::AtomicBool,
-    /// Writes that arrived while the gate was closed.
-    held: std::sync::atomic::AtomicU64,
-}
-
-impl tiercache_io::BlockDev for GatedWrites {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        use std::sync::atomic::Ordering::SeqCst;
-        if self.closed.load(SeqCst) {
-            self.held.fetch_add(1, SeqCst);
-            while self.closed.load(SeqCst) {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.trim(offset, len)
-    }
-    fn name(&self) -> &str {
-        "gated-writes"
-    }
-}
-
 /// Rule 10 of the metadata store ("a line in one slot only", issue 17's
 /// open question of 2026-11-26): a dirty line evicted by a read miss keeps
 /// its old slot mapped in the log until its writeback lands on the backing
@@ -617,11 +599,7 @@ fn rewrite_during_eviction_writeback(release: bool) {
     let devs: [SimDev; 2] =
         std::array::from_fn(|i| SimDev::from_vec("dev", imgs[i].clone(), 0x10 ^ i as u64));
     let backing_path = dir.path().join("backing");
-    let gate = Arc::new(GatedWrites {
-        inner: devs[1].faulty.clone(),
-        closed: std::sync::atomic::AtomicBool::new(false),
-        held: std::sync::atomic::AtomicU64::new(0),
-    });
+    let gate = Scripted::new(devs[1].faulty.clone());
     let rt = runtime();
     let cache = {
         let _rt = rt.enter();
@@ -645,7 +623,7 @@ fn rewrite_during_eviction_writeback(release: bool) {
     };
     // A failed assertion must not leave a writer blocked forever (the
     // runtime's drop waits for it): dropped before `sys`, declared after it.
-    struct OpenOnDrop(Arc<GatedWrites>);
+    struct OpenOnDrop(Arc<Scripted>);
     impl Drop for OpenOnDrop {
         fn drop(&mut self) {
             self.0
