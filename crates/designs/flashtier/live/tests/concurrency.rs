@@ -372,3 +372,73 @@ fn fast_path_reads_racing_with_cleaning_and_reuse_see_only_their_blocks() {
     }
     c.shutdown(false).unwrap();
 }
+
+/// The background cleaner's write-back is paced (issue 16), as the SSD
+/// cache's: a write burst between the dirty target and the hard limit is
+/// absorbed dirty (no request writes back), the requests never let the
+/// dirty count past the hard limit, and once the requests stop the cleaner
+/// writes back down to the target. Every block then reads its last version.
+#[test]
+fn the_paced_cleaner_absorbs_a_burst_and_cleans_to_the_target_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cdev, bdev, backing) = setup(dir.path());
+    let c = open_with_devices(cdev, bdev, &backing).unwrap();
+    c.start_cleaner().unwrap();
+    let st = c.stats_json();
+    let target = st["background"]["dirty_limit"].as_u64().unwrap();
+    let hard = st["background"]["foreground_dirty_limit"].as_u64().unwrap();
+    let slots = st["slots"].as_u64().unwrap();
+    assert!(
+        target < hard && hard < slots,
+        "target {target}, hard limit {hard}, slots {slots}"
+    );
+    let request_write_backs = |s: &serde_json::Value| {
+        // Written back to the dirty target, by requests: not by segment
+        // cleaning (a dirty block that could not be moved), not by the cleaner.
+        s["cleaning"]["written_back"].as_u64().unwrap()
+            - s["cleaning"]["cleaning_written_back"].as_u64().unwrap()
+            - s["background"]["cleaner_written_back"].as_u64().unwrap()
+    };
+    // A burst to just under the hard limit: absorbed.
+    let burst = (hard - 8).min(BLOCKS);
+    let mut version = vec![0u64; BLOCKS as usize];
+    for b in 0..burst {
+        c.note_request();
+        version[b as usize] = 1;
+        c.write(b * BLOCK, &block(b, 1), false).unwrap();
+    }
+    let s = c.stats_json();
+    assert_eq!(request_write_backs(&s), 0, "a request wrote back: {s}");
+    // Past the hard limit the requests write back themselves.
+    for round in 2..6u64 {
+        for b in 0..BLOCKS {
+            c.note_request();
+            version[b as usize] = round;
+            c.write(b * BLOCK, &block(b, round), false).unwrap();
+            let d = c.stats_json()["dirty_blocks"].as_u64().unwrap();
+            assert!(d <= hard, "{d} dirty blocks, hard limit {hard}");
+        }
+    }
+    // Idle: the cleaner writes back to the target (full speed).
+    let t0 = std::time::Instant::now();
+    loop {
+        let d = c.stats_json()["dirty_blocks"].as_u64().unwrap();
+        if d <= target {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the idle cleaner left {d} dirty blocks, target {target}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for b in 0..BLOCKS {
+        let d = c.read(b * BLOCK, BLOCK as usize).unwrap();
+        assert_eq!(
+            sectors(b, &d).unwrap(),
+            vec![version[b as usize]; 8],
+            "block {b}"
+        );
+    }
+    c.shutdown(false).unwrap();
+}

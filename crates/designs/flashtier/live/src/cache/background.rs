@@ -12,12 +12,18 @@
 //! every caller runs its own commit, as before.
 //!
 //! **Background cleaner** ([`LogCache::start_cleaner`]). A thread keeps
-//! [`RESERVE`] plus a margin of segments free and the dirty blocks at the
-//! dirty target, one victim segment or one write-back batch per hold of the
-//! lock (requests take the lock in between). It wakes when a request finds
-//! work for it, and every [`TICK`]. While it runs, requests clean segments
-//! only when fewer than [`RESERVE`] are free (the policy's last resort) and
-//! write back only past the dirty target plus a slack. Its steps are the
+//! [`RESERVE`] plus a margin of segments free, one victim segment per hold
+//! of the lock (requests take the lock in between), and writes dirty blocks
+//! back above the dirty target at the pace of the SSD cache's cleaner: the
+//! shared `CleaningScheduler` (a PI rate controller on the dirty count,
+//! after bcache's writeback rate; full speed during a tick with no request),
+//! ticked every [`PACE_TICK`] with the wall clock. So a write burst is
+//! absorbed dirty and cleaned towards the target afterwards, rather than
+//! written back block for block as it arrives. It wakes when a request
+//! finds segments to clean, and every tick. While it runs, requests clean
+//! segments only when fewer than [`RESERVE`] are free (the policy's last
+//! resort) and write back only past a hard limit halfway between the dirty
+//! target and the whole cache (`foreground_dirty_limit`). Its steps are the
 //! request path's own (`Log::clean_segment`, `Log::write_back_some`), so a
 //! crash in the middle of one is a crash in the middle of a request's
 //! cleaning. Cleaning then depends on timing: the conformance test against
@@ -27,12 +33,15 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tiercache_core::cleaning::{CleaningConfig, CleaningScheduler};
 
 use super::{err, LogCache, Res, State, RESERVE};
 
-/// The cleaner's pace when nothing wakes it.
-pub const TICK: Duration = Duration::from_millis(50);
+/// The cleaner's tick: the write-back pace is decided once per tick (the
+/// shared scheduler's interval).
+pub const PACE_TICK: Duration = Duration::from_nanos(tiercache_core::cleaning::TICK_NS);
 
 /// Blocks written back per lock hold by the cleaner.
 const WRITE_BACK_BATCH: usize = 256;
@@ -73,6 +82,10 @@ pub(super) struct Cleaner {
     handle: Mutex<Option<JoinHandle<()>>>,
     segments: AtomicU64,
     written_back: AtomicU64,
+    /// Requests served (the scheduler's idle test: none during a tick).
+    pub(super) requests: AtomicU64,
+    /// The write-back rate the scheduler asked for last, lines/s (f64 bits).
+    rate: AtomicU64,
 }
 
 /// Clears `running` and wakes the waiters even if the commit panicked.
@@ -181,6 +194,12 @@ impl LogCache {
         }
     }
 
+    /// A request arrived (the paced cleaner runs at full speed only during
+    /// a tick without one).
+    pub fn note_request(&self) {
+        self.cleaner.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The background cleaner is running.
     pub(super) fn cleaner_on(&self) -> bool {
         self.cleaner.on.load(Ordering::Relaxed)
@@ -193,19 +212,23 @@ impl LogCache {
         RESERVE + std::cmp::min((n / 16).max(2), n / 4)
     }
 
-    /// Dirty blocks the requests allow while the cleaner runs: the target
-    /// plus an eighth of it (at least 64 blocks).
+    /// Dirty blocks the requests allow while the cleaner runs (the hard
+    /// limit): halfway between the dirty target and every slot, at least
+    /// the target plus 64 blocks. Between the target and this limit the
+    /// cleaner's paced write-back works the count down.
     pub(super) fn foreground_dirty_limit(&self, st: &State) -> usize {
         let l = self.dirty_limit(st);
-        l + (l / 8).max(64)
+        let slots = (st.sb.slots() / self.geo.ratio as u64) as usize;
+        (l + slots.saturating_sub(l) / 2).max(l + 64)
     }
 
-    /// After a request: wake the cleaner if it has work.
+    /// After a request: wake the cleaner if segments need cleaning (the
+    /// write-back is paced by its ticks).
     pub(super) fn nudge_cleaner(&self, st: &State) {
         if !self.cleaner_on() || self.cleaner.wanted.load(Ordering::Relaxed) {
             return;
         }
-        if st.free.len() < self.background_free(st) || st.map.dirty() > self.dirty_limit(st) {
+        if st.free.len() < self.background_free(st) {
             self.cleaner.wanted.store(true, Ordering::Relaxed);
             let _g = relock(&self.cleaner.wake);
             self.cleaner.cv.notify_one();
@@ -216,26 +239,73 @@ impl LogCache {
     /// fewer than [`Self::background_free`] are free, else write back one
     /// batch if past the dirty target. `Ok(true)`: there may be more work.
     pub fn background_step(&self) -> Res<bool> {
+        if self.segment_step()? {
+            return Ok(true);
+        }
+        Ok(self.write_back_step(WRITE_BACK_BATCH)? > 0)
+    }
+
+    /// Clean one victim segment if fewer than [`Self::background_free`]
+    /// are free. `Ok(true)`: one was cleaned.
+    fn segment_step(&self) -> Res<bool> {
         let mut st = self.lock()?;
-        if st.degraded.is_some() {
+        if st.degraded.is_some() || st.free.len() >= self.background_free(&st) {
             // Degraded: requests write everything back themselves.
             return Ok(false);
         }
-        if st.free.len() < self.background_free(&st) {
-            if let Some(v) = st.victim_segment() {
-                st.clean_segment(self, v)?;
-                self.cleaner.segments.fetch_add(1, Ordering::Relaxed);
-                return Ok(true);
+        let Some(v) = st.victim_segment() else {
+            return Ok(false);
+        };
+        st.clean_segment(self, v)?;
+        self.cleaner.segments.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Write back up to `max` dirty blocks (one batch, one hold of the
+    /// lock) if past the dirty target; how many.
+    fn write_back_step(&self, max: usize) -> Res<usize> {
+        let mut st = self.lock()?;
+        if st.degraded.is_some() || st.map.dirty() <= self.dirty_limit(&st) {
+            return Ok(0);
+        }
+        let n = st.write_back_some(self, max.min(WRITE_BACK_BATCH))?;
+        self.cleaner
+            .written_back
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// One tick of the paced write-back: ask the scheduler how many blocks
+    /// to write back now (`requests` and `sched` belong to the caller's
+    /// loop) and write them back, one batch per hold of the lock.
+    fn pace_tick(&self, sched: &mut CleaningScheduler, seen: &mut u64, origin: Instant) -> Res<()> {
+        let reqs = self.cleaner.requests.load(Ordering::Relaxed);
+        if reqs != *seen {
+            // Not idle: the scheduler counts requests, not how many.
+            *seen = reqs;
+            sched.after_request(0);
+        }
+        let (dirty, target) = {
+            let st = self.lock()?;
+            if st.degraded.is_some() {
+                return Ok(());
             }
+            (st.map.dirty() as u64, self.dirty_limit(&st) as u64)
+        };
+        let plan = sched.tick(origin.elapsed().as_nanos() as u64, dirty, target);
+        self.cleaner
+            .rate
+            .store(sched.rate().to_bits(), Ordering::Relaxed);
+        let mut left = plan.lines;
+        while left > 0 && !self.cleaner.stop.load(Ordering::SeqCst) {
+            let n = self.write_back_step(left)?;
+            if n == 0 {
+                break;
+            }
+            left -= n.min(left);
+            std::thread::yield_now();
         }
-        if st.map.dirty() > self.dirty_limit(&st) {
-            let n = st.write_back_some(self, WRITE_BACK_BATCH)?;
-            self.cleaner
-                .written_back
-                .fetch_add(n as u64, Ordering::Relaxed);
-            return Ok(n > 0);
-        }
-        Ok(false)
+        Ok(())
     }
 
     /// The `background` part of `stats --json`.
@@ -247,15 +317,35 @@ impl LogCache {
             "dirty_limit": self.dirty_limit(st),
             "cleaner_segments_cleaned": self.cleaner.segments.load(Ordering::Relaxed),
             "cleaner_written_back": self.cleaner.written_back.load(Ordering::Relaxed),
+            "foreground_dirty_limit": self.foreground_dirty_limit(st),
+            "write_back_rate_blocks_per_s": f64::from_bits(self.cleaner.rate.load(Ordering::Relaxed)),
             "commit_requests": c.requests,
             "commits": c.done,
         })
     }
 }
 
-/// The cleaner thread: wait for a wake-up or a tick, then run steps back
-/// to back (releasing the lock between them) while there is work.
+/// The cleaner thread: wait for a wake-up or a tick; clean segments back to
+/// back (releasing the lock between them) while they are short; once per
+/// tick, the paced write-back.
 fn cleaner_loop(weak: Weak<LogCache>) {
+    let origin = Instant::now();
+    let (mut sched, mut seen) = {
+        let Some(me) = weak.upgrade() else { return };
+        let Ok(st) = me.lock() else { return };
+        let slots = st.sb.slots() / me.geo.ratio as u64;
+        let target = me.dirty_limit(&st) as u64;
+        let cfg = CleaningConfig {
+            // Segment cleaning, not a dirty eviction, relieves pressure here.
+            pressure_lines: 0,
+            timed: true,
+        };
+        (
+            CleaningScheduler::new(cfg, slots, target),
+            me.cleaner.requests.load(Ordering::Relaxed),
+        )
+    };
+    let mut next_tick = Instant::now() + PACE_TICK;
     loop {
         {
             let Some(me) = weak.upgrade() else { return };
@@ -264,24 +354,33 @@ fn cleaner_loop(weak: Weak<LogCache>) {
                 return;
             }
             let g = relock(&c.wake);
-            if !c.wanted.load(Ordering::Relaxed) {
-                let _ = c.cv.wait_timeout(g, TICK);
+            let now = Instant::now();
+            if !c.wanted.load(Ordering::Relaxed) && now < next_tick {
+                let _ = c.cv.wait_timeout(g, next_tick - now);
             }
         }
         let Some(me) = weak.upgrade() else { return };
         me.cleaner.wanted.store(false, Ordering::Relaxed);
+        let mut r = Ok(());
         while !me.cleaner.stop.load(Ordering::SeqCst) {
-            match me.background_step() {
+            match me.segment_step() {
                 Ok(true) => std::thread::yield_now(),
                 Ok(false) => break,
                 Err(e) => {
-                    if e.0 == "the cache is closed" {
-                        return;
-                    }
-                    tracing::warn!("background cleaning: {e}");
+                    r = Err(e);
                     break;
                 }
             }
+        }
+        if r.is_ok() && Instant::now() >= next_tick {
+            next_tick = Instant::now() + PACE_TICK;
+            r = me.pace_tick(&mut sched, &mut seen, origin);
+        }
+        if let Err(e) = r {
+            if e.0 == "the cache is closed" {
+                return;
+            }
+            tracing::warn!("background cleaning: {e}");
         }
     }
 }
