@@ -25,9 +25,10 @@
 //! arrive while a commit is running join the next one (group commit: one
 //! summary write and its device flushes cover every write completed before
 //! it started), and, when started ([`LogCache::start_cleaner`]), a cleaner
-//! thread that keeps free segments and the dirty target ahead of the
-//! requests, one segment or one write-back batch per lock hold; requests
-//! then clean only as a last resort. Both run the same steps under the same
+//! thread that keeps free segments ahead of the requests and writes dirty
+//! blocks back towards the dirty target at a paced rate, one segment or one
+//! write-back batch per lock hold; requests then clean only as a last
+//! resort. Both run the same steps under the same
 //! lock as the requests did, so the crash guarantees are those of the
 //! request path.
 //!
