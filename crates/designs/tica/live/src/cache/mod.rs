@@ -158,6 +158,8 @@ pub(crate) struct State {
     flusher: FlushScheduler,
     /// Non-zero while the lock's holder does slow I/O (`inline::SlowIo`).
     slow: Arc<AtomicUsize>,
+    /// When the background thread last synced the RO-SSD (`background`).
+    ro_synced: std::time::Instant,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -194,6 +196,7 @@ impl State {
             counters: Counters::default(),
             flusher: FlushScheduler::new(Default::default()),
             slow: Arc::new(AtomicUsize::new(0)),
+            ro_synced: std::time::Instant::now(),
         }
     }
 
