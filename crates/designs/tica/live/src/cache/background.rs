@@ -87,19 +87,17 @@ impl ThreeLevel {
     /// flushing), and a metadata commit when records waited longer than a
     /// second or an SSD is short of free slots (so that requests seldom
     /// commit themselves, [`super::State::ensure_slot`]). Before such a
-    /// commit the SSDs' data is synced *outside* the lock ([`Self::presync`]):
-    /// the `fdatasync` in the commit, under the lock, then has little left
-    /// to write.
+    /// commit the WO-SSD's data is synced *outside* the lock
+    /// ([`Self::presync`]): the `fdatasync` in the commit, under the lock,
+    /// then has little left to write. The RO-SSD is synced there too, once
+    /// a second (its metadata needs no commit while the cache runs).
     fn flusher_tick(&self, now_ns: u64) -> Result<usize, CacheError> {
         let (devs, ro) = {
-            let mut s = self.lock();
+            let s = self.lock();
             if s.closed {
                 return Ok(0);
             }
             let ro = s.ro_sync_due();
-            if ro {
-                s.ro_synced = Instant::now();
-            }
             (s.sync_targets(s.commit_due(), ro), ro)
         };
         if !devs.is_empty() {
