@@ -146,6 +146,9 @@ pub fn open_with_devices(
     let tica = Tica::new(TicaConfig::new(dram_pages, policy_ssd_pages(slots), policy));
     let mut s = State::new(tica, ro, wo, backing);
     let info = recover(&mut s, clean)?;
+    // From here the RO-SSD's table is written at close only: recovery
+    // drops it after any unclean shutdown (see `Ssd::set_volatile_meta`).
+    s.ro.set_volatile_meta();
     let recovery = RecoveryInfo {
         duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
         ..info

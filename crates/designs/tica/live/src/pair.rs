@@ -198,6 +198,7 @@ pub fn format_with_flusher(o: &FormatOptions, timed_flush: bool) -> Result<Forma
             if f.metadata()?.is_file() && f.metadata()?.len() < size {
                 f.set_len(size)
                     .with_context(|| format!("sizing {}", path.display()))?;
+                preallocate(&f, size);
             }
         }
         let dev: Arc<dyn BlockDev> = Arc::new(
@@ -231,6 +232,15 @@ pub fn format_with_flusher(o: &FormatOptions, timed_flush: bool) -> Result<Forma
         wo_slots: slots[1],
         pair,
     })
+}
+
+/// Allocate a created SSD file's blocks up front (`fallocate`, best effort:
+/// a file system without it keeps the sparse file). Every slot write of a
+/// sparse file allocates blocks when the kernel writes it back (delayed
+/// allocation, extent mapping); preallocated, the first writes only mark
+/// extents written.
+fn preallocate(f: &std::fs::File, size: u64) {
+    let _ = rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, size);
 }
 
 /// Rewrites the surviving SSD after its peer failed: an empty store whose

@@ -17,6 +17,12 @@ const TICK_SLEEP_MAX: Duration = Duration::from_millis(10);
 /// waits (unmapped) for a commit to become free.
 const LOW_SLOTS_DIV: usize = 8;
 
+/// How often the background thread syncs the RO-SSD (outside the lock). Its
+/// metadata is volatile while the cache runs (`Ssd::set_volatile_meta`), so
+/// no commit needs its data durable; the sync is there to find a device
+/// whose writeback fails (the SSD is then failed, as a failed commit would).
+const RO_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
 impl State {
     /// Whether the background thread should commit now: healthy, records
     /// waiting, and either a second since the last commit or an SSD short
@@ -37,15 +43,25 @@ impl State {
         self.wo.since_commit() > Duration::from_secs(1) || low(&self.wo) || low(&self.ro)
     }
 
-    /// The devices synced ahead of a commit: both SSDs. Not the backing
-    /// device: its flush stays in the commit, under the lock, where a
+    /// Whether the RO-SSD's periodic sync is due ([`RO_SYNC_INTERVAL`]).
+    fn ro_sync_due(&self) -> bool {
+        self.degraded.is_none() && !self.closed && self.ro_synced.elapsed() >= RO_SYNC_INTERVAL
+    }
+
+    /// The devices synced outside the lock: the WO-SSD ahead of a commit
+    /// (`commit`), the RO-SSD when its periodic sync is due (`ro`). Not the
+    /// backing device: its flush stays in the commit, under the lock, where a
     /// failure stops the victims' unmaps (after a failed `fsync` a later one
     /// may succeed although the data is gone).
-    fn sync_targets(&self) -> Vec<(Role, Arc<dyn BlockDev>)> {
-        vec![
-            (Role::RoSsd, Arc::clone(&self.ro.dev)),
-            (Role::WoSsd, Arc::clone(&self.wo.dev)),
-        ]
+    fn sync_targets(&self, commit: bool, ro: bool) -> Vec<(Role, Arc<dyn BlockDev>)> {
+        let mut v = Vec::with_capacity(2);
+        if ro {
+            v.push((Role::RoSsd, Arc::clone(&self.ro.dev)));
+        }
+        if commit {
+            v.push((Role::WoSsd, Arc::clone(&self.wo.dev)));
+        }
+        v
     }
 }
 
@@ -71,19 +87,24 @@ impl ThreeLevel {
     /// flushing), and a metadata commit when records waited longer than a
     /// second or an SSD is short of free slots (so that requests seldom
     /// commit themselves, [`super::State::ensure_slot`]). Before such a
-    /// commit the SSDs' data is synced *outside* the lock ([`Self::presync`]):
-    /// the `fdatasync` in the commit, under the lock, then has little left
-    /// to write.
+    /// commit the WO-SSD's data is synced *outside* the lock
+    /// ([`Self::presync`]): the `fdatasync` in the commit, under the lock,
+    /// then has little left to write. The RO-SSD is synced there too, once
+    /// a second (its metadata needs no commit while the cache runs).
     fn flusher_tick(&self, now_ns: u64) -> Result<usize, CacheError> {
-        let devs = {
+        let (devs, ro) = {
             let s = self.lock();
             if s.closed {
                 return Ok(0);
             }
-            s.commit_due().then(|| s.sync_targets())
+            let ro = s.ro_sync_due();
+            (s.sync_targets(s.commit_due(), ro), ro)
         };
-        if let Some(devs) = &devs {
-            self.presync(devs)?;
+        if !devs.is_empty() {
+            self.presync(&devs)?;
+        }
+        if ro {
+            self.lock().ro_synced = Instant::now();
         }
         let mut s = self.lock();
         if s.closed {

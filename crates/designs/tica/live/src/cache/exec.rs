@@ -50,7 +50,9 @@ impl State {
     }
 
     /// Commit both SSDs' metadata, the backing device flushed first (a
-    /// victim's unmap is durable only after its writeback is).
+    /// victim's unmap is durable only after its writeback is). The RO-SSD
+    /// has nothing to commit while the cache runs (its metadata is volatile,
+    /// `Ssd::set_volatile_meta`).
     pub(super) fn commit_all(&mut self) -> Result<(), Fault> {
         let _slow = SlowIo::enter(&self.slow);
         self.backing_flush()?;

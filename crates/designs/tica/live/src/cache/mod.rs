@@ -22,6 +22,12 @@
 //!   the flusher, RO-SSD + WO-SSD; a WO-SSD victim is written to the backing
 //!   device (and the backing device flushed before the victim's unmap is
 //!   durable) before it is dropped;
+//! - the RO-SSD's metadata is volatile while the cache runs (no records, an
+//!   unmapped slot is reused at once; its table is written at the clean
+//!   shutdown): recovery trusts it only after a clean shutdown of both SSDs,
+//!   so no RO-SSD commit (and no `fdatasync` of its data under the lock) is
+//!   needed; the background thread syncs it once a second, outside the
+//!   lock, to find a failing device;
 //! - any I/O error on an SSD marks it failed: every dirty page is written
 //!   back from the surviving copy (DRAM, or the other SSD), the backing
 //!   device is flushed, the surviving SSD is rewritten empty with a
@@ -158,6 +164,8 @@ pub(crate) struct State {
     flusher: FlushScheduler,
     /// Non-zero while the lock's holder does slow I/O (`inline::SlowIo`).
     slow: Arc<AtomicUsize>,
+    /// When the background thread last synced the RO-SSD (`background`).
+    ro_synced: std::time::Instant,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -194,6 +202,7 @@ impl State {
             counters: Counters::default(),
             flusher: FlushScheduler::new(Default::default()),
             slow: Arc::new(AtomicUsize::new(0)),
+            ro_synced: std::time::Instant::now(),
         }
     }
 

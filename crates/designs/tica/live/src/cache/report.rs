@@ -55,6 +55,7 @@ impl ThreeLevel {
             json!({
                 "path": x.name, "slots": x.slots(), "used_pages": x.used(), "dirty_pages": x.dirty(),
                 "page_writes": x.writes, "page_reads": x.reads, "commits": x.commits, "checkpoints": x.checkpoints,
+                "rewrites_in_place": x.rewrites_in_place,
             })
         };
         let dirty = s.dirty_pages().len();
