@@ -401,8 +401,9 @@ mod tests {
         }
     }
 
-    fn formatted() -> Arc<dyn BlockDev> {
-        let dev: Arc<dyn BlockDev> = Arc::new(MemDev::new("wo", (1 << 20) + 16 * PAGE as usize));
+    /// A formatted in-memory SSD (1 MiB of slots and its metadata).
+    fn formatted_mem() -> Arc<MemDev> {
+        let dev = Arc::new(MemDev::new("wo", (1 << 20) + 16 * PAGE as usize));
         let params = FormatParams {
             line_size: PAGE as u32,
             sub_block_size: PAGE as u32,
@@ -410,8 +411,13 @@ mod tests {
             policy: "{}".into(),
             backing: backing(),
         };
-        tiercache_store::format(&MetaDev(Arc::clone(&dev)), &params, false).unwrap();
+        let d: Arc<dyn BlockDev> = dev.clone();
+        tiercache_store::format(&MetaDev(d), &params, false).unwrap();
         dev
+    }
+
+    fn formatted() -> Arc<dyn BlockDev> {
+        formatted_mem()
     }
 
     /// Open the store on `dev` as recovery does (no close before: a crash).
@@ -516,16 +522,7 @@ mod tests {
     /// A formatted device behind a volatile write cache (`CrashDev`): the
     /// media (what survives a power loss) and the cache the SSD writes to.
     fn formatted_crash() -> (Arc<MemDev>, Arc<tiercache_io::CrashDev>) {
-        let media = Arc::new(MemDev::new("wo", (1 << 20) + 16 * PAGE as usize));
-        let m: Arc<dyn BlockDev> = media.clone();
-        let params = FormatParams {
-            line_size: PAGE as u32,
-            sub_block_size: PAGE as u32,
-            log_bytes: Some(256 << 10),
-            policy: "{}".into(),
-            backing: backing(),
-        };
-        tiercache_store::format(&MetaDev(m), &params, false).unwrap();
+        let media = formatted_mem();
         let cache = Arc::new(tiercache_io::CrashDev::new(media.clone()));
         (media, cache)
     }
