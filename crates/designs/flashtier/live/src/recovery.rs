@@ -165,14 +165,32 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
         map.retain(|_, e| !rewritten[(e.slot / d) as usize]);
     }
     let mut replay: Vec<(u32, u64, usize)> = Vec::new();
+    let mut next_seq_floor = 0;
     if ck.open_seg != NONE
         && (ck.open_seg as usize) < rewritten.len()
         && !rewritten[ck.open_seg as usize]
     {
         replay.push((ck.open_seg, ck.open_seq, ck.open_count as usize));
     }
-    replay.extend(journal.iter().map(|r| (r.seg, r.seq, 0)));
-    let mut next_seq = ck.next_seq;
+    // Only the last life of a segment the journal names twice or more is
+    // replayed: its earlier lives were cleaned before it was reopened (live
+    // blocks moved to entries logged later, or dropped, which checkpoints
+    // first if they superseded replayable entries), and their slots may hold
+    // the new life's data. The new life's summary need not be on disk yet
+    // (the first one is written by its first commit or seal), so the older
+    // life's summary cannot be relied on to be shadowed by it.
+    let mut last = vec![usize::MAX; sb.nsegs as usize];
+    for (i, r) in journal.iter().enumerate() {
+        last[r.seg as usize] = i;
+    }
+    for (i, r) in journal.iter().enumerate() {
+        if last[r.seg as usize] == i {
+            replay.push((r.seg, r.seq, 0));
+        } else {
+            next_seq_floor = next_seq_floor.max(r.seq + 1);
+        }
+    }
+    let mut next_seq = ck.next_seq.max(next_seq_floor);
     let mut superseded = false;
     let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
     for (seg, seq, from) in replay {

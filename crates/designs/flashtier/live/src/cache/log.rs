@@ -54,9 +54,12 @@ impl LogCache {
     }
 
     /// Seal the open segment and open a free one: the sealed summary and a
-    /// backing flush are durable first; then the journal record naming the new
-    /// segment, then its two summaries (a crash between them leaves a record
-    /// that recovery skips); all of it before any data goes into the segment.
+    /// backing flush are durable first; then the journal record naming the
+    /// new segment, before any data goes into it. The new life's first
+    /// summary is written by its first commit or its seal: until then the
+    /// segment holds its old life's summaries, which recovery rejects (their
+    /// sequence number is not the record's) or does not read (it replays
+    /// only a segment's last life in the journal).
     pub(super) fn roll(&self, st: &mut State) -> Res<()> {
         if st.open_seg.is_some() {
             self.persist_summary(st)?;
@@ -79,19 +82,18 @@ impl LogCache {
         // Fast-path reads of the old life's slots see the new life begin
         // before any of its data is written (`fast`).
         self.gens.reopen(seg, seq);
-        let base = self.seg_offset(st, seg);
         let rec = JournalRecord {
             epoch: st.epoch,
             index: st.journal_next,
             seg,
             seq,
         };
-        // The journal record first, flushed, then the new life's summaries:
-        // a crash in between leaves a record whose segment still holds its
-        // old summary (recovery skips it and drops the checkpoint's entries
-        // into it), never a new summary that no record names while the
-        // checkpoint still maps blocks into the old life.
-        let mut r = self
+        // The journal record, flushed, before anything of the new life: a
+        // crash after it leaves a record whose segment holds no summary of
+        // the new life (recovery skips it and drops the checkpoint's entries
+        // into it), never new data or a new summary that no record names
+        // while the checkpoint still maps blocks into the old life.
+        let r = self
             .cache
             .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
             .and_then(|_| self.cache.flush());
@@ -105,21 +107,6 @@ impl LogCache {
         if r.is_ok() {
             st.journal_next += 1;
         }
-        for v in 0..2u64 {
-            let s = Summary {
-                seg,
-                seq,
-                version: v,
-                entries: Vec::new(),
-            };
-            r = r.and_then(|_| {
-                self.cache.write_at(
-                    &s.encode(&self.geo),
-                    base + self.geo.summary_offset(s.copy()),
-                )
-            });
-        }
-        let r = r.and_then(|_| self.cache.flush());
         st.finish_open(seg, r.is_ok());
         if let Err(e) = r {
             // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.
