@@ -86,8 +86,6 @@ pub(super) struct Cleaner {
     pub(super) requests: AtomicU64,
     /// The write-back rate the scheduler asked for last, lines/s (f64 bits).
     rate: AtomicU64,
-    /// Ranges of the open segment's data to write out (`log`).
-    write_out: Mutex<Vec<(u64, u64)>>,
 }
 
 /// Clears `running` and wakes the waiters even if the commit panicked.
@@ -192,40 +190,6 @@ impl LogCache {
         if let Some(h) = h {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
-            }
-        }
-    }
-
-    /// Queue `len` bytes at `off` of the cache device for the cleaner thread
-    /// to write out and wait for, outside the lock; `false` when the
-    /// cleaner is not running (the caller starts the write-out itself).
-    pub(super) fn queue_write_out(&self, off: u64, len: u64) -> bool {
-        if !self.cleaner_on() {
-            return false;
-        }
-        relock(&self.cleaner.write_out).push((off, len));
-        self.cleaner.wanted.store(true, Ordering::Relaxed);
-        let _g = relock(&self.cleaner.wake);
-        self.cleaner.cv.notify_one();
-        true
-    }
-
-    /// Write out the queued ranges and wait for them (no lock held).
-    fn write_out_queued(&self) {
-        let ranges = std::mem::take(&mut *relock(&self.cleaner.write_out));
-        let Some(t) = self.cache.raw_target() else {
-            return;
-        };
-        for (off, len) in ranges {
-            // SAFETY: `raw_target` promises the descriptor stays open while
-            // the device lives; `sync_file_range` only reads its arguments.
-            unsafe {
-                libc::sync_file_range(
-                    t.fd,
-                    off as libc::off64_t,
-                    len as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                );
             }
         }
     }
@@ -397,7 +361,6 @@ fn cleaner_loop(weak: Weak<LogCache>) {
         }
         let Some(me) = weak.upgrade() else { return };
         me.cleaner.wanted.store(false, Ordering::Relaxed);
-        me.write_out_queued();
         let mut r = Ok(());
         while !me.cleaner.stop.load(Ordering::SeqCst) {
             match me.segment_step() {

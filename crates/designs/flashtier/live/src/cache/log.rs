@@ -188,13 +188,11 @@ impl LogCache {
     }
 
     /// Plain layout on a buffered file: every [`WRITE_OUT`] blocks appended,
-    /// have the kernel write them to the device, so the data flush of the
-    /// next commit or roll, which runs under the lock, finds most of the
-    /// segment written already. With the background cleaner running, its
-    /// thread starts the write-out and waits for it, outside the lock
-    /// (`sync_file_range(WRITE | WAIT_AFTER)`); without it, the write-out is
-    /// only started here (`SYNC_FILE_RANGE_WRITE`, no wait). Only a hint:
-    /// durability still comes from the flushes.
+    /// ask the kernel to start writing them to the device
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which does not wait for
+    /// the writes), so the data flush of the next commit or roll, which runs
+    /// under the lock, finds most of the segment written already. Only a
+    /// hint: durability still comes from the flushes.
     fn start_write_out(&self, st: &mut State) {
         let Some(t) = self.cache.raw_target() else {
             return;
@@ -205,21 +203,17 @@ impl LogCache {
             return;
         }
         let off = self.seg_offset(st, o.seg) + self.geo.data_offset(from as u32);
-        let len = (to - from) as u64 * BLOCK;
-        st.open_seg.as_mut().expect("open").started = to;
-        if self.queue_write_out(off, len) {
-            return;
-        }
         // SAFETY: `raw_target` promises the descriptor stays open while the
         // device lives; `sync_file_range` only reads its arguments.
         unsafe {
             libc::sync_file_range(
                 t.fd,
                 off as libc::off64_t,
-                len as libc::off64_t,
+                ((to - from) as u64 * BLOCK) as libc::off64_t,
                 libc::SYNC_FILE_RANGE_WRITE,
             );
         }
+        st.open_seg.as_mut().expect("open").started = to;
     }
 }
 
