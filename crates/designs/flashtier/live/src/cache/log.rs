@@ -55,11 +55,13 @@ impl LogCache {
 
     /// Seal the open segment and open a free one: the sealed summary and a
     /// backing flush are durable first; then the journal record naming the
-    /// new segment, before any data goes into it. The new life's first
-    /// summary is written by its first commit or its seal: until then the
-    /// segment holds its old life's summaries, which recovery rejects (their
-    /// sequence number is not the record's) or does not read (it replays
-    /// only a segment's last life in the journal).
+    /// new segment, before any data goes into it; then its two empty
+    /// summaries, not flushed. They are written so that a segment whose
+    /// summary area fails to write is never opened (its appends would fail
+    /// and its first commit with them); they need not be durable: until
+    /// they are, the segment holds its old life's summaries, which recovery
+    /// rejects (their sequence number is not the record's) or does not read
+    /// (it replays only a segment's last life in the journal).
     pub(super) fn roll(&self, st: &mut State) -> Res<()> {
         if st.open_seg.is_some() {
             self.persist_summary(st)?;
@@ -93,7 +95,7 @@ impl LogCache {
         // the new life (recovery skips it and drops the checkpoint's entries
         // into it), never new data or a new summary that no record names
         // while the checkpoint still maps blocks into the old life.
-        let r = self
+        let mut r = self
             .cache
             .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
             .and_then(|_| self.cache.flush());
@@ -106,6 +108,21 @@ impl LogCache {
         // recovered onto the new life's data.
         if r.is_ok() {
             st.journal_next += 1;
+        }
+        let base = self.seg_offset(st, seg);
+        for v in 0..2u64 {
+            let s = Summary {
+                seg,
+                seq,
+                version: v,
+                entries: Vec::new(),
+            };
+            r = r.and_then(|_| {
+                self.cache.write_at(
+                    &s.encode(&self.geo),
+                    base + self.geo.summary_offset(s.copy()),
+                )
+            });
         }
         st.finish_open(seg, r.is_ok());
         if let Err(e) = r {
