@@ -36,19 +36,15 @@ impl SyncStore for LogCache {
         true
     }
     fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        self.note_request();
         LogCache::read(self, offset, len).map_err(conv)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
-        self.note_request();
         LogCache::write(self, offset, data, fua).map_err(conv)
     }
     fn read_inline(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
-        self.note_request();
         self.read_fast(offset, buf).then_some(Ok(()))
     }
     fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
-        self.note_request();
         self.write_fast(offset, data, fua).map(|r| r.map_err(conv))
     }
     fn flush(&self) -> Result<()> {

@@ -403,7 +403,6 @@ fn the_paced_cleaner_absorbs_a_burst_and_cleans_to_the_target_when_idle() {
     let burst = (hard - 8).min(BLOCKS);
     let mut version = vec![0u64; BLOCKS as usize];
     for b in 0..burst {
-        c.note_request();
         version[b as usize] = 1;
         c.write(b * BLOCK, &block(b, 1), false).unwrap();
     }
@@ -412,7 +411,6 @@ fn the_paced_cleaner_absorbs_a_burst_and_cleans_to_the_target_when_idle() {
     // Past the hard limit the requests write back themselves.
     for round in 2..6u64 {
         for b in 0..BLOCKS {
-            c.note_request();
             version[b as usize] = round;
             c.write(b * BLOCK, &block(b, round), false).unwrap();
             let d = c.stats_json()["dirty_blocks"].as_u64().unwrap();

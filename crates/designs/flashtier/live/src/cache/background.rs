@@ -82,8 +82,6 @@ pub(super) struct Cleaner {
     handle: Mutex<Option<JoinHandle<()>>>,
     segments: AtomicU64,
     written_back: AtomicU64,
-    /// Requests served (the scheduler's idle test: none during a tick).
-    pub(super) requests: AtomicU64,
     /// The write-back rate the scheduler asked for last, lines/s (f64 bits).
     rate: AtomicU64,
 }
@@ -194,12 +192,6 @@ impl LogCache {
         }
     }
 
-    /// A request arrived (the paced cleaner runs at full speed only during
-    /// a tick without one).
-    pub fn note_request(&self) {
-        self.cleaner.requests.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// The background cleaner is running.
     pub(super) fn cleaner_on(&self) -> bool {
         self.cleaner.on.load(Ordering::Relaxed)
@@ -275,23 +267,31 @@ impl LogCache {
         Ok(n)
     }
 
+    /// Block accesses so far (hits and misses, fast-path reads included):
+    /// the scheduler's idle test is that none came during a tick.
+    fn accesses(&self, st: &State) -> u64 {
+        let c = &st.counters;
+        c.read_hits + c.read_misses + c.write_hits + c.write_misses + self.fast_read_blocks()
+    }
+
     /// One tick of the paced write-back: ask the scheduler how many blocks
-    /// to write back now (`requests` and `sched` belong to the caller's
-    /// loop) and write them back, one batch per hold of the lock.
+    /// to write back now (`sched` and `seen`, the accesses at the last
+    /// tick, belong to the caller's loop) and write them back, one batch
+    /// per hold of the lock.
     fn pace_tick(&self, sched: &mut CleaningScheduler, seen: &mut u64, origin: Instant) -> Res<()> {
-        let reqs = self.cleaner.requests.load(Ordering::Relaxed);
-        if reqs != *seen {
-            // Not idle: the scheduler counts requests, not how many.
-            *seen = reqs;
-            sched.after_request(0);
-        }
-        let (dirty, target) = {
+        let (dirty, target, accesses) = {
             let st = self.lock()?;
             if st.degraded.is_some() {
                 return Ok(());
             }
-            (st.map.dirty() as u64, self.dirty_limit(&st) as u64)
+            let d = (st.map.dirty() as u64, self.dirty_limit(&st) as u64);
+            (d.0, d.1, self.accesses(&st))
         };
+        if accesses != *seen {
+            // Not idle: the scheduler counts requests, not how many.
+            *seen = accesses;
+            sched.after_request(0);
+        }
         let plan = sched.tick(origin.elapsed().as_nanos() as u64, dirty, target);
         self.cleaner
             .rate
@@ -340,10 +340,7 @@ fn cleaner_loop(weak: Weak<LogCache>) {
             pressure_lines: 0,
             timed: true,
         };
-        (
-            CleaningScheduler::new(cfg, slots, target),
-            me.cleaner.requests.load(Ordering::Relaxed),
-        )
+        (CleaningScheduler::new(cfg, slots, target), me.accesses(&st))
     };
     let mut next_tick = Instant::now() + PACE_TICK;
     loop {
