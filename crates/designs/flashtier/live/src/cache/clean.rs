@@ -104,6 +104,20 @@ impl LogCache {
     /// The live blocks of segment `v` as `(block, slot)` in slot order:
     /// from its summary when readable and complete, else by scanning the map.
     fn live_blocks(&self, st: &mut State, v: u32) -> Vec<(u64, u32)> {
+        if let Some(o) = st.sealed.iter().find(|o| o.seg == v) {
+            // Sealed, its newest summary not written yet: the entries in memory.
+            let live = o
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(k, &e)| {
+                    let (lba, _, _) = self.geo.decode(e)?;
+                    let slot = v * self.data_blocks + k as u32;
+                    (st.map.get(lba)?.slot == slot).then_some((lba, slot))
+                })
+                .collect();
+            return live;
+        }
         let base = self.seg_offset(st, v);
         let mut head = vec![0u8; 2 * self.geo.summary_blocks as usize * BLOCK as usize];
         let summary = match self.cache.read_at(&mut head, base) {
@@ -227,6 +241,9 @@ impl LogCache {
 
     /// Write a checkpoint of the map (a new epoch; the journal starts over).
     pub(crate) fn checkpoint(&self, st: &mut State) -> Res<()> {
+        // Announcements are journal records of this epoch: a new checkpoint
+        // (even one that fails, it may land all the same) hides them.
+        st.announced.clear();
         if st.backing_dirty {
             if let Err(e) = self.backing.flush() {
                 return Err(self.backing_error(st, "flush", e));

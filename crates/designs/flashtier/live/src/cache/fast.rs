@@ -21,9 +21,10 @@
 //! **Writes.** A whole-block write-back write without FUA that fits the
 //! open segment, with enough free segments and dirty blocks under the
 //! limit, appends under the lock on the caller's thread: exactly the
-//! request path's `write_locked`, whose steps then neither roll, clean nor
-//! write back (a buffered `pwrite` into the page cache and the map update).
-//! Rolling, cleaning, FUA, FLUSH and misses stay on the request threads,
+//! request path's `write_locked`, whose steps then neither clean nor write
+//! back (a buffered `pwrite` into the page cache and the map update), and
+//! roll only into a segment announced ahead (no I/O, `log`). Other rolls,
+//! cleaning, FUA, FLUSH and misses stay on the request threads,
 //! so a device sync never holds a runtime worker.
 //!
 //! The lock is only tried (a few spins): a request that finds it held
@@ -232,11 +233,11 @@ impl LogCache {
         } else {
             self.dirty_limit(&st)
         };
-        // No roll, no segment cleaning and no write-back in this append.
+        // No segment cleaning, no write-back and no roll that does I/O in this append.
         let plain = st.degraded.is_none()
             && st.open_seg.is_some()
-            && st.room() >= n
-            && st.free.len() >= super::RESERVE
+            && (st.room() >= n && st.free.len() >= super::RESERVE
+                || super::log::announced_ready(&st) && st.free.len() > super::RESERVE)
             && st.map.dirty() + n <= limit;
         if !plain {
             return None;

@@ -8,14 +8,15 @@ use crate::compress::{self, Record, UNIT};
 use crate::segment::{entry, Summary, BLOCK, EMPTY};
 
 impl LogCache {
-    /// Flush the data, write the open segment's summary (into the older
-    /// copy), flush again: afterwards every entry so far is durable.
+    /// Make every entry so far durable: flush the data, write the newest
+    /// summary of every sealed segment whose summary is not durable yet and
+    /// of the open segment (each into its older copy), flush again.
     pub(super) fn persist_summary(&self, st: &mut State) -> Res<()> {
-        if st
+        let open_behind = st
             .open_seg
             .as_ref()
-            .is_none_or(|o| o.durable == o.entries.len())
-        {
+            .is_some_and(|o| o.durable < o.entries.len());
+        if st.sealed.is_empty() && !open_behind {
             return Ok(());
         }
         // After an unclean shutdown a clean entry unmaps its block (the
@@ -29,107 +30,91 @@ impl LogCache {
             }
             st.backing_dirty = false;
         }
-        let o = st.open_seg.as_ref().expect("open segment");
-        let s = Summary {
-            seg: o.seg,
-            seq: o.seq,
-            version: o.version + 1,
-            entries: o.entries.clone(),
-        };
-        let off = self.seg_offset(st, o.seg) + self.geo.summary_offset(s.copy());
-        let r = self
-            .cache
-            .flush()
-            .and_then(|_| self.cache.write_at(&s.encode(&self.geo), off))
-            .and_then(|_| self.cache.flush());
+        let writes: Vec<(u64, Vec<u8>)> = st
+            .sealed
+            .iter()
+            .chain(st.open_seg.iter().filter(|_| open_behind))
+            .map(|o| {
+                let s = Summary {
+                    seg: o.seg,
+                    seq: o.seq,
+                    version: o.version + 1,
+                    entries: o.entries.clone(),
+                };
+                let off = self.seg_offset(st, o.seg) + self.geo.summary_offset(s.copy());
+                (off, s.encode(&self.geo))
+            })
+            .collect();
+        let r = self.cache.flush().and_then(|_| {
+            for (off, b) in &writes {
+                self.cache.write_at(b, *off)?;
+            }
+            self.cache.flush()
+        });
         if let Err(e) = r {
             self.cache_error(st, "writing a segment summary", &e);
             return Err(err(format!("cache device: writing a segment summary: {e}")));
         }
-        st.stats.summary_writes += 1;
-        let o = st.open_seg.as_mut().expect("open segment");
-        o.version += 1;
-        o.durable = o.entries.len();
+        st.stats.summary_writes += writes.len() as u64;
+        st.sealed.clear();
+        if open_behind {
+            let o = st.open_seg.as_mut().expect("open segment");
+            o.version += 1;
+            o.durable = o.entries.len();
+        }
         Ok(())
     }
 
-    /// Seal the open segment and open a free one: the sealed summary and a
-    /// backing flush are durable first; then the journal record naming the
-    /// new segment, before any data goes into it; then its two empty
-    /// summaries, not flushed. They are written so that a segment whose
-    /// summary area fails to write is never opened (its appends would fail
-    /// and its first commit with them); they need not be durable: until
-    /// they are, the segment holds its old life's summaries, which recovery
-    /// rejects (their sequence number is not the record's) or does not read
-    /// (it replays only a segment's last life in the journal).
+    /// Seal the open segment and open the next free one.
+    ///
+    /// When the next free segment was announced ahead (`announce`), this
+    /// does no I/O: the sealed segment's summary joins `sealed`, written by
+    /// the next commit, checkpoint or announcement. Otherwise every summary
+    /// is made durable and the backing device flushed first (a free
+    /// segment's live dirty blocks moved to entries logged since; its
+    /// written-back ones went to the backing device), a checkpoint is
+    /// written if one is due, and a batch of free segments is announced.
     pub(super) fn roll(&self, st: &mut State) -> Res<()> {
-        if st.open_seg.is_some() {
+        let ready = announced_ready(st);
+        if !ready {
+            st.announced.clear();
             self.persist_summary(st)?;
-            st.open_seg = None;
+        }
+        if let Some(o) = st.open_seg.take() {
+            if o.durable < o.entries.len() {
+                st.sealed.push(o);
+            }
             st.seal_open();
         }
-        if st.backing_dirty {
-            if let Err(e) = self.backing.flush() {
-                return Err(self.backing_error(st, "flush", e));
+        if !ready {
+            if st.backing_dirty {
+                if let Err(e) = self.backing.flush() {
+                    return Err(self.backing_error(st, "flush", e));
+                }
+                st.backing_dirty = false;
             }
-            st.backing_dirty = false;
+            if st.journal_next >= st.sb.journal_records || st.ckpt_before_reuse {
+                self.checkpoint(st)?;
+            }
+            self.announce(st);
         }
-        if st.journal_next >= st.sb.journal_records || st.ckpt_before_reuse {
-            self.checkpoint(st)?;
-        }
+        let announced = st.announced.pop_front();
         // Free segments are reused in the order they were freed (`evict`).
         let Some((seg, seq)) = st.begin_open() else {
             return Err(err("no free segment (cleaning could not free one)"));
         };
+        if announced != Some((seg, seq)) {
+            // Its journal record or summaries did not land: the segment's
+            // new life may or may not be on disk; it stays used, as a sealed
+            // empty segment.
+            st.announced.clear();
+            st.finish_open(seg, false);
+            return Err(err("cache device: opening a segment: announcing it failed"));
+        }
         // Fast-path reads of the old life's slots see the new life begin
         // before any of its data is written (`fast`).
         self.gens.reopen(seg, seq);
-        let rec = JournalRecord {
-            epoch: st.epoch,
-            index: st.journal_next,
-            seg,
-            seq,
-        };
-        // The journal record, flushed, before anything of the new life: a
-        // crash after it leaves a record whose segment holds no summary of
-        // the new life (recovery skips it and drops the checkpoint's entries
-        // into it), never new data or a new summary that no record names
-        // while the checkpoint still maps blocks into the old life.
-        let mut r = self
-            .cache
-            .write_at(&rec.encode(), st.sb.journal_off + rec.index as u64 * BLOCK)
-            .and_then(|_| self.cache.flush());
-        // Recovery reads the journal up to the first record that is not
-        // there: the next record goes after this one only if this one is
-        // durable. Otherwise the next segment opened takes this index (a
-        // record here that did land names a segment that holds no data,
-        // which recovery replays as empty), or a record after a hole would
-        // be ignored and the checkpoint's entries into its segment
-        // recovered onto the new life's data.
-        if r.is_ok() {
-            st.journal_next += 1;
-        }
-        let base = self.seg_offset(st, seg);
-        for v in 0..2u64 {
-            let s = Summary {
-                seg,
-                seq,
-                version: v,
-                entries: Vec::new(),
-            };
-            r = r.and_then(|_| {
-                self.cache.write_at(
-                    &s.encode(&self.geo),
-                    base + self.geo.summary_offset(s.copy()),
-                )
-            });
-        }
-        st.finish_open(seg, r.is_ok());
-        if let Err(e) = r {
-            // The segment's new life may or may not be on disk: it stays used, as a sealed empty segment.
-            self.cache_error(st, "opening a segment", &e);
-            return Err(err(format!("cache device: opening a segment: {e}")));
-        }
+        st.finish_open(seg, true);
         st.open_seg = Some(OpenSeg {
             seg,
             seq,
@@ -140,6 +125,81 @@ impl LogCache {
             started: 0,
         });
         Ok(())
+    }
+
+    /// Announce the next free segments' new lives (up to [`ANNOUNCE_AHEAD`],
+    /// as the journal has room): their journal records, flushed, then each
+    /// one's two empty summaries, not flushed. The caller made every entry
+    /// so far durable and flushed the backing device, so no announced
+    /// segment's old life holds anything recovery still needs; a checkpoint
+    /// (a new epoch) forgets the announcements.
+    ///
+    /// The records are flushed before anything of the new lives: a crash
+    /// after them leaves records whose segments hold no summary of the new
+    /// life (recovery skips them and drops the checkpoint's entries into
+    /// them), never new data or a new summary that no record names while the
+    /// checkpoint still maps blocks into the old life. The journal is read
+    /// up to its first missing record, so `journal_next` moves past the
+    /// records only once they are durable (a record that did land before a
+    /// failed flush names a segment with no data of its life, replayed as
+    /// empty). The empty summaries are written so that a segment whose
+    /// summary area fails to write is never opened; they need not be
+    /// durable: until they are, the segment holds its old life's summaries,
+    /// which recovery rejects (their sequence number is not the record's) or
+    /// does not read (it replays only a segment's last life in the journal).
+    fn announce(&self, st: &mut State) {
+        debug_assert!(st.announced.is_empty());
+        let room = st.sb.journal_records.saturating_sub(st.journal_next) as usize;
+        let n = ANNOUNCE_AHEAD.min(room).min(st.free.len());
+        if n == 0 {
+            return;
+        }
+        let recs: Vec<JournalRecord> = st
+            .free
+            .iter()
+            .take(n)
+            .zip(st.next_seq..)
+            .enumerate()
+            .map(|(i, (&seg, seq))| JournalRecord {
+                epoch: st.epoch,
+                index: st.journal_next + i as u32,
+                seg,
+                seq,
+            })
+            .collect();
+        let mut buf = Vec::with_capacity(n * BLOCK as usize);
+        for r in &recs {
+            buf.extend_from_slice(&r.encode());
+        }
+        let r = self
+            .cache
+            .write_at(&buf, st.sb.journal_off + recs[0].index as u64 * BLOCK)
+            .and_then(|_| self.cache.flush());
+        if let Err(e) = r {
+            self.cache_error(st, "writing journal records", &e);
+            return;
+        }
+        st.journal_next += n as u32;
+        for rec in recs {
+            let base = self.seg_offset(st, rec.seg);
+            let r = (0..2u64).try_for_each(|v| {
+                let s = Summary {
+                    seg: rec.seg,
+                    seq: rec.seq,
+                    version: v,
+                    entries: Vec::new(),
+                };
+                self.cache.write_at(
+                    &s.encode(&self.geo),
+                    base + self.geo.summary_offset(s.copy()),
+                )
+            });
+            if let Err(e) = r {
+                self.cache_error(st, "opening a segment", &e);
+                return;
+            }
+            st.announced.push_back((rec.seg, rec.seq));
+        }
     }
 
     /// Append whole blocks `lbas` (data in `data`, 4 KiB each) to the log
@@ -233,6 +293,18 @@ impl LogCache {
         st.open_seg.as_mut().expect("open").started = to;
     }
 }
+
+/// The next free segment's new life was announced (`announce`): a roll
+/// opens it without I/O.
+pub(super) fn announced_ready(st: &State) -> bool {
+    st.announced
+        .front()
+        .is_some_and(|&(seg, seq)| st.free.front() == Some(&seg) && st.next_seq == seq)
+}
+
+/// Free segments announced in one batch (`announce`): one journal flush and
+/// one summary flush per batch instead of per roll.
+pub(super) const ANNOUNCE_AHEAD: usize = 8;
 
 /// Blocks appended between two write-out hints (`start_write_out`).
 const WRITE_OUT: usize = 64;

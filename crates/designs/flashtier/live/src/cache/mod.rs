@@ -185,6 +185,14 @@ pub(crate) struct Ext {
     pub(crate) sb: Superblock,
     /// The open segment's summary (the policy's `Log::open` names the segment).
     open_seg: Option<OpenSeg>,
+    /// Sealed segments whose newest summary is not durable yet, oldest
+    /// first: the next commit, checkpoint or announcement writes them
+    /// (`log`), so a roll does not wait for a device flush.
+    sealed: Vec<OpenSeg>,
+    /// Segments announced ahead (`log`): their journal records are durable
+    /// in this epoch, naming the next lives the free list will open, in
+    /// order: `(segment, sequence number)`.
+    announced: std::collections::VecDeque<(u32, u64)>,
     pub(crate) epoch: u64,
     pub(crate) journal_next: u32,
     /// Backing writes not yet flushed.
@@ -243,6 +251,8 @@ pub(crate) fn new_state(
         Ext {
             sb,
             open_seg: None,
+            sealed: Vec::new(),
+            announced: Default::default(),
             epoch,
             journal_next: 0,
             backing_dirty: false,

@@ -82,6 +82,7 @@ impl LogCache {
                 "open": count(SegState::Open),
                 "sealed": count(SegState::Sealed),
                 "opened": c.segments_opened,
+                "announced": st.announced.len(),
             },
             "cleaning": {
                 "segments_cleaned": c.segments_cleaned,
@@ -95,6 +96,7 @@ impl LogCache {
                 "checkpoints": c.checkpoints,
                 "epoch": st.epoch,
                 "journal_records": st.journal_next,
+                "summaries_pending": st.sealed.len(),
             },
             "map": {
                 "bytes": st.map.memory_bytes(),
