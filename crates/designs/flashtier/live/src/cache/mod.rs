@@ -4,7 +4,8 @@
 //! map then points the block at its new slot (the old copy becomes dead
 //! space). Durability follows FlashTier's rules (Table II, 4.2): a dirty
 //! write is durable once a FLUSH (or its own FUA) completed, which flushes
-//! the data, then writes the open segment's summary, then flushes again;
+//! the data, then writes the summaries of the open segment and of the
+//! segments sealed since the last commit (`log`), then flushes again;
 //! clean data (read fills, write-through copies) may be lost in a crash and
 //! is dropped on recovery after an unclean shutdown, so a read never returns
 //! a clean block older than the backing device's. A segment is reused only
