@@ -104,36 +104,33 @@ impl LogCache {
     /// The live blocks of segment `v` as `(block, slot)` in slot order:
     /// from its summary when readable and complete, else by scanning the map.
     fn live_blocks(&self, st: &mut State, v: u32) -> Vec<(u64, u32)> {
-        if let Some(o) = st.sealed.iter().find(|o| o.seg == v) {
-            // Sealed, its newest summary not written yet: the entries in memory.
-            let live = o
-                .entries
-                .iter()
-                .enumerate()
-                .filter_map(|(k, &e)| {
-                    let (lba, _, _) = self.geo.decode(e)?;
-                    let slot = v * self.data_blocks + k as u32;
-                    (st.map.get(lba)?.slot == slot).then_some((lba, slot))
-                })
-                .collect();
-            return live;
-        }
-        let base = self.seg_offset(st, v);
-        let mut head = vec![0u8; 2 * self.geo.summary_blocks as usize * BLOCK as usize];
-        let summary = match self.cache.read_at(&mut head, base) {
-            Ok(()) => {
-                Summary::pick(&head, v, &self.geo).filter(|s| s.seq == st.segs[v as usize].seq)
-            }
-            Err(e) => {
-                self.cache_error(st, "reading a segment summary", &e);
-                None
+        // A sealed segment whose newest summary is not written yet: its
+        // entries in memory; else the summary on the device.
+        let pending = st
+            .sealed
+            .iter()
+            .find(|o| o.seg == v)
+            .map(|o| o.entries.clone());
+        let entries = match pending {
+            Some(entries) => entries,
+            None => {
+                let base = self.seg_offset(st, v);
+                let mut head = vec![0u8; 2 * self.geo.summary_blocks as usize * BLOCK as usize];
+                let summary = match self.cache.read_at(&mut head, base) {
+                    Ok(()) => Summary::pick(&head, v, &self.geo)
+                        .filter(|s| s.seq == st.segs[v as usize].seq),
+                    Err(e) => {
+                        self.cache_error(st, "reading a segment summary", &e);
+                        None
+                    }
+                };
+                let Some(summary) = summary else {
+                    return st.live_by_scan(v);
+                };
+                summary.entries
             }
         };
-        let Some(summary) = summary else {
-            return st.live_by_scan(v);
-        };
-        let live: Vec<(u64, u32)> = summary
-            .entries
+        let live: Vec<(u64, u32)> = entries
             .iter()
             .enumerate()
             .filter_map(|(k, &e)| {
