@@ -241,12 +241,7 @@ impl LogCache {
         // Announcements are journal records of this epoch: a new checkpoint
         // (even one that fails, it may land all the same) hides them.
         st.announced.clear();
-        if st.backing_dirty {
-            if let Err(e) = self.backing.flush() {
-                return Err(self.backing_error(st, "flush", e));
-            }
-            st.backing_dirty = false;
-        }
+        self.flush_backing(st)?;
         // The open segment's summary must cover what the checkpoint says it
         // covers: after a restart the segment is cleaned from its summary.
         self.persist_summary(st)?;

@@ -24,12 +24,7 @@ impl LogCache {
         // copy was read from or written with must be durable before the
         // entry is, or a power loss could take the backing device back to
         // data older than a dirty entry the clean one superseded.
-        if st.backing_dirty {
-            if let Err(e) = self.backing.flush() {
-                return Err(self.backing_error(st, "flush", e));
-            }
-            st.backing_dirty = false;
-        }
+        self.flush_backing(st)?;
         let writes: Vec<(u64, Vec<u8>)> = st
             .sealed
             .iter()
@@ -87,12 +82,7 @@ impl LogCache {
             st.seal_open();
         }
         if !ready {
-            if st.backing_dirty {
-                if let Err(e) = self.backing.flush() {
-                    return Err(self.backing_error(st, "flush", e));
-                }
-                st.backing_dirty = false;
-            }
+            self.flush_backing(st)?;
             if st.journal_next >= st.sb.journal_records || st.ckpt_before_reuse {
                 self.checkpoint(st)?;
             }

@@ -434,6 +434,16 @@ impl LogCache {
             st.degraded = Some(why);
         }
     }
+    /// Flush the backing device if it took writes since its last flush.
+    fn flush_backing(&self, st: &mut State) -> Res<()> {
+        if st.backing_dirty {
+            if let Err(e) = self.backing.flush() {
+                return Err(self.backing_error(st, "flush", e));
+            }
+            st.backing_dirty = false;
+        }
+        Ok(())
+    }
     fn backing_error(&self, st: &mut State, what: &str, e: std::io::Error) -> CacheError {
         st.stats.backing_errors += 1;
         err(format!("backing device: {what}: {e}"))

@@ -155,12 +155,7 @@ impl LogCache {
         if st.need_ckpt {
             self.checkpoint(st)?;
         }
-        if st.backing_dirty {
-            if let Err(e) = self.backing.flush() {
-                return Err(self.backing_error(st, "flush", e));
-            }
-            st.backing_dirty = false;
-        }
+        self.flush_backing(st)?;
         Ok(())
     }
 
