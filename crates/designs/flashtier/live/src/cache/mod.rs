@@ -244,6 +244,10 @@ pub(crate) fn new_state(
         Vec::new()
     };
     let data_blocks = sb.geometry().data_blocks();
+    // The paced write-back asks for a few dirty blocks many times a second:
+    // an ordered index answers without walking the whole map.
+    let mut map = map;
+    map.index_dirty();
     Log::new(
         map,
         segs,

@@ -100,6 +100,7 @@ impl LogCache {
             },
             "map": {
                 "bytes": st.map.memory_bytes(),
+                "dirty_index_bytes": st.map.dirty_index_bytes(),
                 "entry_bytes": st.map.entry_bytes(),
                 "capacity": st.map.capacity(),
                 "bytes_per_cached_block": m / st.map.len().max(1) as f64,
