@@ -74,6 +74,12 @@ pub(crate) struct FastCounters {
     pub(crate) read_raced: AtomicU64,
     /// Writes served by the fast path.
     pub(crate) writes: AtomicU64,
+    /// Writes sent to the request threads because the lock was held.
+    pub(crate) write_lock_busy: AtomicU64,
+    /// Writes sent to the request threads because the append could need
+    /// I/O (cleaning, write-back, a roll that is not announced) or the
+    /// cache is degraded.
+    pub(crate) write_not_plain: AtomicU64,
 }
 
 /// Whether `serve` uses the fast path: yes unless `TIERCACHE_LS_FAST=0`.
@@ -227,7 +233,10 @@ impl LogCache {
             return None;
         }
         let n = data.len() / BLOCK as usize;
-        let mut st = self.try_lock_fast()?;
+        let Some(mut st) = self.try_lock_fast() else {
+            self.fast.write_lock_busy.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
         let limit = if self.cleaner_on() {
             self.foreground_dirty_limit(&st)
         } else {
@@ -240,6 +249,7 @@ impl LogCache {
                 || super::log::announced_ready(&st) && st.free.len() > super::RESERVE)
             && st.map.dirty() + n <= limit;
         if !plain {
+            self.fast.write_not_plain.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let r = self.write_locked(&mut st, offset, data, false);
@@ -265,6 +275,7 @@ impl LogCache {
             "read_fallbacks": l(&f.read_fallbacks),
             "read_raced": l(&f.read_raced),
             "writes": l(&f.writes),
+            "write_fallbacks": { "lock_busy": l(&f.write_lock_busy), "needs_io": l(&f.write_not_plain) },
         })
     }
 }

@@ -430,10 +430,16 @@ fn fast_path_writes_match_the_model() {
         fast > 300 && slow > 10,
         "both paths ran: {fast} fast, {slow} slow"
     );
-    assert_eq!(
-        c.fast.writes.load(std::sync::atomic::Ordering::Relaxed),
-        fast
-    );
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(load(&c.fast.writes), fast);
+    // Every whole-block write the fast path declined is counted with its
+    // reason (none here found the lock held: one thread).
+    assert_eq!(load(&c.fast.write_not_plain), slow);
+    {
+        let _held = c.lock().unwrap();
+        assert!(c.write_fast(0, &block(0, 1), false).is_none());
+    }
+    assert_eq!(load(&c.fast.write_lock_busy), 1, "a held lock is counted");
     assert!(
         c.write_fast(0, &block(0, 1), true).is_none(),
         "FUA takes the request path"
