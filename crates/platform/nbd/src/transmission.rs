@@ -1,7 +1,10 @@
 //! Transmission phase: concurrent request processing with out-of-order replies.
 //!
-//! A reader task parses requests and spawns one task per request; a writer
-//! task serializes replies. In-flight work is bounded by three semaphores
+//! A reader task parses requests and hands each to the backend: the call is
+//! polled once on the reader, and if it has to wait it continues in its own
+//! tracked task (so a slow request never holds up the ones behind it, and
+//! every call handed to the backend runs to completion); a writer task
+//! serializes replies. In-flight work is bounded by three semaphores
 //! (request count and payload bytes of the connection, payload bytes of the
 //! whole server) whose permits are released only after the reply has been
 //! written, so slow clients cannot make the server buffer unbounded data.
@@ -10,16 +13,20 @@
 //! one select with the shutdown signal and with the writer's failure; waits
 //! on the client are bounded by `io_timeout` (and `idle_timeout` between
 //! requests), and the writer drops the connection when a reply makes no
-//! progress for `io_timeout`.
+//! progress for `io_timeout`. A request that is already buffered and whose
+//! permits are free needs no wait: it is admitted after one check of the
+//! shutdown signal and the writer's failure.
 
 mod reader;
 mod validation;
 mod writer;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -30,7 +37,7 @@ use crate::error::Error;
 use crate::handshake::Session;
 use crate::protocol::*;
 use crate::server::{Limits, Shared};
-use reader::{End, Watch};
+use reader::{take_buffered, End, Watch};
 use validation::{validate, Command};
 use writer::{write_loop, Permits, ProgressTimeout, Reply};
 
@@ -173,7 +180,7 @@ struct Conn {
 
 impl Conn {
     /// Handle requests one after another until one ends the connection.
-    async fn read_loop<R: AsyncRead + Unpin>(&self, rd: &mut R) -> End {
+    async fn read_loop<R: AsyncRead + Unpin>(&self, rd: &mut BufReader<R>) -> End {
         loop {
             if let Err(end) = self.next_request(rd).await {
                 return end;
@@ -181,24 +188,30 @@ impl Conn {
         }
     }
 
-    /// Read, admit and validate one request, then run it in its own task so
-    /// replies can come out of order; `Err` ends the connection.
-    async fn next_request<R: AsyncRead + Unpin>(&self, rd: &mut R) -> Result<(), End> {
-        let nothing_in_flight =
-            || self.requests.available_permits() == self.limits.max_in_flight_requests;
-        let hdr = self
-            .watch
-            .header(rd, self.limits.idle_timeout, nothing_in_flight)
-            .await?;
+    /// Read, admit and validate one request, then hand it to the backend
+    /// (see [`Conn::spawn`]) so replies can come out of order; `Err` ends the
+    /// connection. When the request is already buffered and its permits are
+    /// free, nothing here waits: shutdown and writer failure are checked once
+    /// up front instead of being raced against every wait.
+    async fn next_request<R: AsyncRead + Unpin>(&self, rd: &mut BufReader<R>) -> Result<(), End> {
+        self.watch.stopped()?;
+        let hdr = match take_buffered(rd, REQUEST_LEN, |b| {
+            <[u8; REQUEST_LEN]>::try_from(b).expect("REQUEST_LEN bytes")
+        }) {
+            Some(hdr) => hdr,
+            None => {
+                let nothing_in_flight =
+                    || self.requests.available_permits() == self.limits.max_in_flight_requests;
+                self.watch
+                    .header(rd, self.limits.idle_timeout, nothing_in_flight)
+                    .await?
+            }
+        };
         let h = RequestHeader::decode(&hdr);
         if h.magic != REQUEST_MAGIC {
             return Err(End::Broken(format!("bad request magic {:#x}", h.magic)));
         }
-        let req_permit = self
-            .watch
-            .run(Arc::clone(&self.requests).acquire_owned())
-            .await?
-            .map_err(|_| End::Broken("request semaphore closed".into()))?;
+        let req_permit = self.permit(&self.requests, 1).await?;
         let has_payload = h.kind == CMD_WRITE;
         let chunked = matches!(h.kind, CMD_READ | CMD_BLOCK_STATUS) && self.session.structured;
         let cmd = match validate(&h, &self.session, self.limits.max_payload) {
@@ -215,7 +228,11 @@ impl Conn {
         let (byte_permit, total_permit) = self.byte_permits(data_len).await?;
         let payload = if has_payload {
             // A request whose payload is not fully received is never executed.
-            Some(self.watch.payload(rd, data_len as usize).await?)
+            let len = data_len as usize;
+            Some(match take_buffered(rd, len, <[u8]>::to_vec) {
+                Some(p) => p,
+                None => self.watch.payload(rd, len).await?,
+            })
         } else {
             None
         };
@@ -226,6 +243,21 @@ impl Conn {
         };
         self.spawn(h, chunked, cmd, payload, permits);
         Ok(())
+    }
+
+    /// Take `n` permits of `sem`: at once if they are free, else waiting
+    /// (raced against shutdown and writer failure).
+    async fn permit(&self, sem: &Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, End> {
+        let closed = || End::Broken("in-flight semaphore closed".into());
+        match Arc::clone(sem).try_acquire_many_owned(n) {
+            Ok(p) => Ok(p),
+            Err(TryAcquireError::Closed) => Err(closed()),
+            Err(TryAcquireError::NoPermits) => self
+                .watch
+                .run(Arc::clone(sem).acquire_many_owned(n))
+                .await?
+                .map_err(|_| closed()),
+        }
     }
 
     /// Answer an invalid request with its error, first skipping a WRITE's
@@ -265,22 +297,17 @@ impl Conn {
         if data_len == 0 {
             return Ok((None, None));
         }
-        let closed = |_| End::Broken("byte semaphore closed".into());
-        let conn = self
-            .watch
-            .run(Arc::clone(&self.bytes).acquire_many_owned(data_len))
-            .await?
-            .map_err(closed)?;
-        let total = self
-            .watch
-            .run(Arc::clone(&self.total_bytes).acquire_many_owned(data_len))
-            .await?
-            .map_err(closed)?;
+        let conn = self.permit(&self.bytes, data_len).await?;
+        let total = self.permit(&self.total_bytes, data_len).await?;
         Ok((Some(conn), Some(total)))
     }
 
-    /// Run one admitted command on the backend in a tracked task and queue its
-    /// reply (with its permits) for the writer.
+    /// Run one admitted command on the backend and queue its reply (with its
+    /// permits) for the writer. The call is polled once right here: most
+    /// backend calls (RAM, cache hits) complete without waiting, and then no
+    /// task is spawned. Otherwise the started call moves, unchanged, into a
+    /// tracked task, so it runs to completion and later requests are read
+    /// (and answered) while it waits.
     fn spawn(
         &self,
         h: RequestHeader,
@@ -291,7 +318,7 @@ impl Conn {
     ) {
         let tx = self.tx.clone();
         let session = Arc::clone(&self.session);
-        self.tasks.spawn(async move {
+        let mut call = Box::pin(async move {
             // No unwinding here: a panic aborts the process (the binary's
             // panic policy), and crash recovery restores the acknowledged state.
             let result = execute(&*session.backend, cmd, payload).await;
@@ -303,6 +330,13 @@ impl Conn {
                 _permits: permits,
             });
         });
+        // A wake-up registered during this poll is lost, which is harmless:
+        // the task polls the call again as soon as it starts, and a future
+        // must register the waker of its latest poll.
+        let mut cx = Context::from_waker(Waker::noop());
+        if call.as_mut().poll(&mut cx).is_pending() {
+            self.tasks.spawn(call);
+        }
     }
 }
 

@@ -2,9 +2,10 @@
 //! raced against shutdown and writer failure and bounded by the timeouts.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::*;
@@ -37,6 +38,18 @@ pub(super) struct Watch {
 }
 
 impl Watch {
+    /// Shutdown or writer failure, checked without waiting: the fast path
+    /// below admits a request only after this check.
+    pub(super) fn stopped(&self) -> Result<(), End> {
+        if self.cancel.is_cancelled() {
+            Err(End::Shutdown)
+        } else if self.dead.is_cancelled() {
+            Err(End::WriterFailed)
+        } else {
+            Ok(())
+        }
+    }
+
     pub(super) async fn run<F: Future>(&self, f: F) -> Result<F::Output, End> {
         tokio::select! {
             biased;
@@ -137,4 +150,20 @@ impl Watch {
         }
         Ok(())
     }
+}
+
+/// Take the next `n` bytes if they are already buffered: no wait, so no
+/// timer and no select (the common case under load, when one socket read
+/// brings several requests). `None` leaves the buffer untouched.
+pub(super) fn take_buffered<R, T>(
+    rd: &mut BufReader<R>,
+    n: usize,
+    f: impl FnOnce(&[u8]) -> T,
+) -> Option<T>
+where
+    R: AsyncRead + Unpin,
+{
+    let v = f(rd.buffer().get(..n)?);
+    Pin::new(rd).consume(n);
+    Some(v)
 }
