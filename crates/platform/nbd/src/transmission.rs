@@ -4,7 +4,8 @@
 //! polled once on the reader, and if it has to wait it continues in its own
 //! tracked task (so a slow request never holds up the ones behind it, and
 //! every call handed to the backend runs to completion); a writer task
-//! serializes replies. In-flight work is bounded by three semaphores
+//! serializes replies. Replies completed on the reader go to the writer in
+//! one batch before the reader next waits. In-flight work is bounded by three semaphores
 //! (request count and payload bytes of the connection, payload bytes of the
 //! whole server) whose permits are released only after the reply has been
 //! written, so slow clients cannot make the server buffer unbounded data.
@@ -23,7 +24,7 @@ mod writer;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
@@ -131,14 +132,14 @@ pub(crate) async fn serve<S>(
     let limits = shared.limits;
     let (rd, wr) = tokio::io::split(stream);
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
-    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<Reply>>();
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(
         ProgressTimeout::new(wr, limits.io_timeout),
         rx,
         dead.clone(),
     ));
-    let conn = Conn {
+    let mut conn = Conn {
         watch: Watch {
             cancel: cancel.clone(),
             dead,
@@ -151,6 +152,7 @@ pub(crate) async fn serve<S>(
         tasks: TaskTracker::new(),
         session: Arc::new(session),
         tx,
+        done: Vec::new(),
     };
 
     let end = conn.read_loop(&mut rd).await;
@@ -175,16 +177,30 @@ struct Conn {
     total_bytes: Arc<Semaphore>,
     tasks: TaskTracker,
     session: Arc<Session>,
-    tx: mpsc::UnboundedSender<Reply>,
+    /// Replies of a batch of requests for the writer.
+    tx: mpsc::UnboundedSender<Vec<Reply>>,
+    /// Replies of requests completed on the reader, not yet sent: they go to
+    /// the writer in one batch (one wake-up, one socket write) before the
+    /// reader waits for anything, so their permits are never waited for.
+    done: Vec<Reply>,
 }
 
 impl Conn {
     /// Handle requests one after another until one ends the connection.
-    async fn read_loop<R: AsyncRead + Unpin>(&self, rd: &mut BufReader<R>) -> End {
+    async fn read_loop<R: AsyncRead + Unpin>(&mut self, rd: &mut BufReader<R>) -> End {
         loop {
             if let Err(end) = self.next_request(rd).await {
+                self.send_done();
                 return end;
             }
+        }
+    }
+
+    /// Hand the replies completed on the reader to the writer; called before
+    /// every wait of the reader (and when it stops).
+    fn send_done(&mut self) {
+        if !self.done.is_empty() {
+            let _ = self.tx.send(std::mem::take(&mut self.done));
         }
     }
 
@@ -193,13 +209,17 @@ impl Conn {
     /// connection. When the request is already buffered and its permits are
     /// free, nothing here waits: shutdown and writer failure are checked once
     /// up front instead of being raced against every wait.
-    async fn next_request<R: AsyncRead + Unpin>(&self, rd: &mut BufReader<R>) -> Result<(), End> {
+    async fn next_request<R: AsyncRead + Unpin>(
+        &mut self,
+        rd: &mut BufReader<R>,
+    ) -> Result<(), End> {
         self.watch.stopped()?;
         let hdr = match take_buffered(rd, REQUEST_LEN, |b| {
             <[u8; REQUEST_LEN]>::try_from(b).expect("REQUEST_LEN bytes")
         }) {
             Some(hdr) => hdr,
             None => {
+                self.send_done();
                 let nothing_in_flight =
                     || self.requests.available_permits() == self.limits.max_in_flight_requests;
                 self.watch
@@ -211,7 +231,7 @@ impl Conn {
         if h.magic != REQUEST_MAGIC {
             return Err(End::Broken(format!("bad request magic {:#x}", h.magic)));
         }
-        let req_permit = self.permit(&self.requests, 1).await?;
+        let req_permit = self.permit(Arc::clone(&self.requests), 1).await?;
         let has_payload = h.kind == CMD_WRITE;
         let chunked = matches!(h.kind, CMD_READ | CMD_BLOCK_STATUS) && self.session.structured;
         let cmd = match validate(&h, &self.session, self.limits.max_payload) {
@@ -231,7 +251,10 @@ impl Conn {
             let len = data_len as usize;
             Some(match take_buffered(rd, len, <[u8]>::to_vec) {
                 Some(p) => p,
-                None => self.watch.payload(rd, len).await?,
+                None => {
+                    self.send_done();
+                    self.watch.payload(rd, len).await?
+                }
             })
         } else {
             None
@@ -247,23 +270,26 @@ impl Conn {
 
     /// Take `n` permits of `sem`: at once if they are free, else waiting
     /// (raced against shutdown and writer failure).
-    async fn permit(&self, sem: &Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, End> {
+    async fn permit(&mut self, sem: Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, End> {
         let closed = || End::Broken("in-flight semaphore closed".into());
-        match Arc::clone(sem).try_acquire_many_owned(n) {
+        match Arc::clone(&sem).try_acquire_many_owned(n) {
             Ok(p) => Ok(p),
             Err(TryAcquireError::Closed) => Err(closed()),
-            Err(TryAcquireError::NoPermits) => self
-                .watch
-                .run(Arc::clone(sem).acquire_many_owned(n))
-                .await?
-                .map_err(|_| closed()),
+            Err(TryAcquireError::NoPermits) => {
+                // The permits may be held by replies waiting in `done`.
+                self.send_done();
+                self.watch
+                    .run(sem.acquire_many_owned(n))
+                    .await?
+                    .map_err(|_| closed())
+            }
         }
     }
 
     /// Answer an invalid request with its error, first skipping a WRITE's
     /// payload so the stream stays in sync.
     async fn reject<R: AsyncRead + Unpin>(
-        &self,
+        &mut self,
         rd: &mut R,
         h: &RequestHeader,
         chunked: bool,
@@ -272,9 +298,10 @@ impl Conn {
     ) -> Result<(), End> {
         tracing::debug!("rejecting request {h:?}: {e}");
         if h.kind == CMD_WRITE {
+            self.send_done();
             self.watch.skip(rd, h.length as u64).await?;
         }
-        let _ = self.tx.send(Reply {
+        self.done.push(Reply {
             cookie: h.cookie,
             offset: h.offset,
             chunked,
@@ -291,51 +318,56 @@ impl Conn {
     /// Reserve `data_len` payload bytes on the connection and server budgets
     /// (none for commands without payload), bounding buffered data.
     async fn byte_permits(
-        &self,
+        &mut self,
         data_len: u32,
     ) -> Result<(Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>), End> {
         if data_len == 0 {
             return Ok((None, None));
         }
-        let conn = self.permit(&self.bytes, data_len).await?;
-        let total = self.permit(&self.total_bytes, data_len).await?;
+        let conn = self.permit(Arc::clone(&self.bytes), data_len).await?;
+        let total = self.permit(Arc::clone(&self.total_bytes), data_len).await?;
         Ok((Some(conn), Some(total)))
     }
 
     /// Run one admitted command on the backend and queue its reply (with its
     /// permits) for the writer. The call is polled once right here: most
     /// backend calls (RAM, cache hits) complete without waiting, and then no
-    /// task is spawned. Otherwise the started call moves, unchanged, into a
-    /// tracked task, so it runs to completion and later requests are read
-    /// (and answered) while it waits.
+    /// task is spawned and the reply joins the batch in `done`. Otherwise the
+    /// started call moves, unchanged, into a tracked task, so it runs to
+    /// completion and later requests are read (and answered) while it waits.
     fn spawn(
-        &self,
+        &mut self,
         h: RequestHeader,
         chunked: bool,
         cmd: Command,
         payload: Option<Vec<u8>>,
         permits: Permits,
     ) {
-        let tx = self.tx.clone();
         let session = Arc::clone(&self.session);
         let mut call = Box::pin(async move {
             // No unwinding here: a panic aborts the process (the binary's
             // panic policy), and crash recovery restores the acknowledged state.
             let result = execute(&*session.backend, cmd, payload).await;
-            let _ = tx.send(Reply {
+            Reply {
                 cookie: h.cookie,
                 offset: h.offset,
                 chunked,
                 result,
                 _permits: permits,
-            });
+            }
         });
         // A wake-up registered during this poll is lost, which is harmless:
         // the task polls the call again as soon as it starts, and a future
         // must register the waker of its latest poll.
         let mut cx = Context::from_waker(Waker::noop());
-        if call.as_mut().poll(&mut cx).is_pending() {
-            self.tasks.spawn(call);
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready(reply) => self.done.push(reply),
+            Poll::Pending => {
+                let tx = self.tx.clone();
+                self.tasks.spawn(async move {
+                    let _ = tx.send(vec![call.await]);
+                });
+            }
         }
     }
 }

@@ -642,6 +642,73 @@ fn in_flight_limits_bound_work_without_losing_requests() {
 }
 
 #[test]
+fn requests_completed_on_the_reader_release_their_permits_to_the_requests_behind() {
+    // A RAM disk answers every call at once, so every request completes on
+    // the reader; its reply (holding its permits) must reach the writer
+    // before the reader waits for permits, or a pipelined burst larger than
+    // the in-flight limits would wait forever for permits of its own replies.
+    let mem = Arc::new(MemBackend::new(SIZE as usize));
+    let limits = tiercache_nbd::Limits {
+        max_in_flight_requests: 3,
+        max_in_flight_bytes: 8192,
+        max_payload: 8192,
+        ..Default::default()
+    };
+    let srv = TestServer::start_with_limits(vec![("", mem as Arc<dyn Backend>)], limits);
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    // 40 WRITEs then 40 READs of 4 KiB, sent in one go so they arrive buffered.
+    let header = |kind, cookie, offset, length| {
+        let h = RequestHeader {
+            magic: REQUEST_MAGIC,
+            flags: 0,
+            kind,
+            cookie,
+            offset,
+            length,
+        };
+        h.encode()
+    };
+    let n = 40u64;
+    let mut burst = Vec::new();
+    for i in 0..n {
+        burst.extend(header(CMD_WRITE, i, i * 4096, 4096));
+        burst.extend(vec![i as u8 + 1; 4096]);
+    }
+    for i in 0..n {
+        burst.extend(header(CMD_READ, 100 + i, i * 4096, 4096));
+    }
+    // Read replies while sending, so neither side's socket buffer fills up.
+    let mut reader = Client {
+        s: c.s.try_clone().unwrap(),
+    };
+    let replies = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        for _ in 0..2 * n {
+            let (err, cookie) = reader.simple_reply();
+            assert_eq!(err, 0);
+            let data = (cookie >= 100).then(|| reader.read_n(4096));
+            got.push((cookie, data));
+        }
+        got
+    });
+    c.send(&burst);
+    let mut got = replies.join().unwrap();
+    got.sort_by_key(|(cookie, _)| *cookie);
+    assert_eq!(got.len(), 2 * n as usize);
+    for (i, (cookie, data)) in got.into_iter().enumerate() {
+        let i = i as u64;
+        if i < n {
+            assert_eq!((cookie, data), (i, None));
+        } else {
+            // Requests of one connection run in order when each completes at
+            // once, so every READ sees the WRITE sent before it.
+            assert_eq!(cookie, 100 + i - n);
+            assert_eq!(data.unwrap(), vec![(i - n) as u8 + 1; 4096]);
+        }
+    }
+}
+
+#[test]
 fn shutdown_closes_idle_connections_and_removes_the_socket() {
     let (mut srv, _) = mem_server();
     let (mut c, _, _) = Client::go(&srv.sock, "", false);

@@ -78,18 +78,25 @@ async fn write_reply<W: AsyncWrite + Unpin>(w: &mut W, r: &Reply) -> std::io::Re
 /// (releasing its permits).
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     w: W,
-    mut rx: mpsc::UnboundedReceiver<Reply>,
+    mut rx: mpsc::UnboundedReceiver<Vec<Reply>>,
     dead: CancellationToken,
 ) {
     let mut w = BufWriter::with_capacity(256 * 1024, w);
     let failed = loop {
-        let Some(reply) = rx.recv().await else {
+        let Some(replies) = rx.recv().await else {
             break None;
         };
-        if let Err(e) = write_reply(&mut w, &reply).await {
-            break Some(e);
+        let mut failed = None;
+        for reply in replies {
+            if let Err(e) = write_reply(&mut w, &reply).await {
+                failed = Some(e);
+                break;
+            }
+            drop(reply); // releases the in-flight permits
         }
-        drop(reply); // releases the in-flight permits
+        if failed.is_some() {
+            break failed;
+        }
         if rx.is_empty() {
             if let Err(e) = w.flush().await {
                 break Some(e);
