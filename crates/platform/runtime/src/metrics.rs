@@ -200,6 +200,9 @@ pub enum Op {
 }
 
 impl Op {
+    /// Every operation, in discriminant order (indexes `by_op`).
+    const ALL: [Op; 5] = [Op::Read, Op::Write, Op::Flush, Op::Trim, Op::Cache];
+
     fn as_str(self) -> &'static str {
         match self {
             Op::Read => "read",
@@ -216,6 +219,9 @@ impl Op {
 pub struct RequestMetrics {
     latency: Family<Labels, Histogram, fn() -> Histogram>,
     errors: Family<Labels, Counter>,
+    /// The members of both families for each [`Op`] (shared handles), so a
+    /// request is recorded without building labels or looking them up.
+    by_op: [(Histogram, Counter); 5],
     started: Instant,
 }
 
@@ -224,29 +230,32 @@ impl Default for RequestMetrics {
         fn h() -> Histogram {
             Histogram::new(latency_buckets())
         }
-        let m = RequestMetrics {
-            latency: Family::new_with_constructor(h as fn() -> Histogram),
-            errors: Family::default(),
-            started: Instant::now(),
-        };
+        let latency = Family::<Labels, Histogram, _>::new_with_constructor(h as fn() -> Histogram);
+        let errors = Family::<Labels, Counter>::default();
         // Every operation appears from the first scrape on (at 0), so that
         // rates and increases work from the start.
-        for op in [Op::Read, Op::Write, Op::Flush, Op::Trim, Op::Cache] {
+        let by_op = Op::ALL.map(|op| {
             let l = vec![("op".to_string(), op.as_str().to_string())];
-            let _ = m.latency.get_or_create(&l);
-            let _ = m.errors.get_or_create(&l);
+            let h = latency.get_or_create(&l).clone();
+            let c = errors.get_or_create(&l).clone();
+            (h, c)
+        });
+        RequestMetrics {
+            latency,
+            errors,
+            by_op,
+            started: Instant::now(),
         }
-        m
     }
 }
 
 impl RequestMetrics {
     /// Record one request that took `d`.
     pub fn observe(&self, op: Op, d: Duration, failed: bool) {
-        let l = vec![("op".to_string(), op.as_str().to_string())];
-        self.latency.get_or_create(&l).observe(d.as_secs_f64());
+        let (latency, errors) = &self.by_op[op as usize];
+        latency.observe(d.as_secs_f64());
         if failed {
-            self.errors.get_or_create(&l).inc();
+            errors.inc();
         }
     }
 }
@@ -303,6 +312,24 @@ mod tests {
         let h = HistogramData::from_cumulative(1.0, 10, |le| if le >= 1e-3 { 7 } else { 2 });
         assert_eq!(h.buckets.iter().map(|b| b.1).sum::<u64>(), 10);
         assert_eq!(h.buckets.last().unwrap(), &(f64::MAX, 3));
+    }
+
+    #[test]
+    fn observations_land_in_their_operation_series() {
+        let m = RequestMetrics::default();
+        m.observe(Op::Write, Duration::from_micros(20), false);
+        m.observe(Op::Write, Duration::from_micros(30), true);
+        m.observe(Op::Cache, Duration::from_micros(5), false);
+        let mut reg = Registry::default();
+        reg.register("d", "Latency.", m.latency.clone());
+        reg.register("e", "Errors.", m.errors.clone());
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        assert!(out.contains("d_count{op=\"write\"} 2"), "{out}");
+        assert!(out.contains("d_count{op=\"cache\"} 1"), "{out}");
+        assert!(out.contains("d_count{op=\"read\"} 0"), "{out}");
+        assert!(out.contains("e_total{op=\"write\"} 1"), "{out}");
+        assert!(out.contains("e_total{op=\"cache\"} 0"), "{out}");
     }
 
     #[test]
