@@ -24,7 +24,7 @@ mod writer;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore, TryAcquireError};
@@ -153,6 +153,7 @@ pub(crate) async fn serve<S>(
         session: Arc::new(session),
         tx,
         done: Vec::new(),
+        noop: Waker::from(Arc::new(NoWake)),
     };
 
     let end = conn.read_loop(&mut rd).await;
@@ -183,6 +184,15 @@ struct Conn {
     /// the writer in one batch (one wake-up, one socket write) before the
     /// reader waits for anything, so their permits are never waited for.
     done: Vec<Reply>,
+    /// Waker of the first poll of a backend call (see [`Conn::spawn`]).
+    noop: Waker,
+}
+
+/// A waker that does nothing (`Waker::noop` needs Rust 1.85).
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
 }
 
 impl Conn {
@@ -359,7 +369,7 @@ impl Conn {
         // A wake-up registered during this poll is lost, which is harmless:
         // the task polls the call again as soon as it starts, and a future
         // must register the waker of its latest poll.
-        let mut cx = Context::from_waker(Waker::noop());
+        let mut cx = Context::from_waker(&self.noop);
         match call.as_mut().poll(&mut cx) {
             Poll::Ready(reply) => self.done.push(reply),
             Poll::Pending => {
