@@ -5,10 +5,11 @@
 //! tracked task (so a slow request never holds up the ones behind it, and
 //! every call handed to the backend runs to completion); a writer task
 //! serializes replies. Replies completed on the reader go to the writer in
-//! one batch before the reader next waits. In-flight work is bounded by three semaphores
-//! (request count and payload bytes of the connection, payload bytes of the
-//! whole server) whose permits are released only after the reply has been
-//! written, so slow clients cannot make the server buffer unbounded data.
+//! one batch before the reader next waits. In-flight work is bounded by
+//! three semaphores (request count and payload bytes of the connection,
+//! payload bytes of the whole server) whose permits are released only after
+//! the reply has been written, so slow clients cannot make the server buffer
+//! unbounded data.
 //!
 //! Every wait of the reader (next request, permits, WRITE payload) is inside
 //! one select with the shutdown signal and with the writer's failure; waits
