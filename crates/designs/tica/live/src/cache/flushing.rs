@@ -41,12 +41,16 @@ impl State {
         if self.degraded.is_some() || self.closed {
             return Ok(0);
         }
-        let mut ops = Vec::new();
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
         let started = start(&mut self.tica, &mut self.flusher, &mut ops);
-        match self.exec_flushes(&ops) {
+        let r = self.exec_flushes(&ops);
+        self.ops = ops;
+        match r {
             Ok(_) => {
                 for &(p, gen) in &started {
                     self.tica.flush_done(p, gen);
+                    self.recycle_dram(p);
                 }
                 self.counters.flusher_pages += started.len() as u64;
                 self.gc_dram();
