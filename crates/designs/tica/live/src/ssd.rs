@@ -148,7 +148,8 @@ impl Ssd {
     }
 
     fn store(&mut self) -> Result<&mut Store<MetaDev>, SsdError> {
-        let (role, name) = (self.role, self.name.clone());
+        // The message only on the error path (no name cloned per record).
+        let (role, name) = (self.role, &self.name);
         self.store
             .as_mut()
             .ok_or_else(|| SsdError(format!("{} {name}: closed", role.label())))

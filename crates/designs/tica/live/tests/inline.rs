@@ -3,7 +3,8 @@
 //! concurrent inline and request-thread calls give every page its last
 //! written bytes, survive a crash after FLUSH, keep dirty data on two
 //! devices; a request that cannot run inline leaves no trace; a failed sync
-//! outside the lock fails its SSD like a failed commit.
+//! outside the lock fails its SSD like a failed commit; the flusher's
+//! RO-SSD copies carry the last versions when the WO-SSD fails.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -274,4 +275,87 @@ fn a_failed_sync_outside_the_lock_fails_the_ssd() {
     for (p, &v) in model.iter().enumerate() {
         assert!(data[p * PAGE as usize..(p + 1) * PAGE as usize] == block(p as u64, v)[..]);
     }
+}
+
+/// The flusher's copies (written to the RO-SSD straight from DRAM,
+/// `exec_flushes`) hold each page's last bytes: after the WO-SSD fails, the
+/// pages that left DRAM are written back from their RO-SSD copies alone, and
+/// every page reads (and lands on the backing device as) its last version.
+#[test]
+fn flushed_copies_on_the_ro_ssd_carry_the_last_versions_when_the_wo_ssd_fails() {
+    let f = files(Policy::Adaptive);
+    let wo = Arc::new(FaultyDev::new(dev(&f.wo), 5));
+    let c = open_with_devices(dev(&f.ro), wo.clone(), dev(&f.backing), &f.backing).unwrap();
+    let mut model = vec![0u64; 400];
+    let mut rng = Rng(0x5eed);
+    for round in 1..=3u64 {
+        for (p, m) in model.iter_mut().enumerate() {
+            if round == 1 || rng.below(2) == 0 {
+                *m = round * 10 + p as u64 % 7;
+                write(&c, p as u64 * PAGE, &block(p as u64, *m), false);
+            }
+        }
+        c.flusher_step(64).unwrap();
+    }
+    while c.flusher_step(64).unwrap() > 0 {}
+    c.flush().unwrap();
+    assert!(
+        stat(&c, "/flusher_pages") > 300,
+        "{}",
+        stat(&c, "/flusher_pages")
+    );
+    wo.fail_all();
+    // The FLUSH meets the failed WO-SSD: the cache degrades and writes every
+    // dirty page back from DRAM or the RO-SSD.
+    let _ = c.flush();
+    let d = c.degraded().expect("the WO-SSD failure was not noticed");
+    assert_eq!(d.failed, Role::WoSsd, "{d:?}");
+    assert_eq!(d.lost, 0, "{d:?}");
+    c.flush().unwrap();
+    for (p, &v) in model.iter().enumerate() {
+        assert!(
+            read(&c, p as u64 * PAGE, PAGE as usize) == block(p as u64, v),
+            "page {p}"
+        );
+    }
+    let data = std::fs::read(&f.backing).unwrap();
+    for (p, &v) in model.iter().enumerate() {
+        assert!(
+            data[p * PAGE as usize..(p + 1) * PAGE as usize] == block(p as u64, v)[..],
+            "backing page {p}"
+        );
+    }
+}
+
+/// DRAM page buffers are reused (a flushed page's buffer goes to the next
+/// page DRAM takes, `recycle_dram`): a reused buffer holds only its new
+/// page's bytes. Pages written and flushed, then read misses (the backing's
+/// zeros) and rewrites fill DRAM with reused buffers; every later read, from
+/// DRAM or the RO-SSD copy written from it, returns the last version.
+#[test]
+fn reused_dram_buffers_hold_only_their_new_pages() {
+    let f = files(Policy::Ef);
+    let c = open(&f);
+    let mut model = vec![0u64; 600];
+    for (p, m) in model.iter_mut().enumerate().take(300) {
+        *m = 1 + p as u64 % 5;
+        write(&c, p as u64 * PAGE, &block(p as u64, *m), false);
+    }
+    assert!(stat(&c, "/flusher_pages") >= 250, "the writes were flushed");
+    // Read misses (zeros) and rewrites take the flushed pages' buffers.
+    for p in 300..600u64 {
+        assert!(read(&c, p * PAGE, PAGE as usize) == block(p, 0), "miss {p}");
+        if p % 3 == 0 {
+            let q = p - 300;
+            model[q as usize] = 9;
+            write(&c, q * PAGE, &block(q, 9), false);
+        }
+    }
+    for (p, &v) in model.iter().enumerate().rev() {
+        assert!(
+            read(&c, p as u64 * PAGE, PAGE as usize) == block(p as u64, v),
+            "page {p}"
+        );
+    }
+    assert!(stat(&c, "/hits/dram") > 0, "some reads were DRAM hits");
 }

@@ -8,6 +8,10 @@ use crate::pair::{Role, PAGE};
 use rustc_hash::FxHashMap;
 use tiercache_levels::{Dev, Op, OpKind, Page};
 
+/// Spare DRAM page buffers kept at most (512 KiB): a flushed page's buffer
+/// is usually taken again by the next write (`recycle_dram`).
+const SPARE_MAX: usize = 128;
+
 impl State {
     pub(crate) fn backing_read(&mut self, p: Page) -> Result<Vec<u8>, CacheError> {
         let _slow = SlowIo::enter(&self.slow);
@@ -116,8 +120,10 @@ impl State {
                             d.dirty = dirty;
                         }
                         None => {
-                            let data = data.to_vec();
-                            self.dram.insert(p, DramPage { data, dirty });
+                            let mut buf = self.spare.pop().unwrap_or_default();
+                            buf.clear();
+                            buf.extend_from_slice(data);
+                            self.dram.insert(p, DramPage { data: buf, dirty });
                         }
                     }
                 }
@@ -202,13 +208,35 @@ impl State {
         }
     }
 
-    /// Drop DRAM copies the policy no longer holds.
+    /// Page `p`'s flush completed: when the policy no longer holds it in
+    /// DRAM (the usual case), its DRAM copy goes now (its buffer to the
+    /// spares) instead of at the next `gc_dram` round.
+    pub(super) fn recycle_dram(&mut self, p: Page) {
+        let d = self.tica.dram();
+        if d.in_read(p) || d.write_slot(p).is_some() {
+            return;
+        }
+        if let Some(page) = self.dram.remove(&p) {
+            if self.spare.len() < SPARE_MAX {
+                self.spare.push(page.data);
+            }
+        }
+    }
+
+    /// Drop DRAM copies the policy no longer holds; their buffers are kept
+    /// (up to [`SPARE_MAX`]) for the next pages DRAM takes.
     pub(super) fn gc_dram(&mut self) {
         let cap = self.tica.dram().capacity();
         if self.dram.len() > cap + 64 {
             let d = self.tica.dram();
-            self.dram
-                .retain(|p, _| d.in_read(*p) || d.write_slot(*p).is_some());
+            let spare = &mut self.spare;
+            self.dram.retain(|p, page| {
+                let keep = d.in_read(*p) || d.write_slot(*p).is_some();
+                if !keep && spare.len() < SPARE_MAX {
+                    spare.push(std::mem::take(&mut page.data));
+                }
+                keep
+            });
         }
     }
 }

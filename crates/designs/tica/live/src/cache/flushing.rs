@@ -2,12 +2,12 @@
 //! commits), and writing every dirty page back to the backing device.
 
 use super::State;
-use super::{CacheError, Fault};
+use super::{ssd_fault, CacheError, Fault};
 use crate::pair::Role;
 use rustc_hash::FxHashSet;
 use tiercache_levels::tica::Tica;
 use tiercache_levels::Architecture;
-use tiercache_levels::{FlushScheduler, Op, Page};
+use tiercache_levels::{Dev, FlushScheduler, Op, OpKind, Page};
 
 impl State {
     /// Copy up to `max` dirty DRAM pages to the RO-SSD (an idle tick, a
@@ -41,12 +41,16 @@ impl State {
         if self.degraded.is_some() || self.closed {
             return Ok(0);
         }
-        let mut ops = Vec::new();
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
         let started = start(&mut self.tica, &mut self.flusher, &mut ops);
-        match self.exec(&ops, None) {
+        let r = self.exec_flushes(&ops);
+        self.ops = ops;
+        match r {
             Ok(_) => {
                 for &(p, gen) in &started {
                     self.tica.flush_done(p, gen);
+                    self.recycle_dram(p);
                 }
                 self.counters.flusher_pages += started.len() as u64;
                 self.gc_dram();
@@ -58,6 +62,34 @@ impl State {
             }
             Err(Fault::Other(e)) => Err(CacheError(e)),
         }
+    }
+
+    /// Execute a flusher batch: the ops [`Tica::start_flushes`] emits, one
+    /// DRAM read and one RO-SSD write per page, the write taken straight from
+    /// the DRAM copy (what [`State::exec`] does, without copying each page
+    /// into a buffer first). Any other op sequence goes to `exec`.
+    fn exec_flushes(&mut self, ops: &[Op]) -> Result<(), Fault> {
+        let is_flush = |pair: &[Op]| {
+            matches!(pair, [r, w] if r.dev == Dev::Dram && r.kind == OpKind::Read
+                && w.dev == Dev::RoSsd && w.kind == OpKind::Write && r.page == w.page)
+        };
+        if !ops.len().is_multiple_of(2) || !ops.chunks(2).all(is_flush) {
+            return self.exec(ops, None).map(|_| ());
+        }
+        for pair in ops.chunks(2) {
+            let p = pair[0].page;
+            if !self.dram.contains_key(&p) {
+                return Err(Fault::Other(format!("internal: page {p} is not in DRAM")));
+            }
+            self.ensure_slot(Role::RoSsd)?;
+            let Some(d) = self.dram.get(&p) else {
+                return Err(Fault::Other(format!("internal: page {p} is not in DRAM")));
+            };
+            self.ro
+                .write(p, &d.data, true)
+                .map_err(|e| ssd_fault(e, Role::RoSsd))?;
+        }
+        Ok(())
     }
 
     /// FLUSH: make every acknowledged write durable.

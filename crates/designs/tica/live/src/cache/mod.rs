@@ -151,6 +151,12 @@ pub struct SingleCopyPage {
 pub(crate) struct State {
     pub(crate) tica: Tica,
     dram: FxHashMap<Page, DramPage>,
+    /// Page buffers of DRAM copies `gc_dram` dropped, reused by the next
+    /// pages DRAM takes (no 4 KiB allocation and free per write).
+    spare: Vec<Vec<u8>>,
+    /// The ops of the last page access or flusher batch (reused: no
+    /// allocation per request).
+    ops: Vec<tiercache_levels::Op>,
     pub(crate) ro: Ssd,
     pub(crate) wo: Ssd,
     pub(crate) backing: Arc<dyn BlockDev>,
@@ -192,6 +198,8 @@ impl State {
         State {
             tica,
             dram: FxHashMap::default(),
+            spare: Vec::new(),
+            ops: Vec::new(),
             ro,
             wo,
             backing,

@@ -91,9 +91,12 @@ impl State {
                 self.counters.degraded_writes += 1;
                 return Ok(());
             }
-            let mut ops = Vec::new();
+            let mut ops = std::mem::take(&mut self.ops);
+            ops.clear();
             self.tica.access(p, true, &mut ops);
-            match self.exec(&ops, Some((p, data))) {
+            let r = self.exec(&ops, Some((p, data)));
+            self.ops = ops;
+            match r {
                 Ok(_) => {
                     self.gc_dram();
                     return Ok(());
