@@ -26,6 +26,20 @@ struct Client {
     s: UnixStream,
 }
 
+/// The bytes of a request header.
+fn header(kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+    RequestHeader {
+        magic: REQUEST_MAGIC,
+        flags,
+        kind,
+        cookie,
+        offset,
+        length,
+    }
+    .encode()
+    .to_vec()
+}
+
 impl Client {
     /// Connect and consume the greeting; does not send client flags yet.
     fn connect_raw(path: &Path) -> Client {
@@ -130,15 +144,7 @@ impl Client {
     }
 
     fn request(&mut self, kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) {
-        let h = RequestHeader {
-            magic: REQUEST_MAGIC,
-            flags,
-            kind,
-            cookie,
-            offset,
-            length,
-        };
-        self.send(&h.encode());
+        self.send(&header(kind, flags, cookie, offset, length));
     }
 
     /// Simple reply: (error, cookie).
@@ -657,25 +663,14 @@ fn requests_completed_on_the_reader_release_their_permits_to_the_requests_behind
     let srv = TestServer::start_with_limits(vec![("", mem as Arc<dyn Backend>)], limits);
     let (mut c, _, _) = Client::go(&srv.sock, "", false);
     // 40 WRITEs then 40 READs of 4 KiB, sent in one go so they arrive buffered.
-    let header = |kind, cookie, offset, length| {
-        let h = RequestHeader {
-            magic: REQUEST_MAGIC,
-            flags: 0,
-            kind,
-            cookie,
-            offset,
-            length,
-        };
-        h.encode()
-    };
     let n = 40u64;
     let mut burst = Vec::new();
     for i in 0..n {
-        burst.extend(header(CMD_WRITE, i, i * 4096, 4096));
+        burst.extend(header(CMD_WRITE, 0, i, i * 4096, 4096));
         burst.extend(vec![i as u8 + 1; 4096]);
     }
     for i in 0..n {
-        burst.extend(header(CMD_READ, 100 + i, i * 4096, 4096));
+        burst.extend(header(CMD_READ, 0, 100 + i, i * 4096, 4096));
     }
     // Read replies while sending, so neither side's socket buffer fills up.
     let mut reader = Client {
