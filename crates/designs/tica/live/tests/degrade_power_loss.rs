@@ -180,6 +180,14 @@ fn power_loss_while_recording_a_failed_peer_leaves_a_pair_that_opens_or_is_refus
         .err()
         .expect("the noted pair must not open");
     assert!(format!("{e:#}").contains("ran degraded"), "{e:#}");
+    // Also when the failed WO-SSD no longer holds a readable superblock.
+    let mut w = last[1].clone();
+    w[..2 * PAGE as usize].fill(0);
+    std::fs::write(&wo, &w).unwrap();
+    let e = open_with_devices(dev(&ro), dev(&wo), dev(&backing), &backing)
+        .err()
+        .expect("the noted pair must not open");
+    assert!(format!("{e:#}").contains("ran degraded"), "{e:#}");
     assert!(
         opened > 0 && refused > 0,
         "opened {opened}, refused {refused}"
