@@ -64,16 +64,21 @@ pub fn open(o: &OpenOptions) -> Result<Arc<ThreeLevel>> {
     open_with_devices(ro, wo, bk, &backing)
 }
 
-fn check_pair(ro: &PairInfo, wo: &PairInfo) -> Result<()> {
-    for i in [ro, wo] {
-        if let Some(why) = &i.failed_peer {
-            bail!(
-                "this three-level cache ran degraded after a device failure ({why}); every dirty page \
-                 was written back, so the backing device holds all data. Format the pair again \
-                 (tiercache format --mode tica ... --force) to use it"
-            );
-        }
+/// Refuse a pair whose surviving SSD carries the note of its peer's failure.
+fn refuse_if_degraded(info: &PairInfo) -> Result<()> {
+    if let Some(why) = &info.failed_peer {
+        bail!(
+            "this three-level cache ran degraded after a device failure ({why}); every dirty page \
+             was written back, so the backing device holds all data. Format the pair again \
+             (tiercache format --mode tica ... --force) to use it"
+        );
     }
+    Ok(())
+}
+
+fn check_pair(ro: &PairInfo, wo: &PairInfo) -> Result<()> {
+    refuse_if_degraded(ro)?;
+    refuse_if_degraded(wo)?;
     if ro.role != Role::RoSsd || wo.role != Role::WoSsd {
         bail!(
             "the devices' roles are {:?} and {:?}: expected an RO-SSD and a WO-SSD",
@@ -101,9 +106,15 @@ pub fn open_with_devices(
 ) -> Result<Arc<ThreeLevel>> {
     let t0 = Instant::now();
     let meta = |d: &Arc<dyn BlockDev>| MetaDev(Arc::clone(d));
-    let (_, ro_info) = read_info(&meta(&ro_dev))
+    let ro_info = read_info(&meta(&ro_dev));
+    let wo_info = read_info(&meta(&wo_dev));
+    // The survivor's failure note first: the failed SSD may not read at all.
+    for (_, i) in ro_info.iter().chain(&wo_info) {
+        refuse_if_degraded(i)?;
+    }
+    let (_, ro_info) = ro_info
         .with_context(|| format!("{} holds no three-level cache superblock", ro_dev.name()))?;
-    let (_, wo_info) = read_info(&meta(&wo_dev))
+    let (_, wo_info) = wo_info
         .with_context(|| format!("{} holds no three-level cache superblock", wo_dev.name()))?;
     check_pair(&ro_info, &wo_info)?;
     let policy = wo_info.policy()?;

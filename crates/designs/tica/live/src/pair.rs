@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 use tiercache_levels::{FlushConfig, Policy};
-use tiercache_store::{FormatParams, MetaDevice, Superblock};
+use tiercache_store::{FormatParams, MetaDevice, StoreError, Superblock};
 
 /// Page size of the three-level cache: the unit of the TICA policy, of an
 /// SSD slot and of the DRAM level.
@@ -243,10 +243,20 @@ fn preallocate(f: &std::fs::File, size: u64) {
     let _ = rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, size);
 }
 
-/// Rewrites the surviving SSD after its peer failed: an empty store whose
-/// pair description says why (`failed_peer`), so that no later `serve`
-/// trusts the failed device's stale metadata. Called after every dirty page
-/// reached the backing device and it was flushed.
+/// Records on the surviving SSD that its peer failed (`failed_peer` in its
+/// pair description), so that no later `serve` trusts the failed device's
+/// stale metadata. Called after every dirty page reached the backing device
+/// and it was flushed.
+///
+/// The note is one superblock update ([`tiercache_store::Store::set_policy`]:
+/// next generation, copy 0 then copy 1, each synced), so a power loss at any
+/// point leaves either the pair as it was (it opens, and recovery finds every
+/// flushed write) or the noted pair (refused: the backing device is
+/// complete). The store is reopened for that (its recovery rewrites the
+/// metadata crash-safely, as any open after a crash does); its table stays,
+/// unused: the note makes `open` refuse the pair before reading it. Only a
+/// survivor whose metadata no longer reads (it cannot open as a pair
+/// anyway) is formatted afresh with the note.
 pub fn mark_peer_failed(
     dev: &Arc<dyn BlockDev>,
     sb: &Superblock,
@@ -255,13 +265,29 @@ pub fn mark_peer_failed(
 ) -> Result<()> {
     // The superblock holds at most 2 KiB of description: keep the reason short.
     info.failed_peer = Some(why.chars().take(400).collect());
-    let params = FormatParams {
-        line_size: PAGE as u32,
-        sub_block_size: PAGE as u32,
-        log_bytes: Some(sb.layout.log_blocks * 4096),
-        policy: serde_json::to_string(&info)?,
-        backing: sb.backing.clone(),
-    };
-    tiercache_store::format(&MetaDev(Arc::clone(dev)), &params, true)?;
-    Ok(())
+    let policy = serde_json::to_string(&info)?;
+    // The identity the survivor's superblock records (compared by `open`
+    // only with itself: the backing device's contents changed since).
+    let opened = Superblock::read(&MetaDev(Arc::clone(dev)))
+        .and_then(|c| tiercache_store::open(MetaDev(Arc::clone(dev)), &c.newest.backing));
+    match opened {
+        Ok(mut opened) => {
+            opened.store.set_policy(policy)?;
+            Ok(())
+        }
+        // A transient error: retried at the next FLUSH.
+        Err(e @ StoreError::Io { .. }) => Err(e.into()),
+        Err(_) => {
+            // Not a readable store any more: nothing on it to keep.
+            let params = FormatParams {
+                line_size: PAGE as u32,
+                sub_block_size: PAGE as u32,
+                log_bytes: Some(sb.layout.log_blocks * 4096),
+                policy,
+                backing: sb.backing.clone(),
+            };
+            tiercache_store::format(&MetaDev(Arc::clone(dev)), &params, true)?;
+            Ok(())
+        }
+    }
 }

@@ -380,7 +380,7 @@ impl Ssd {
     }
 
     /// Forget the store without writing (a failed device, or before the
-    /// surviving device is rewritten).
+    /// surviving device gets its `failed_peer` note).
     pub fn abandon(&mut self) -> Option<tiercache_store::Superblock> {
         self.store.take().map(|s| s.superblock().clone())
     }

@@ -208,6 +208,22 @@ fn dst_three_level_case_17_stale_page_after_eio_and_power_loss() {
     });
 }
 
+/// Regression (the EIO DST at 2500 cases): an SSD failed, the cache wrote
+/// every dirty page back, and a power loss tore the forced store format
+/// that then recorded the failure on the survivor (the WO-SSD in case 186,
+/// the RO-SSD in case 428): no valid checkpoint, and the pair opened
+/// neither as it was nor as degraded. The note is now one atomic
+/// superblock update (`pair::mark_peer_failed`; `tests/degrade_power_loss.rs`).
+#[test]
+fn dst_three_level_cases_186_428_power_loss_while_recording_the_failed_peer() {
+    let (imgs, dir) = images();
+    for case in [186, 428] {
+        dst::run_cases("three-level-eio", 0xd57, case, 1, 400, 40, |seed| {
+            system(&imgs, &dir, seed, true)
+        });
+    }
+}
+
 /// The fault matrix (issue 17, item 3): EIO on read, on write, ENOSPC,
 /// removal, slowness of the RO-SSD, then of the WO-SSD; backing EIO on
 /// read and on write. Acknowledged data lost: 0.

@@ -1,5 +1,5 @@
 //! Device failure: writing dirty pages back from the surviving copies,
-//! rewriting the surviving SSD empty, and continuing degraded.
+//! recording the failure on the surviving SSD, and continuing degraded.
 //!
 //! Degrading is resumable: the first SSD error switches every request to
 //! the degraded paths at once (writes go through to the backing device and
@@ -145,8 +145,9 @@ impl State {
             for d in self.dram.values_mut() {
                 d.dirty = false;
             }
-            // The surviving SSD is rewritten empty with a note, so that no
-            // later start trusts the failed device's (now stale) metadata.
+            // The surviving SSD gets a note (one atomic superblock update,
+            // see `mark_peer_failed`), so that no later start trusts the
+            // failed device's (now stale) metadata.
             self.ssd(failed).abandon();
             let sb = self.ssd(survivor).abandon();
             let w = self.work.as_mut().expect("degrading");

@@ -30,10 +30,11 @@
 //!   lock, to find a failing device;
 //! - any I/O error on an SSD marks it failed: every dirty page is written
 //!   back from the surviving copy (DRAM, or the other SSD), the backing
-//!   device is flushed, the surviving SSD is rewritten empty with a
-//!   `failed_peer` note, and the cache continues **degraded**: writes go
-//!   through to the backing device, reads come from DRAM copies or the
-//!   backing device. The request that met the error is then served that way.
+//!   device is flushed, the surviving SSD's superblock gets a
+//!   `failed_peer` note (atomically: a power loss leaves the pair as it was
+//!   or noted, see [`crate::pair::mark_peer_failed`]), and the cache
+//!   continues **degraded**: writes go through to the backing device, reads
+//!   come from DRAM copies or the backing device. The request that met the error is then served that way.
 //!   The switch is immediate and the write-back resumable: a step that
 //!   fails is retried by the next request, and FLUSH succeeds only once it
 //!   is all done (see `degrade`).
