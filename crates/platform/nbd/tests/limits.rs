@@ -458,11 +458,16 @@ fn io_timeout_drops_a_client_that_does_not_read_and_releases_its_permits() {
         max_total_in_flight_bytes: 4 * MIB,
         ..Limits::default()
     };
-    let (srv, _) = probe_server(limits);
+    let (srv, probe) = probe_server(limits);
     let mut hog = Client::go(&srv.sock);
     queue_reads(&mut hog, 16, MIB as u32);
-    // The hog holds the whole server-wide byte budget until it is dropped;
-    // then these large reads go through.
+    // Once its first four reads ran, the hog holds the whole server-wide
+    // byte budget until it is dropped (a client that started before that
+    // could take part of the budget, finish, and let the hog's replies flow
+    // once the hog reads below); then these large reads go through.
+    wait_for(Duration::from_secs(10), "the hog's reads", || {
+        probe.reads.load(Ordering::SeqCst) >= 4
+    });
     let mut other = Client::go(&srv.sock);
     for i in 0..4 {
         assert_eq!(other.read(i, 0, MIB as u32).len(), MIB);
