@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, open_with_devices, FormatOptions, PAGE};
+use tiercache_three_level::{open_with_devices, PAGE};
+
+mod common;
 
 const PAGES: u64 = 128;
 const SNAPSHOTS: usize = 24;
@@ -94,20 +95,8 @@ impl BlockDev for SyncPoints {
 #[test]
 fn crash_inside_a_write_keeps_every_flushed_version() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n);
-    let (ro, wo, backing) = (p("ro.img"), p("wo.img"), p("backing.img"));
-    std::fs::write(&backing, vec![0u8; (PAGES * PAGE) as usize]).unwrap();
     // 64 slots per SSD (a 256 KiB log, data from 1 MiB), DRAM of 8 pages.
-    format(&FormatOptions {
-        ro_ssd: ro.clone(),
-        wo_ssd: wo.clone(),
-        backing: backing.clone(),
-        dram_bytes: 8 * PAGE,
-        policy: Policy::Adaptive,
-        create_size: Some((1 << 20) + 64 * PAGE),
-        force: false,
-    })
-    .unwrap();
+    let (ro, wo, backing) = common::new_pair(dir.path(), PAGES, 8, (1 << 20) + 64 * PAGE);
     let armed = Arc::new(AtomicBool::new(false));
     let shared = Arc::new(Mutex::new(Shared {
         floor: vec![0; PAGES as usize],

@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tiercache_io::{BlockDev, FaultyDev, FileDev, FileDevOptions};
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, open_with_devices, FormatOptions, ThreeLevel, PAGE};
+use tiercache_three_level::{open_with_devices, ThreeLevel, PAGE};
 
 /// 1 MiB of backing data; SSDs of 2 MiB.
+mod common;
+
 const PAGES: u64 = 256;
 
 fn dev(p: &Path) -> Arc<dyn BlockDev> {
@@ -91,19 +92,7 @@ impl BlockDev for WritePoints {
 #[test]
 fn power_loss_while_recording_a_failed_peer_leaves_a_pair_that_opens_or_is_refused_as_degraded() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |n: &str| dir.path().join(n);
-    let (ro, wo, backing) = (p("ro.img"), p("wo.img"), p("backing.img"));
-    std::fs::write(&backing, vec![0u8; (PAGES * PAGE) as usize]).unwrap();
-    format(&FormatOptions {
-        ro_ssd: ro.clone(),
-        wo_ssd: wo.clone(),
-        backing: backing.clone(),
-        dram_bytes: 16 * PAGE,
-        policy: Policy::Adaptive,
-        create_size: Some(2 << 20),
-        force: false,
-    })
-    .unwrap();
+    let (ro, wo, backing) = common::new_pair(dir.path(), PAGES, 16, 2 << 20);
     let paths = vec![ro.clone(), wo.clone(), backing.clone()];
     let armed = Arc::new(AtomicBool::new(false));
     let snapshots = Arc::new(Mutex::new(Vec::new()));
