@@ -270,6 +270,33 @@ pub trait BlockDev: Send + Sync {
     }
 }
 
+/// Keep a buffered device's page cache in 4 KiB folios, for a cache that
+/// reads and writes single 4 KiB pages at scattered offsets: no readahead on
+/// it (`POSIX_FADV_RANDOM`, so reads fill 4 KiB folios), and its cached pages
+/// dropped (after a sync, so none is dirty) before the cache uses it. Why:
+/// readahead (a sequential pass over the slots, as recovery or a warm-up
+/// read makes) fills the file's cache with large folios, and a 4 KiB `pwrite`
+/// into a large folio costs ext4 several times one into a 4 KiB folio
+/// (`bench/page_cache_folios.py`; docs/benchmarks.md, issue 16). Advisory
+/// only: nothing changes what a read returns. A device without a raw
+/// descriptor or opened `O_DIRECT` is left alone, and a failure only costs
+/// speed (a failing device shows up at its first write or sync).
+pub fn keep_page_cache_small(dev: &dyn BlockDev) {
+    let Some(t) = dev.raw_target() else {
+        return;
+    };
+    if t.direct_align.is_some() {
+        return;
+    }
+    // SAFETY: `raw_target` promises the descriptor stays open while `dev`
+    // lives, and `dev` is borrowed for the whole call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
+    let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::Random);
+    if dev.flush().is_ok() {
+        let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed);
+    }
+}
+
 /// Read `buf.len()` bytes at `offset` from the page cache without blocking
 /// (`preadv2` with `RWF_NOWAIT`), on the caller's thread: a cached read then
 /// costs no hand-off to an engine thread. `Some(Ok(()))` when all of `buf` was

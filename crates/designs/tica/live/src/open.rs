@@ -40,33 +40,6 @@ fn open_dev(path: &Path, direct: bool, what: &str) -> Result<Arc<dyn BlockDev>> 
     Ok(tiercache_io::open_device(path, direct, what)?)
 }
 
-/// Keep a buffered SSD's page cache in 4 KiB folios: no readahead on it
-/// (`POSIX_FADV_RANDOM`), and its cached pages dropped (after a sync, so
-/// none is dirty) before the cache uses it. Why: readahead (a sequential
-/// pass over the slots, as a warm-up read of a freshly filled cache makes)
-/// and earlier runs fill the file's cache with large folios, and a 4 KiB
-/// `pwrite` into a large folio costs ext4 several times one into a 4 KiB
-/// folio (docs/benchmarks.md, issue 16, 2026-11-27). The cache reads and
-/// writes single 4 KiB pages at scattered slots, so readahead buys little.
-/// Advisory only: nothing changes what a read returns; a device without a
-/// raw descriptor or opened `O_DIRECT` is left alone, and a failure only
-/// costs speed (a failing device shows up at its first write or commit).
-fn small_folios(dev: &dyn BlockDev) {
-    let Some(t) = dev.raw_target() else {
-        return;
-    };
-    if t.direct_align.is_some() {
-        return;
-    }
-    // SAFETY: `raw_target` promises the descriptor stays open while `dev`
-    // lives, and `dev` is borrowed for the whole call.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
-    let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::Random);
-    if dev.flush().is_ok() {
-        let _ = rustix::fs::fadvise(fd, 0, None, rustix::fs::Advice::DontNeed);
-    }
-}
-
 /// Open the cache whose SSD `o.ssd` is, on real files or block devices.
 pub fn open(o: &OpenOptions) -> Result<Arc<ThreeLevel>> {
     let f = std::fs::File::open(&o.ssd).with_context(|| format!("opening {}", o.ssd.display()))?;
@@ -85,7 +58,7 @@ pub fn open(o: &OpenOptions) -> Result<Arc<ThreeLevel>> {
     let ro = open_dev(&ro_path, o.direct, "RO-SSD")?;
     let wo = open_dev(&wo_path, o.direct, "WO-SSD")?;
     for dev in [&ro, &wo] {
-        small_folios(dev.as_ref());
+        tiercache_io::keep_page_cache_small(dev.as_ref());
     }
     let mut bk = open_dev(&backing, o.direct, "backing device")?;
     if o.emulate_hdd {
