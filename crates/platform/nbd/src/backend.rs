@@ -171,6 +171,23 @@ pub trait Backend: Send + Sync + 'static {
         self.write(offset, &data, fua).await
     }
 
+    /// The server may offer plain writes received together as one batch
+    /// ([`Backend::write_batch_now`]). Default: no.
+    fn batches_writes(&self) -> bool {
+        false
+    }
+
+    /// Store several plain writes (no FUA), received one after another and
+    /// not yet answered, on the caller's thread and without waiting, if the
+    /// backend can: one result per write, in order, each as [`Backend::write`]
+    /// would give it (a later write of the same bytes wins). `None` when it
+    /// cannot (nothing was done): each then runs as a single write. Why: a
+    /// cache can append a batch with one lock hold and one device write.
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        let _ = writes;
+        None
+    }
+
     /// Make all completed writes stable.
     async fn flush(&self) -> Result<()>;
 

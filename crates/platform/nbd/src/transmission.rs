@@ -18,6 +18,12 @@
 //! progress for `io_timeout`. A request that is already buffered and whose
 //! permits are free needs no wait: it is admitted after one check of the
 //! shutdown signal and the writer's failure.
+//!
+//! Write batches: for a backend that takes them ([`Backend::batches_writes`]),
+//! plain WRITEs (no FUA) that are already buffered one after another are
+//! collected and offered together ([`Backend::write_batch_now`]) before the
+//! reader waits for anything or runs any other request, so arrival order is
+//! kept; a batch the backend declines runs as single writes.
 
 mod reader;
 mod validation;
@@ -50,6 +56,10 @@ enum Payload {
     /// `base:allocation` descriptors (length, status flags).
     Extents(Vec<(u32, u32)>),
 }
+
+/// Most writes, and payload bytes, offered to the backend in one batch.
+const MAX_BATCH: usize = 32;
+const MAX_BATCH_BYTES: usize = 128 << 10;
 
 /// Most descriptors sent in one BLOCK_STATUS reply (spec: at most 2^20).
 const MAX_EXTENTS: usize = 1 << 20;
@@ -135,6 +145,7 @@ pub(crate) async fn serve<S>(
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let (tx, rx) = mpsc::unbounded_channel::<Vec<Reply>>();
     let dead = CancellationToken::new();
+    let session_batches = session.backend.batches_writes();
     let writer = tokio::spawn(write_loop(
         ProgressTimeout::new(wr, limits.io_timeout),
         rx,
@@ -154,6 +165,9 @@ pub(crate) async fn serve<S>(
         session: Arc::new(session),
         tx,
         done: Vec::new(),
+        batching: session_batches,
+        batch: Vec::new(),
+        batch_bytes: 0,
         noop: Waker::from(Arc::new(NoWake)),
     };
 
@@ -185,8 +199,22 @@ struct Conn {
     /// the writer in one batch (one wake-up, one socket write) before the
     /// reader waits for anything, so their permits are never waited for.
     done: Vec<Reply>,
+    /// The backend takes write batches ([`Backend::batches_writes`]).
+    batching: bool,
+    /// Plain writes received one after another, not run yet (`run_batch`).
+    batch: Vec<PendingWrite>,
+    batch_bytes: usize,
     /// Waker of the first poll of a backend call (see [`Conn::spawn`]).
     noop: Waker,
+}
+
+/// A received plain WRITE waiting in the batch.
+struct PendingWrite {
+    h: RequestHeader,
+    cmd: Command,
+    offset: u64,
+    payload: Vec<u8>,
+    permits: Permits,
 }
 
 /// A waker that does nothing (`Waker::noop` needs Rust 1.85).
@@ -210,6 +238,7 @@ impl Conn {
     /// Hand the replies completed on the reader to the writer; called before
     /// every wait of the reader (and when it stops).
     fn send_done(&mut self) {
+        self.run_batch();
         if !self.done.is_empty() {
             let _ = self.tx.send(std::mem::take(&mut self.done));
         }
@@ -275,8 +304,73 @@ impl Conn {
             _bytes: byte_permit,
             _total_bytes: total_permit,
         };
+        let payload = match (self.batching, cmd, payload) {
+            (
+                true,
+                Command::Write {
+                    offset, fua: false, ..
+                },
+                Some(payload),
+            ) => {
+                if self.batch_bytes + payload.len() > MAX_BATCH_BYTES {
+                    self.run_batch();
+                }
+                self.batch_bytes += payload.len();
+                self.batch.push(PendingWrite {
+                    h,
+                    cmd,
+                    offset,
+                    payload,
+                    permits,
+                });
+                if self.batch.len() >= MAX_BATCH {
+                    self.run_batch();
+                }
+                return Ok(());
+            }
+            (_, _, payload) => payload,
+        };
+        // Earlier writes first: requests run in the order they arrived.
+        self.run_batch();
         self.spawn(h, chunked, cmd, payload, permits);
         Ok(())
+    }
+
+    /// Offer the collected writes to the backend as one batch; their replies
+    /// join `done`. A batch of one, or one the backend declines, runs as
+    /// single writes (in order).
+    fn run_batch(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        self.batch_bytes = 0;
+        let batch = std::mem::take(&mut self.batch);
+        if batch.len() > 1 {
+            let writes: Vec<(u64, &[u8])> =
+                batch.iter().map(|w| (w.offset, &w.payload[..])).collect();
+            if let Some(results) = self.session.backend.write_batch_now(&writes) {
+                let mut results = results.into_iter();
+                for w in batch {
+                    let result = results.next().unwrap_or_else(|| {
+                        Err(Error::new(
+                            crate::error::Errno::Io,
+                            "the backend answered fewer writes than the batch had",
+                        ))
+                    });
+                    self.done.push(Reply {
+                        cookie: w.h.cookie,
+                        offset: w.h.offset,
+                        chunked: false,
+                        result: result.map(|_| Payload::None),
+                        _permits: w.permits,
+                    });
+                }
+                return;
+            }
+        }
+        for w in batch {
+            self.spawn(w.h, false, w.cmd, Some(w.payload), w.permits);
+        }
     }
 
     /// Take `n` permits of `sem`: at once if they are free, else waiting

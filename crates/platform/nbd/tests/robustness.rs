@@ -885,3 +885,144 @@ fn minimum_block_size_is_enforced_only_when_the_client_negotiated_it() {
     assert_eq!(c.write(4, 100, b"odd", 0), 0);
     assert_eq!(c.read(5, 99, 5).unwrap(), b"\0odd\0");
 }
+
+/// A RAM disk that takes write batches (or declines them all), records the
+/// size of each batch it ran, and fails every write that touches `bad`.
+struct BatchingDisk {
+    data: std::sync::Mutex<Vec<u8>>,
+    decline: bool,
+    bad: u64,
+    batches: std::sync::Mutex<Vec<usize>>,
+    singles: std::sync::atomic::AtomicUsize,
+}
+
+impl BatchingDisk {
+    fn put(&self, offset: u64, data: &[u8]) -> tiercache_nbd::Result<()> {
+        if (offset..offset + data.len() as u64).contains(&self.bad) {
+            return Err(tiercache_nbd::Error::new(Errno::Io, "bad block"));
+        }
+        self.data.lock().unwrap()[offset as usize..][..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Backend for BatchingDisk {
+    fn size(&self) -> u64 {
+        SIZE
+    }
+    fn batches_writes(&self) -> bool {
+        true
+    }
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<tiercache_nbd::Result<()>>> {
+        if self.decline {
+            return None;
+        }
+        self.batches.lock().unwrap().push(writes.len());
+        Some(writes.iter().map(|&(o, d)| self.put(o, d)).collect())
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> tiercache_nbd::Result<()> {
+        buf.copy_from_slice(&self.data.lock().unwrap()[offset as usize..][..buf.len()]);
+        Ok(())
+    }
+    async fn write(&self, offset: u64, data: &[u8], _fua: bool) -> tiercache_nbd::Result<()> {
+        self.singles
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.put(offset, data)
+    }
+    async fn flush(&self) -> tiercache_nbd::Result<()> {
+        Ok(())
+    }
+}
+
+/// Pipelined writes arrive buffered: a backend that takes batches gets them
+/// as batches, one result per write (an error answers only its own write),
+/// in arrival order (a later write of the same block wins, a FUA write and
+/// every read run after the writes before them); one that declines gets the
+/// same answers from single writes.
+fn pipelined_writes_are_batched_in_order(decline: bool) {
+    let disk = Arc::new(BatchingDisk {
+        data: std::sync::Mutex::new(vec![0u8; SIZE as usize]),
+        decline,
+        bad: 7 * 4096 + 100,
+        batches: Default::default(),
+        singles: Default::default(),
+    });
+    let srv = TestServer::start(vec![("", Arc::clone(&disk) as Arc<dyn Backend>)]);
+    let (mut c, _, _) = Client::go(&srv.sock, "", false);
+    // 20 writes to blocks 0..20 (block 7 fails), block 3 again, a FUA write
+    // of block 5, 10 more writes to 20..30, then reads of blocks 0..30.
+    let mut burst = Vec::new();
+    let mut expect = vec![vec![0u8; 4096]; 30];
+    let mut writes = 0;
+    let mut w = |burst: &mut Vec<u8>, cookie: u64, block: u64, fill: u8, flags: u16| {
+        burst.extend(header(CMD_WRITE, flags, cookie, block * 4096, 4096));
+        burst.extend(vec![fill; 4096]);
+        if block != 7 {
+            expect[block as usize] = vec![fill; 4096];
+        }
+        writes += 1;
+    };
+    for b in 0..20 {
+        w(&mut burst, b, b, b as u8 + 1, 0);
+    }
+    w(&mut burst, 20, 3, 0xa3, 0);
+    w(&mut burst, 21, 5, 0xa5, CMD_FLAG_FUA);
+    for b in 20..30 {
+        w(&mut burst, 100 + b, b, b as u8 + 1, 0);
+    }
+    for b in 0..30 {
+        burst.extend(header(CMD_READ, 0, 1000 + b, b * 4096, 4096));
+    }
+    let mut reader = Client {
+        s: c.s.try_clone().unwrap(),
+    };
+    let replies = std::thread::spawn(move || {
+        let mut got = std::collections::BTreeMap::new();
+        for _ in 0..writes + 30 {
+            let (err, cookie) = reader.simple_reply();
+            let data = (cookie >= 1000).then(|| reader.read_n(4096));
+            got.insert(cookie, (err, data));
+        }
+        got
+    });
+    c.send(&burst);
+    let got = replies.join().unwrap();
+    for (cookie, (err, data)) in got {
+        match cookie {
+            7 => assert_eq!(err, 5, "the write of the bad block fails (EIO)"),
+            1000.. => {
+                assert_eq!(err, 0);
+                let b = (cookie - 1000) as usize;
+                assert!(
+                    data.unwrap() == expect[b],
+                    "block {b} does not hold its last write"
+                );
+            }
+            _ => assert_eq!(err, 0, "write {cookie}"),
+        }
+    }
+    let batches = disk.batches.lock().unwrap().clone();
+    let singles = disk.singles.load(std::sync::atomic::Ordering::SeqCst);
+    if decline {
+        assert_eq!(singles, writes, "declined batches run as single writes");
+    } else {
+        // The FUA write is never batched; every other write ran exactly once.
+        assert_eq!(batches.iter().sum::<usize>() + singles, writes);
+        assert!(singles >= 1, "the FUA write runs on its own");
+        assert!(
+            batches.iter().any(|&n| n > 1),
+            "no batch of more than one write: {batches:?}"
+        );
+    }
+}
+
+#[test]
+fn pipelined_writes_reach_a_batching_backend_as_batches_in_order() {
+    pipelined_writes_are_batched_in_order(false);
+}
+
+#[test]
+fn pipelined_writes_run_singly_when_the_backend_declines_the_batch() {
+    pipelined_writes_are_batched_in_order(true);
+}

@@ -121,6 +121,17 @@ pub trait SyncStore: Send + Sync + 'static {
         let _ = (offset, data, fua);
         None
     }
+    /// Whether [`SyncStore::write_batch_inline`] can take batches.
+    fn batches_writes(&self) -> bool {
+        false
+    }
+    /// Serve plain writes received together on the calling task when they
+    /// need no slow I/O: one result per write, in order; `None` (the
+    /// default) only when nothing was done (each then runs as a single write).
+    fn write_batch_inline(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        let _ = writes;
+        None
+    }
     fn flush(&self) -> Result<()>;
     fn trim(&self, offset: u64, len: u64) -> Result<()>;
     fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
@@ -206,6 +217,12 @@ impl<T: SyncStore> Design for OnBlockingPool<T> {
             return r;
         }
         self.run(move |s| s.write(offset, &data, fua)).await
+    }
+    fn batches_writes(&self) -> bool {
+        self.store.batches_writes()
+    }
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        self.store.write_batch_inline(writes)
     }
     async fn flush(&self) -> Result<()> {
         self.run(|s| s.flush()).await

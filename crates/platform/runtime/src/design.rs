@@ -41,6 +41,18 @@ pub trait Design: Send + Sync + 'static {
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
     /// Write `data` at `offset` (stable on return with `fua`).
     async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()>;
+    /// The export may offer write batches ([`Design::write_batch_now`]).
+    fn batches_writes(&self) -> bool {
+        false
+    }
+    /// Store plain writes received together, on the calling task and without
+    /// waiting, if the design can: one result per write, in order (the NBD
+    /// layer's `Backend::write_batch_now`). `None` (the default): nothing
+    /// was done, each runs as a single write.
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        let _ = writes;
+        None
+    }
     /// Make every completed write stable (NBD FLUSH).
     async fn flush(&self) -> Result<()>;
     /// Discard a range (NBD TRIM).

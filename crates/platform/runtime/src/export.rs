@@ -76,6 +76,21 @@ impl Backend for Export {
         self.timed(Op::Write, self.design.write(offset, data, fua))
             .await
     }
+    fn batches_writes(&self) -> bool {
+        !self.read_only && self.design.batches_writes()
+    }
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        let t = self.metrics.as_ref().map(|_| std::time::Instant::now());
+        let results = self.design.write_batch_now(writes)?;
+        if let (Some(m), Some(t)) = (&self.metrics, t) {
+            // Each write of the batch waited for the whole batch.
+            let took = t.elapsed();
+            for r in &results {
+                m.observe(Op::Write, took, r.is_err());
+            }
+        }
+        Some(results.into_iter().map(|r| Ok(r?)).collect())
+    }
     async fn flush(&self) -> Result<()> {
         self.timed(Op::Flush, self.design.flush()).await
     }

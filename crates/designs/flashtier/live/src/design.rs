@@ -47,6 +47,13 @@ impl SyncStore for LogCache {
     fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
         self.write_fast(offset, data, fua).map(|r| r.map_err(conv))
     }
+    fn batches_writes(&self) -> bool {
+        true
+    }
+    fn write_batch_inline(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        self.write_batch_fast(writes)
+            .map(|rs| rs.into_iter().map(|r| r.map_err(conv)).collect())
+    }
     fn flush(&self) -> Result<()> {
         LogCache::flush(self).map_err(conv)
     }

@@ -80,6 +80,11 @@ pub(crate) struct FastCounters {
     /// I/O (cleaning, write-back, a roll that is not announced) or the
     /// cache is degraded.
     pub(crate) write_not_plain: AtomicU64,
+    /// Write batches served by the fast path, and the writes in them.
+    pub(crate) batches: AtomicU64,
+    pub(crate) batch_writes: AtomicU64,
+    /// Batches declined (each write then went its own way).
+    pub(crate) batch_fallbacks: AtomicU64,
 }
 
 /// Whether `serve` uses the fast path: yes unless `TIERCACHE_LS_FAST=0`.
@@ -258,6 +263,87 @@ impl LogCache {
         Some(r)
     }
 
+    /// [`Self::write_fast`] for plain writes received together (the NBD
+    /// layer's write batches): all their blocks are appended to the open
+    /// segment with one hold of the lock and one device write. `None` when
+    /// the batch cannot take the fast path as a whole (nothing was done):
+    /// a write that is not whole blocks, a block written twice, or what
+    /// sends a single write to the request threads. One result per write.
+    pub fn write_batch_fast(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Res<()>>> {
+        let declined = || {
+            self.fast.batch_fallbacks.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        if !self.fast_on() || self.policy != WritePolicy::WriteBack || self.geo.is_compressed() {
+            return declined();
+        }
+        let mut total = 0usize;
+        for &(offset, data) in writes {
+            if data.is_empty()
+                || !offset.is_multiple_of(BLOCK)
+                || !(data.len() as u64).is_multiple_of(BLOCK)
+                || offset
+                    .checked_add(data.len() as u64)
+                    .is_none_or(|e| e > self.size)
+            {
+                return declined();
+            }
+            total += data.len();
+        }
+        if total > FAST_MAX {
+            return declined();
+        }
+        let n = total / BLOCK as usize;
+        let mut lbas = Vec::with_capacity(n);
+        for &(offset, data) in writes {
+            let b0 = offset / BLOCK;
+            lbas.extend(b0..b0 + (data.len() as u64 / BLOCK));
+        }
+        // One append places each block once: a block written twice in the
+        // batch goes the single-write way (in order).
+        let mut sorted = lbas.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return declined();
+        }
+        let Some(mut st) = self.try_lock_fast() else {
+            self.fast
+                .write_lock_busy
+                .fetch_add(writes.len() as u64, Ordering::Relaxed);
+            return None;
+        };
+        let limit = if self.cleaner_on() {
+            self.foreground_dirty_limit(&st)
+        } else {
+            self.dirty_limit(&st)
+        };
+        let plain = st.degraded.is_none()
+            && st.open_seg.is_some()
+            && (st.room() >= n && st.free.len() >= super::RESERVE
+                || super::log::announced_ready(&st) && st.free.len() > super::RESERVE)
+            && st.map.dirty() + n <= limit;
+        if !plain {
+            self.fast
+                .write_not_plain
+                .fetch_add(writes.len() as u64, Ordering::Relaxed);
+            return None;
+        }
+        let mut data = Vec::with_capacity(total);
+        for &(_, d) in writes {
+            data.extend_from_slice(d);
+        }
+        let r = self.write_blocks_locked(&mut st, &lbas, &data);
+        drop(st);
+        self.fast.batches.fetch_add(1, Ordering::Relaxed);
+        self.fast
+            .batch_writes
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
+        self.fast
+            .writes
+            .fetch_add(writes.len() as u64, Ordering::Relaxed);
+        Some(vec![r; writes.len()])
+    }
+
     /// Blocks read by the fast path (read hits the counters of the
     /// state do not hold).
     pub(super) fn fast_read_blocks(&self) -> u64 {
@@ -276,6 +362,9 @@ impl LogCache {
             "read_raced": l(&f.read_raced),
             "writes": l(&f.writes),
             "write_fallbacks": { "lock_busy": l(&f.write_lock_busy), "needs_io": l(&f.write_not_plain) },
+            "batches": l(&f.batches),
+            "batch_writes": l(&f.batch_writes),
+            "batch_fallbacks": l(&f.batch_fallbacks),
         })
     }
 }

@@ -52,6 +52,27 @@ impl LogCache {
         Some(Staged::encode(self.codec, b0, bytes))
     }
 
+    /// Write-back of whole blocks `lbas` (any order, none twice; their
+    /// bytes one after another in `data`), appended as one (the fast path's
+    /// write batches): as [`Self::write_locked`] for each.
+    pub(super) fn write_blocks_locked(&self, st: &mut State, lbas: &[u64], data: &[u8]) -> Res<()> {
+        debug_assert_eq!(data.len(), lbas.len() * BLOCK as usize);
+        debug_assert_eq!(self.policy, WritePolicy::WriteBack);
+        for &b in lbas {
+            st.count(b, false);
+        }
+        let done = if st.degraded.is_none() {
+            self.append(st, lbas, data, true)?
+        } else {
+            0
+        };
+        for (i, &b) in lbas.iter().enumerate().skip(done) {
+            let at = i * BLOCK as usize;
+            self.bypass(st, b, &data[at..at + BLOCK as usize])?;
+        }
+        self.clean_to_target(st)
+    }
+
     pub(super) fn write_locked(
         &self,
         st: &mut State,
