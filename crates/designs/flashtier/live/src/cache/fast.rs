@@ -133,6 +133,21 @@ impl LogCache {
         None
     }
 
+    /// Whether appending `n` dirty blocks needs no segment cleaning, no
+    /// write-back and no roll that does I/O (the fast path's condition).
+    fn plain_append(&self, st: &State, n: usize) -> bool {
+        let limit = if self.cleaner_on() {
+            self.foreground_dirty_limit(st)
+        } else {
+            self.dirty_limit(st)
+        };
+        st.degraded.is_none()
+            && st.open_seg.is_some()
+            && (st.room() >= n && st.free.len() >= super::RESERVE
+                || super::log::announced_ready(st) && st.free.len() > super::RESERVE)
+            && st.map.dirty() + n <= limit
+    }
+
     /// Read `buf.len()` bytes at `offset` on the caller's thread if every
     /// block is cached and its page is in the page cache: `true` when `buf`
     /// holds them, `false` when the request path must read (`buf` may then
@@ -242,18 +257,7 @@ impl LogCache {
             self.fast.write_lock_busy.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let limit = if self.cleaner_on() {
-            self.foreground_dirty_limit(&st)
-        } else {
-            self.dirty_limit(&st)
-        };
-        // No segment cleaning, no write-back and no roll that does I/O in this append.
-        let plain = st.degraded.is_none()
-            && st.open_seg.is_some()
-            && (st.room() >= n && st.free.len() >= super::RESERVE
-                || super::log::announced_ready(&st) && st.free.len() > super::RESERVE)
-            && st.map.dirty() + n <= limit;
-        if !plain {
+        if !self.plain_append(&st, n) {
             self.fast.write_not_plain.fetch_add(1, Ordering::Relaxed);
             return None;
         }
@@ -312,17 +316,7 @@ impl LogCache {
                 .fetch_add(writes.len() as u64, Ordering::Relaxed);
             return None;
         };
-        let limit = if self.cleaner_on() {
-            self.foreground_dirty_limit(&st)
-        } else {
-            self.dirty_limit(&st)
-        };
-        let plain = st.degraded.is_none()
-            && st.open_seg.is_some()
-            && (st.room() >= n && st.free.len() >= super::RESERVE
-                || super::log::announced_ready(&st) && st.free.len() > super::RESERVE)
-            && st.map.dirty() + n <= limit;
-        if !plain {
+        if !self.plain_append(&st, n) {
             self.fast
                 .write_not_plain
                 .fetch_add(writes.len() as u64, Ordering::Relaxed);
