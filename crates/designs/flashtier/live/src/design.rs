@@ -48,7 +48,7 @@ impl SyncStore for LogCache {
         self.write_fast(offset, data, fua).map(|r| r.map_err(conv))
     }
     fn batches_writes(&self) -> bool {
-        true
+        self.takes_write_batches()
     }
     fn write_batch_inline(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
         self.write_batch_fast(writes)

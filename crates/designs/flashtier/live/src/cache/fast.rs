@@ -267,6 +267,13 @@ impl LogCache {
         Some(r)
     }
 
+    /// Whether [`Self::write_batch_fast`] can take batches at all: a
+    /// write-back cache in the plain layout (the compressed layout and
+    /// write-through never append on the fast path).
+    pub fn takes_write_batches(&self) -> bool {
+        self.policy == WritePolicy::WriteBack && !self.geo.is_compressed()
+    }
+
     /// [`Self::write_fast`] for plain writes received together (the NBD
     /// layer's write batches): all their blocks are appended to the open
     /// segment with one hold of the lock and one device write. `None` when
