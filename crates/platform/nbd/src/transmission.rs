@@ -145,7 +145,7 @@ pub(crate) async fn serve<S>(
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let (tx, rx) = mpsc::unbounded_channel::<Vec<Reply>>();
     let dead = CancellationToken::new();
-    let session_batches = session.backend.batches_writes();
+    let batching = session.backend.batches_writes();
     let writer = tokio::spawn(write_loop(
         ProgressTimeout::new(wr, limits.io_timeout),
         rx,
@@ -165,7 +165,7 @@ pub(crate) async fn serve<S>(
         session: Arc::new(session),
         tx,
         done: Vec::new(),
-        batching: session_batches,
+        batching,
         batch: Vec::new(),
         batch_bytes: 0,
         noop: Waker::from(Arc::new(NoWake)),
@@ -212,7 +212,6 @@ struct Conn {
 struct PendingWrite {
     h: RequestHeader,
     cmd: Command,
-    offset: u64,
     payload: Vec<u8>,
     permits: Permits,
 }
@@ -305,13 +304,7 @@ impl Conn {
             _total_bytes: total_permit,
         };
         let payload = match (self.batching, cmd, payload) {
-            (
-                true,
-                Command::Write {
-                    offset, fua: false, ..
-                },
-                Some(payload),
-            ) => {
+            (true, Command::Write { fua: false, .. }, Some(payload)) => {
                 if self.batch_bytes + payload.len() > MAX_BATCH_BYTES {
                     self.run_batch();
                 }
@@ -319,7 +312,6 @@ impl Conn {
                 self.batch.push(PendingWrite {
                     h,
                     cmd,
-                    offset,
                     payload,
                     permits,
                 });
@@ -347,7 +339,7 @@ impl Conn {
         let batch = std::mem::take(&mut self.batch);
         if batch.len() > 1 {
             let writes: Vec<(u64, &[u8])> =
-                batch.iter().map(|w| (w.offset, &w.payload[..])).collect();
+                batch.iter().map(|w| (w.h.offset, &w.payload[..])).collect();
             if let Some(results) = self.session.backend.write_batch_now(&writes) {
                 let mut results = results.into_iter();
                 for w in batch {

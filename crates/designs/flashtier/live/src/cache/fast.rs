@@ -83,7 +83,9 @@ pub(crate) struct FastCounters {
     /// Write batches served by the fast path, and the writes in them.
     pub(crate) batches: AtomicU64,
     pub(crate) batch_writes: AtomicU64,
-    /// Batches declined (each write then went its own way).
+    /// Batches declined for their shape (a partial block, a block twice,
+    /// too large) or because the fast path is off; those declined because
+    /// of the lock or I/O count per write in the two counters above.
     pub(crate) batch_fallbacks: AtomicU64,
 }
 
@@ -285,7 +287,7 @@ impl LogCache {
             self.fast.batch_fallbacks.fetch_add(1, Ordering::Relaxed);
             None
         };
-        if !self.fast_on() || self.policy != WritePolicy::WriteBack || self.geo.is_compressed() {
+        if !self.fast_on() || !self.takes_write_batches() {
             return declined();
         }
         let mut total = 0usize;
