@@ -41,6 +41,12 @@ def main():
     ap.add_argument("--writes", type=int, default=100000)
     ap.add_argument("--dir", default=os.environ.get("TMPDIR", "/var/tmp"))
     a = ap.parse_args()
+    if a.size_mib < 1:
+        ap.error("--size-mib must be at least 1")
+    if a.writes < 1:
+        ap.error("--writes must be at least 1")
+    if not os.path.isdir(a.dir):
+        ap.error(f"--dir {a.dir}: not a directory")
     path = os.path.join(tempfile.mkdtemp(dir=a.dir), "f.img")
     size = a.size_mib << 20
     ra = run(path, size, a.writes, False)
