@@ -23,6 +23,11 @@
 //!   slot at once: recovery keeps its table only after a clean shutdown
 //!   (the store marked itself open, durably, when it was opened), and
 //!   [`Ssd::close`] checkpoints the whole table after syncing the data.
+//!
+//! Which free slot a write takes is [`crate::slots`]' business: log order
+//! (adjacent slots, written back as long runs) on the WO-SSD, the slot freed
+//! last on the volatile-metadata RO-SSD. The order never decides *whether* a
+//! slot may be taken, so the rules above hold for both.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +40,7 @@ use tiercache_store::{
 };
 
 use crate::pair::{MetaDev, Role, PAGE};
+use crate::slots::{FreeSlots, Order};
 
 /// Where a page lives on the SSD and whether it is newer than the backing device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +62,7 @@ pub struct Ssd {
     store: Option<Store<MetaDev>>,
     layout: Layout,
     map: FxHashMap<Page, SlotEntry>,
-    free: Vec<Slot>,
+    free: FreeSlots,
     pending_free: Vec<Slot>,
     /// Per slot, the commit epoch in which it was last mapped
     /// (`slot_epoch[s] == epoch`: its `Map` is not committed yet).
@@ -70,6 +76,10 @@ pub struct Ssd {
     pub reads: u64,
     /// Page writes that overwrote the page's uncommitted slot in place.
     pub rewrites_in_place: u64,
+    /// Page writes into a new slot right after the slot taken before it
+    /// (sequential on the device: log order at work).
+    pub sequential_slot_writes: u64,
+    last_slot: Option<Slot>,
     /// Metadata commits and checkpoints.
     pub commits: u64,
     pub checkpoints: u64,
@@ -93,7 +103,7 @@ impl Ssd {
     ) -> Result<Ssd, SsdError> {
         let layout = *store.layout();
         let mut map = FxHashMap::default();
-        let mut free = Vec::new();
+        let mut free = FreeSlots::new(table.len().max(layout.slots as usize), Order::Log);
         for (s, m) in table.iter().enumerate() {
             match m {
                 Some(m) if keep && m.valid.get(0) => {
@@ -113,7 +123,6 @@ impl Ssd {
                 .checkpoint(std::iter::empty())
                 .map_err(|e| SsdError(format!("{} {name}: {e}", role.label())))?;
         }
-        free.reverse(); // allocate low slots first
         Ok(Ssd {
             role,
             name,
@@ -129,6 +138,8 @@ impl Ssd {
             writes: 0,
             reads: 0,
             rewrites_in_place: 0,
+            sequential_slot_writes: 0,
+            last_slot: None,
             commits: 0,
             checkpoints: 0,
             last_commit: Instant::now(),
@@ -140,7 +151,11 @@ impl Ssd {
     /// an SSD whose table recovery drops after an unclean shutdown.
     pub fn set_volatile_meta(&mut self) {
         self.volatile_meta = true;
-        self.free.append(&mut self.pending_free);
+        let free = std::mem::replace(&mut self.free, FreeSlots::new(0, Order::Lifo));
+        self.free = free.into_order(Order::Lifo);
+        for s in self.pending_free.drain(..) {
+            self.free.push(s);
+        }
     }
 
     fn err(&self, what: &str, e: impl std::fmt::Display) -> SsdError {
@@ -248,6 +263,10 @@ impl Ssd {
                 self.role.label()
             ))
         })?;
+        if self.last_slot.is_some_and(|l| l + 1 == slot) {
+            self.sequential_slot_writes += 1;
+        }
+        self.last_slot = Some(slot);
         let off = self.offset(slot)?;
         if let Err(e) = self.dev.write_at(data, off) {
             self.free.push(slot);
@@ -362,7 +381,9 @@ impl Ssd {
         }
         self.last_commit = Instant::now();
         self.epoch += 1;
-        self.free.append(&mut self.pending_free);
+        for s in self.pending_free.drain(..) {
+            self.free.push(s);
+        }
         Ok(())
     }
 
@@ -447,16 +468,51 @@ mod tests {
         s.write(5, &page(5), true).unwrap();
         let first = s.get(5).unwrap().slot;
         s.unmap(5).unwrap();
-        s.write(6, &page(6), true).unwrap();
-        assert_ne!(
-            s.get(6).unwrap().slot,
-            first,
-            "the unmap is not durable yet"
-        );
+        // Every other slot taken: none is the unmapped one, whose unmap is
+        // not durable yet, and then no slot is free.
+        for p in 6..21 {
+            s.write(p, &page(p as u8), true).unwrap();
+            assert_ne!(s.get(p).unwrap().slot, first, "page {p}");
+        }
+        assert!(!s.has_free_slot());
+        assert!(s.write(30, &page(30), true).is_err());
         s.commit().unwrap();
         s.write(7, &page(7), false).unwrap();
         assert_eq!(s.get(7).unwrap().slot, first, "free after the commit");
-        assert_eq!((s.used(), s.dirty()), (2, 1));
+        assert_eq!((s.used(), s.dirty()), (15, 14));
+    }
+
+    /// The WO-SSD takes slots in log order: a run of writes lands in
+    /// adjacent slots, carrying on past the slots freed behind it.
+    #[test]
+    fn writes_take_adjacent_slots_in_log_order() {
+        let dev = formatted();
+        let mut s = open(&dev, true);
+        for p in 0..6u64 {
+            s.write(p, &page(p as u8), true).unwrap();
+        }
+        s.commit().unwrap();
+        // Rewrites of committed pages move them to new slots, in order,
+        // after the last one; the old slots wait behind the cursor.
+        for p in 0..4u64 {
+            s.write(p, &page(10 + p as u8), true).unwrap();
+        }
+        let slots: Vec<Slot> = (0..6).map(|p| s.get(p).unwrap().slot).collect();
+        assert_eq!(slots, vec![6, 7, 8, 9, 4, 5]);
+        assert_eq!(s.sequential_slot_writes, 9);
+        s.commit().unwrap();
+        for p in 10..16u64 {
+            s.write(p, &page(p as u8), true).unwrap();
+        }
+        // 10..16 fill the device's last slots and then wrap to the freed ones.
+        let slots: Vec<Slot> = (10..16).map(|p| s.get(p).unwrap().slot).collect();
+        assert_eq!(slots, vec![10, 11, 12, 13, 14, 15]);
+        s.write(16, &page(16), true).unwrap();
+        assert_eq!(
+            s.get(16).unwrap().slot,
+            0,
+            "wrapped to the first freed slot"
+        );
     }
 
     #[test]

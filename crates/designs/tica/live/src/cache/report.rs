@@ -56,6 +56,7 @@ impl ThreeLevel {
                 "path": x.name, "slots": x.slots(), "used_pages": x.used(), "dirty_pages": x.dirty(),
                 "page_writes": x.writes, "page_reads": x.reads, "commits": x.commits, "checkpoints": x.checkpoints,
                 "rewrites_in_place": x.rewrites_in_place,
+                "sequential_slot_writes": x.sequential_slot_writes,
             })
         };
         let dirty = s.dirty_pages().len();
