@@ -359,6 +359,51 @@ pub fn write_buffered(dev: &dyn BlockDev, buf: &[u8], offset: u64) -> Option<io:
     Some(Ok(()))
 }
 
+/// Write `bufs` one after another from `offset`: as `pwritev` calls on a
+/// file or block device opened without `O_DIRECT` (one system call and one
+/// pass through the file system for a run of adjacent pages, which costs
+/// about a third less per page than one `pwrite` each, `docs/benchmarks.md`,
+/// issue 16), else one [`BlockDev::write_at`] per buffer (wrappers that
+/// inject faults or model a volatile cache see every write). The bytes on
+/// the device are the same either way; a failure may leave any part of the
+/// range written. A range past the device's end fails before anything is
+/// written.
+pub fn write_vectored(dev: &dyn BlockDev, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+    let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+    check_range(dev.name(), dev.len(), Access::Write, offset, total)?;
+    let raw = dev.raw_target().filter(|t| t.direct_align.is_none());
+    let Some(t) = raw else {
+        let mut at = offset;
+        for b in bufs {
+            dev.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        return Ok(());
+    };
+    // SAFETY: as in `read_cached`.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
+    let mut slices: Vec<io::IoSlice<'_>> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| io::IoSlice::new(b))
+        .collect();
+    let mut rest = &mut slices[..];
+    let mut at = offset;
+    while !rest.is_empty() {
+        let n = rest.len().min(1024); // IOV_MAX
+        match rustix::io::pwritev(fd, &rest[..n], at) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(w) => {
+                at += w as u64;
+                io::IoSlice::advance_slices(&mut rest, w);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// A file descriptor an engine may use for direct kernel I/O
 /// (see [`BlockDev::raw_target`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -489,5 +534,40 @@ mod tests {
         assert!(write_buffered(&dev, &[1u8; 8], (1 << 20) - 4).is_none());
         let mem = MemDev::new("m", 65536);
         assert!(write_buffered(&mem, &[1u8; 8], 0).is_none());
+    }
+
+    /// Against `write_at` one buffer at a time on a second device: the
+    /// same bytes, on a file (`pwritev`) and on a device without a
+    /// descriptor; a range past the end fails and writes nothing.
+    #[test]
+    fn write_vectored_writes_the_buffers_back_to_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.img");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let file = FileDev::open(&path, FileDevOptions::default()).unwrap();
+        let mem = MemDev::new("m", 1 << 20);
+        let reference = MemDev::new("ref", 1 << 20);
+        let bufs: Vec<Vec<u8>> = (0..5u8)
+            .map(|i| vec![i + 1; 4096 * (1 + i as usize % 2) + 3])
+            .collect();
+        let refs: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+        let mut at = 12_345u64;
+        for b in &refs {
+            reference.write_at(b, at).unwrap();
+            at += b.len() as u64;
+        }
+        for dev in [&file as &dyn BlockDev, &mem] {
+            write_vectored(dev, &refs, 12_345).unwrap();
+            let (mut got, mut want) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+            dev.read_at(&mut got, 0).unwrap();
+            reference.read_at(&mut want, 0).unwrap();
+            assert!(got == want, "{}", dev.name());
+            let e =
+                write_vectored(dev, &[&[9u8; 4096], &[9u8; 4096]], (1 << 20) - 4096).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{}", dev.name());
+            let mut tail = vec![1u8; 4096];
+            dev.read_at(&mut tail, (1 << 20) - 4096).unwrap();
+            assert_eq!(tail, vec![0u8; 4096], "{}: nothing written", dev.name());
+        }
     }
 }

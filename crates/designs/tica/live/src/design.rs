@@ -45,6 +45,13 @@ impl SyncStore for ThreeLevel {
     fn write_inline(&self, offset: u64, data: &[u8], fua: bool) -> Option<Result<()>> {
         ThreeLevel::write_inline(self, offset, data, fua).map(|r| r.map_err(conv))
     }
+    fn batches_writes(&self) -> bool {
+        true
+    }
+    fn write_batch_inline(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        ThreeLevel::write_batch_inline(self, writes)
+            .map(|rs| rs.into_iter().map(|r| r.map_err(conv)).collect())
+    }
     fn flush(&self) -> Result<()> {
         ThreeLevel::flush(self).map_err(conv)
     }

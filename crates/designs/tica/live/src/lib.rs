@@ -7,7 +7,7 @@
 //! - [`pair`]: the two SSDs' superblocks (role, pair id, configuration) and `format`.
 //! - [`ssd`]: one SSD: page-to-slot allocation and its crash-consistent
 //!   metadata store (`tiercache-store`).
-//! - [`slots`]: which free slot a write takes (log order on the WO-SSD).
+//! - [`slots`]: which free slot a write takes (log order).
 //! - [`cache`]: the cache: the policy's ops executed on the devices, the
 //!   flusher, FLUSH, failure handling and the degraded mode, stats.
 //! - [`open`]: recovery after a clean shutdown or a crash.

@@ -24,10 +24,10 @@
 //!   (the store marked itself open, durably, when it was opened), and
 //!   [`Ssd::close`] checkpoints the whole table after syncing the data.
 //!
-//! Which free slot a write takes is [`crate::slots`]' business: log order
-//! (adjacent slots, written back as long runs) on the WO-SSD, the slot freed
-//! last on the volatile-metadata RO-SSD. The order never decides *whether* a
-//! slot may be taken, so the rules above hold for both.
+//! Which free slot a write takes is [`crate::slots`]' business (log order:
+//! adjacent slots, written back as long runs, and a batch's pages go out
+//! as one write per run, [`Ssd::begin_batch`]). The order never decides
+//! *whether* a slot may be taken, so the rules above hold.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,7 +40,7 @@ use tiercache_store::{
 };
 
 use crate::pair::{MetaDev, Role, PAGE};
-use crate::slots::{FreeSlots, Order};
+use crate::slots::FreeSlots;
 
 /// Where a page lives on the SSD and whether it is newer than the backing device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +80,16 @@ pub struct Ssd {
     /// (sequential on the device: log order at work).
     pub sequential_slot_writes: u64,
     last_slot: Option<Slot>,
+    /// While a batch runs ([`Ssd::begin_batch`]): its page writes, held
+    /// back (slot, page, bytes) to go out as runs of adjacent slots.
+    held: Vec<(Slot, Page, Vec<u8>)>,
+    holding: bool,
+    /// Buffers of held writes already written, for the next batch.
+    held_spare: Vec<Vec<u8>>,
+    /// Page writes that went out in a batch, and the device writes that
+    /// carried them (one per run of adjacent slots).
+    pub batched_page_writes: u64,
+    pub batch_device_writes: u64,
     /// Metadata commits and checkpoints.
     pub commits: u64,
     pub checkpoints: u64,
@@ -103,7 +113,7 @@ impl Ssd {
     ) -> Result<Ssd, SsdError> {
         let layout = *store.layout();
         let mut map = FxHashMap::default();
-        let mut free = FreeSlots::new(table.len().max(layout.slots as usize), Order::Log);
+        let mut free = FreeSlots::new(table.len().max(layout.slots as usize));
         for (s, m) in table.iter().enumerate() {
             match m {
                 Some(m) if keep && m.valid.get(0) => {
@@ -140,6 +150,11 @@ impl Ssd {
             rewrites_in_place: 0,
             sequential_slot_writes: 0,
             last_slot: None,
+            held: Vec::new(),
+            holding: false,
+            held_spare: Vec::new(),
+            batched_page_writes: 0,
+            batch_device_writes: 0,
             commits: 0,
             checkpoints: 0,
             last_commit: Instant::now(),
@@ -151,8 +166,6 @@ impl Ssd {
     /// an SSD whose table recovery drops after an unclean shutdown.
     pub fn set_volatile_meta(&mut self) {
         self.volatile_meta = true;
-        let free = std::mem::replace(&mut self.free, FreeSlots::new(0, Order::Lifo));
-        self.free = free.into_order(Order::Lifo);
         for s in self.pending_free.drain(..) {
             self.free.push(s);
         }
@@ -223,6 +236,7 @@ impl Ssd {
 
     /// Read page `p` (which must be held).
     pub fn read(&mut self, p: Page) -> Result<Vec<u8>, SsdError> {
+        self.write_held()?;
         let e = self.get(p).ok_or_else(|| {
             SsdError(format!(
                 "internal: page {p} is not on the {}",
@@ -246,6 +260,12 @@ impl Ssd {
         if let Some(e) = self.map.get(&p).copied() {
             if e.dirty == dirty && self.slot_epoch[e.slot as usize] == self.epoch {
                 let off = self.offset(e.slot)?;
+                if self.holding {
+                    self.hold(e.slot, p, data);
+                    self.writes += 1;
+                    self.rewrites_in_place += 1;
+                    return Ok(());
+                }
                 if let Err(err) = self.dev.write_at(data, off) {
                     // The slot's bytes are undefined now: drop the page.
                     let _ = self.unmap(p);
@@ -268,7 +288,9 @@ impl Ssd {
         }
         self.last_slot = Some(slot);
         let off = self.offset(slot)?;
-        if let Err(e) = self.dev.write_at(data, off) {
+        if self.holding {
+            self.hold(slot, p, data);
+        } else if let Err(e) = self.dev.write_at(data, off) {
             self.free.push(slot);
             return Err(self.err(&format!("writing page {p}"), e));
         }
@@ -335,6 +357,89 @@ impl Ssd {
         r.map_err(|e| self.err("recording a clean page", e))
     }
 
+    /// Hold page writes back until [`Ssd::end_batch`]: a batch of writes
+    /// then goes to the device as one write per run of adjacent slots (log
+    /// order makes runs). Nothing else changes: records are appended as
+    /// before, and every operation that needs the bytes on the device (a
+    /// read, a commit, a close) writes the held pages first. The caller
+    /// ends the batch before it answers any of its requests.
+    pub fn begin_batch(&mut self) {
+        self.holding = true;
+    }
+
+    /// Whether a batch is running (its writes are held back).
+    pub fn holding(&self) -> bool {
+        self.holding
+    }
+
+    /// Write the batch's held pages and stop holding. An error means the
+    /// device failed: the held pages are dropped from the table (their
+    /// slots' bytes are undefined, as after a failed single write) and the
+    /// caller must fail the SSD, so the records naming them are never
+    /// committed.
+    pub fn end_batch(&mut self) -> Result<(), SsdError> {
+        self.holding = false;
+        self.write_held()
+    }
+
+    /// Keep a copy of page `p`'s bytes for `slot` (replacing a held copy
+    /// for the same slot: a rewrite in place within the batch).
+    fn hold(&mut self, slot: Slot, p: Page, data: &[u8]) {
+        if let Some(h) = self.held.iter_mut().find(|h| h.0 == slot) {
+            h.1 = p;
+            h.2.copy_from_slice(data);
+            return;
+        }
+        let mut buf = self.held_spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(data);
+        self.held.push((slot, p, buf));
+    }
+
+    /// Write the held pages, one device write per run of adjacent slots.
+    fn write_held(&mut self) -> Result<(), SsdError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        let mut held = std::mem::take(&mut self.held);
+        held.sort_unstable_by_key(|h| h.0);
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < held.len() && result.is_ok() {
+            let mut j = i + 1;
+            while j < held.len() && held[j].0 == held[j - 1].0 + 1 {
+                j += 1;
+            }
+            let bufs: Vec<&[u8]> = held[i..j].iter().map(|h| &h.2[..]).collect();
+            result = match self.offset(held[i].0) {
+                Ok(off) => tiercache_io::write_vectored(&*self.dev, &bufs, off)
+                    .map_err(|e| self.err(&format!("writing {} held pages", j - i), e)),
+                Err(e) => Err(e),
+            };
+            self.batch_device_writes += 1;
+            self.batched_page_writes += (j - i) as u64;
+            i = j;
+        }
+        if result.is_err() {
+            // Any held page may be half written: none of them is on this
+            // SSD any more (their slots wait for a commit that never comes:
+            // the caller fails the SSD).
+            for (slot, p, _) in &held {
+                if self.map.get(p).is_some_and(|e| e.slot == *slot) {
+                    self.map.remove(p);
+                    self.pending_free.push(*slot);
+                }
+            }
+        }
+        for (_, _, buf) in held.drain(..) {
+            if self.held_spare.len() < 64 {
+                self.held_spare.push(buf);
+            }
+        }
+        self.held = held;
+        result
+    }
+
     fn table(&self) -> Vec<(Slot, LineMeta)> {
         self.map
             .iter()
@@ -355,6 +460,7 @@ impl Ssd {
     /// Make every record durable (a checkpoint instead when the log is two
     /// thirds full); slots unmapped before become free.
     pub fn commit(&mut self) -> Result<(), SsdError> {
+        self.write_held()?;
         // The table (every mapping) only when a checkpoint needs it.
         let r = if self.store()?.wants_checkpoint() {
             let table = self.table();
@@ -389,6 +495,8 @@ impl Ssd {
 
     /// Clean shutdown: checkpoint, record the backing identity, mark the store clean.
     pub fn close(&mut self, backing: &BackingIdentity) -> Result<(), SsdError> {
+        self.holding = false;
+        self.write_held()?;
         let table = self.table();
         let store = self
             .store
@@ -403,6 +511,8 @@ impl Ssd {
     /// Forget the store without writing (a failed device, or before the
     /// surviving device gets its `failed_peer` note).
     pub fn abandon(&mut self) -> Option<tiercache_store::Superblock> {
+        self.holding = false;
+        self.held.clear();
         self.store.take().map(|s| s.superblock().clone())
     }
 }
@@ -670,5 +780,90 @@ mod tests {
         }
         let e = s.write(99, &page(1), true).unwrap_err();
         assert!(e.0.contains("no free slot"), "{}", e.0);
+    }
+
+    /// A batch's page writes reach the device as one write per run of
+    /// adjacent slots, a rewrite within the batch replaces the held copy,
+    /// and a read or commit in the middle of the batch sees every held page
+    /// (written first). After a power loss only committed pages come back,
+    /// with their last committed bytes.
+    #[test]
+    fn a_batch_goes_out_as_runs_and_commits_only_written_bytes() {
+        use tiercache_io::CrashMode;
+        for mode in [CrashMode::DropAll, CrashMode::Torn { seed: 7 }] {
+            let (media, cache) = formatted_crash();
+            let dev: Arc<dyn BlockDev> = cache.clone();
+            let mut s = open(&dev, true);
+            for p in 0..4u64 {
+                s.write(p, &page(p as u8), true).unwrap();
+            }
+            s.commit().unwrap();
+            s.begin_batch();
+            for p in 10..13u64 {
+                s.write(p, &page(p as u8), true).unwrap(); // slots 4, 5, 6
+            }
+            s.write(10, &page(20), true).unwrap(); // held copy replaced
+            s.write(1, &page(21), true).unwrap(); // slot 7: the same run
+            assert_eq!(s.batch_device_writes, 0, "held");
+            assert_eq!(
+                s.read(11).unwrap(),
+                page(11),
+                "a read writes the held pages first"
+            );
+            assert_eq!((s.batch_device_writes, s.batched_page_writes), (1, 4));
+            s.write(12, &page(22), true).unwrap(); // in place, held again
+            s.write(13, &page(23), true).unwrap(); // slot 8: not adjacent to 6
+            s.commit().unwrap(); // writes them before the records
+            assert_eq!((s.batch_device_writes, s.batched_page_writes), (3, 6));
+            s.write(2, &page(24), true).unwrap(); // slot 9, never committed
+            s.end_batch().unwrap();
+            assert!(!s.holding());
+            assert_eq!(s.batch_device_writes, 4);
+            s.write(3, &page(25), true).unwrap(); // not held: written at once
+            assert_eq!(s.batch_device_writes, 4);
+            cache.crash(mode).unwrap();
+            drop(s);
+            let d: Arc<dyn BlockDev> = media.clone();
+            let mut s = open(&d, true);
+            let want = [
+                (0, 0u8),
+                (1, 21),
+                (2, 2),
+                (3, 3),
+                (10, 20),
+                (11, 11),
+                (12, 22),
+                (13, 23),
+            ];
+            for (p, v) in want {
+                assert_eq!(s.read(p).unwrap(), page(v), "{mode:?}: page {p}");
+            }
+            assert_eq!(s.used(), want.len());
+        }
+    }
+
+    /// A failed batch write fails the batch: the held pages leave the
+    /// table (their slots' bytes are undefined) and their slots are not
+    /// reused before a commit.
+    #[test]
+    fn a_failed_batch_write_drops_the_held_pages() {
+        use tiercache_io::{FaultRule, FaultyDev, OpKinds};
+        let mem: Arc<dyn BlockDev> = formatted_mem();
+        let faulty = Arc::new(FaultyDev::new(Arc::clone(&mem), 1));
+        let dev: Arc<dyn BlockDev> = faulty.clone();
+        let mut s = open(&dev, true);
+        s.write(1, &page(1), true).unwrap();
+        s.commit().unwrap();
+        s.begin_batch();
+        s.write(2, &page(2), true).unwrap();
+        s.write(3, &page(3), true).unwrap();
+        let free = s.free_slots();
+        faulty.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+        let e = s.end_batch().unwrap_err();
+        assert!(e.0.contains("held pages"), "{}", e.0);
+        assert_eq!((s.get(2), s.get(3)), (None, None));
+        assert_eq!(s.read(1).unwrap(), page(1), "the committed page stays");
+        assert_eq!(s.free_slots(), free, "their slots wait for a commit");
+        assert_eq!(s.pending_free_slots(), 2);
     }
 }

@@ -106,7 +106,8 @@ fn stat(c: &ThreeLevel, ptr: &str) -> u64 {
 }
 
 /// Four threads, each owning the pages `p % 4 == t` of the first `span`
-/// pages, write (one or two pages, sometimes FUA), read back (one page or a
+/// pages, write (one or two pages, sometimes FUA, sometimes a batch of
+/// pages as `write_batch_inline`), read back (one page or a
 /// partial range) and FLUSH, half of their calls inline, while the
 /// background thread flushes and commits. Returns every page's last version.
 fn concurrent_load(c: &Arc<ThreeLevel>, span: u64, rounds: usize) -> Vec<u64> {
@@ -119,7 +120,35 @@ fn concurrent_load(c: &Arc<ThreeLevel>, span: u64, rounds: usize) -> Vec<u64> {
                 let mut v = 0u64;
                 for _ in 0..rounds {
                     let p = rng.below(span / 4) * 4 + t;
-                    match rng.below(10) {
+                    match rng.below(12) {
+                        10 | 11 => {
+                            // A batch of 2-4 of this thread's pages, as the
+                            // NBD layer offers pipelined writes.
+                            let mut pages = vec![p];
+                            while pages.len() < 2 + rng.below(3) as usize {
+                                let q = rng.below(span / 4) * 4 + t;
+                                if !pages.contains(&q) {
+                                    pages.push(q);
+                                }
+                            }
+                            let data: Vec<(u64, Vec<u8>)> = pages
+                                .iter()
+                                .map(|&q| {
+                                    v += 1;
+                                    model[q as usize] = v;
+                                    (q * PAGE, block(q, v))
+                                })
+                                .collect();
+                            let writes: Vec<(u64, &[u8])> =
+                                data.iter().map(|(o, d)| (*o, &d[..])).collect();
+                            match c.write_batch_inline(&writes) {
+                                Some(rs) => {
+                                    assert_eq!(rs.len(), writes.len());
+                                    rs.into_iter().for_each(|r| r.unwrap());
+                                }
+                                None => writes.iter().for_each(|(o, d)| write(&c, *o, d, false)),
+                            }
+                        }
                         0..=4 => {
                             v += 1;
                             let fua = rng.below(20) == 0;
@@ -184,6 +213,8 @@ fn inline_and_thread_requests_agree_and_survive_a_crash_after_flush() {
             let st = c.stats_json();
             assert!(stat(&c, "/inline_requests/reads") > 0, "{st}");
             assert!(stat(&c, "/inline_requests/writes") > 0, "{st}");
+            assert!(stat(&c, "/wo_ssd/batched_page_writes") > 0, "{st}");
+            assert!(stat(&c, "/ro_ssd/batched_page_writes") > 0, "{st}");
             assert!(stat(&c, "/writebacks") > 0, "the WO-SSD filled: {st}");
             assert!(!st["degraded"].as_bool().unwrap(), "{st}");
             c.flush().unwrap();

@@ -225,4 +225,59 @@ impl ThreeLevel {
         s.counters.inline_writes += 1;
         Some(s.write_range(offset, data))
     }
+
+    /// Serve plain writes received together ([`Self::write_inline`]'s
+    /// conditions for all of them, no page twice) under one lock hold, with
+    /// both SSDs' page writes held back and written as runs of adjacent
+    /// slots ([`crate::ssd::Ssd::begin_batch`]) before any is answered.
+    /// Each write runs exactly as a single one would (the policy and the
+    /// records see the same sequence); `None` when the batch must run as
+    /// single writes (nothing was done then).
+    pub fn write_batch_inline(
+        &self,
+        writes: &[(u64, &[u8])],
+    ) -> Option<Vec<Result<(), CacheError>>> {
+        let mut pages = Vec::with_capacity(writes.len());
+        for &(offset, data) in writes {
+            if data.is_empty()
+                || !offset.is_multiple_of(PAGE)
+                || !(data.len() as u64).is_multiple_of(PAGE)
+                || self.check_range(offset, data.len() as u64).is_err()
+            {
+                return None;
+            }
+            pages.extend((0..data.len() as u64 / PAGE).map(|i| offset / PAGE + i));
+        }
+        pages.sort_unstable();
+        if pages.windows(2).any(|w| w[0] == w[1]) {
+            return None;
+        }
+        let mut s = self.inline_lock()?;
+        if !s.write_is_cheap(pages.len()) {
+            return None;
+        }
+        s.wo.begin_batch();
+        s.ro.begin_batch();
+        let mut results: Vec<Result<(), CacheError>> = writes
+            .iter()
+            .map(|&(offset, data)| {
+                s.counters.inline_writes += 1;
+                s.write_range(offset, data)
+            })
+            .collect();
+        for role in [Role::WoSsd, Role::RoSsd] {
+            if let Err(e) = s.ssd(role).end_batch() {
+                // As a single write's failed SSD write: the SSD fails, every
+                // dirty page goes back to the backing device from its other
+                // copy (DRAM or the other SSD), and the writes count as
+                // served that way, unless that failed too.
+                if let Err(e) = s.degrade(role, &e.0) {
+                    for r in results.iter_mut().filter(|r| r.is_ok()) {
+                        *r = Err(e.clone());
+                    }
+                }
+            }
+        }
+        Some(results)
+    }
 }

@@ -249,7 +249,17 @@ impl ThreeLevel {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for role in [Role::WoSsd, Role::RoSsd] {
+            if s.ssd(role).holding() {
+                // Only after a panic in a batch (`write_batch_inline` ends
+                // its batch before it unlocks): its held pages go out now.
+                if let Err(e) = s.ssd(role).end_batch() {
+                    let _ = s.degrade(role, &e.0);
+                }
+            }
+        }
+        s
     }
 
     /// Export size in bytes (the backing device's).

@@ -57,6 +57,8 @@ impl ThreeLevel {
                 "page_writes": x.writes, "page_reads": x.reads, "commits": x.commits, "checkpoints": x.checkpoints,
                 "rewrites_in_place": x.rewrites_in_place,
                 "sequential_slot_writes": x.sequential_slot_writes,
+                "batched_page_writes": x.batched_page_writes,
+                "batch_device_writes": x.batch_device_writes,
             })
         };
         let dirty = s.dirty_pages().len();
