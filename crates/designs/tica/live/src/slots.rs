@@ -125,7 +125,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let s = (x % n as u64) as usize;
-            if x % 3 == 0 && !model.contains(&s) {
+            if x.is_multiple_of(3) && !model.contains(&s) {
                 f.push(s as Slot);
                 model.insert(s);
             } else {
