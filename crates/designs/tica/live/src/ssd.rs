@@ -49,6 +49,27 @@ pub struct SlotEntry {
     pub dirty: bool,
 }
 
+/// A page's entry in the table: its slot and dirty state, and the commit
+/// epoch its slot was mapped in (beside them, so the rewrite check costs no
+/// second cache miss).
+#[derive(Clone, Copy, Debug)]
+struct MapEntry {
+    slot: Slot,
+    dirty: bool,
+    /// `== Ssd::epoch`: the slot's `Map` is not committed yet (0: committed
+    /// at open, or never recorded: volatile metadata).
+    mapped_in: u64,
+}
+
+impl MapEntry {
+    fn public(&self) -> SlotEntry {
+        SlotEntry {
+            slot: self.slot,
+            dirty: self.dirty,
+        }
+    }
+}
+
 /// An SSD error: the device is treated as failed.
 #[derive(Debug)]
 pub struct SsdError(pub String);
@@ -61,12 +82,9 @@ pub struct Ssd {
     pub dev: Arc<dyn BlockDev>,
     store: Option<Store<MetaDev>>,
     layout: Layout,
-    map: FxHashMap<Page, SlotEntry>,
+    map: FxHashMap<Page, MapEntry>,
     free: FreeSlots,
     pending_free: Vec<Slot>,
-    /// Per slot, the commit epoch in which it was last mapped
-    /// (`slot_epoch[s] == epoch`: its `Map` is not committed yet).
-    slot_epoch: Vec<u64>,
     /// Commits and checkpoints so far (starts at 1: no slot is fresh at open).
     epoch: u64,
     /// No records while running; the table is written at close only.
@@ -119,9 +137,10 @@ impl Ssd {
                 Some(m) if keep && m.valid.get(0) => {
                     map.insert(
                         m.line,
-                        SlotEntry {
+                        MapEntry {
                             slot: s as Slot,
                             dirty: m.dirty.get(0),
+                            mapped_in: 0,
                         },
                     );
                 }
@@ -138,7 +157,6 @@ impl Ssd {
             name,
             dev,
             store: Some(store),
-            slot_epoch: vec![0; layout.slots as usize],
             epoch: 1,
             volatile_meta: false,
             layout,
@@ -197,11 +215,11 @@ impl Ssd {
     }
     /// The page's slot, if held.
     pub fn get(&self, p: Page) -> Option<SlotEntry> {
-        self.map.get(&p).copied()
+        self.map.get(&p).map(MapEntry::public)
     }
     /// Every page held, with its entry.
     pub fn entries(&self) -> impl Iterator<Item = (Page, SlotEntry)> + '_ {
-        self.map.iter().map(|(p, e)| (*p, *e))
+        self.map.iter().map(|(p, e)| (*p, e.public()))
     }
     /// Slots a write can take without a commit first.
     pub fn free_slots(&self) -> usize {
@@ -258,7 +276,7 @@ impl Ssd {
     /// sure a slot is free ([`Ssd::has_free_slot`], else commit).
     pub fn write(&mut self, p: Page, data: &[u8], dirty: bool) -> Result<(), SsdError> {
         if let Some(e) = self.map.get(&p).copied() {
-            if e.dirty == dirty && self.slot_epoch[e.slot as usize] == self.epoch {
+            if e.dirty == dirty && e.mapped_in == self.epoch {
                 let off = self.offset(e.slot)?;
                 if self.holding {
                     self.hold(e.slot, p, data);
@@ -317,9 +335,16 @@ impl Ssd {
                 })
             });
             r.map_err(|e| self.err("recording a page", e))?;
-            self.slot_epoch[slot as usize] = self.epoch;
         }
-        self.map.insert(p, SlotEntry { slot, dirty });
+        let mapped_in = if self.volatile_meta { 0 } else { self.epoch };
+        self.map.insert(
+            p,
+            MapEntry {
+                slot,
+                dirty,
+                mapped_in,
+            },
+        );
         Ok(())
     }
 
