@@ -1,5 +1,6 @@
 //! kill -9 crash tests of the live three-level (TICA) cache: `tiercache
-//! serve` on an RO-SSD and a WO-SSD file (each about a third of the data)
+//! serve` on an RO-SSD and a WO-SSD file (each about a third of the data,
+//! or twice the data so that pipelined writes run as write batches)
 //! with a DRAM level of 64 pages is killed with SIGKILL at random points of a
 //! random write/read/flush load, restarted, and every block is checked
 //! against the client's ledger (`common`): at least the version the last
@@ -17,12 +18,15 @@ mod common;
 
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 
-fn tica_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
+/// `ssd`: each SSD's size; with SSDs larger than the data (`batches`),
+/// writes never need a victim's write-back, so pipelined writes run as
+/// write batches, which the last round's stats must show.
+fn tica_rounds(label: &str, policy: &str, ssd: &str, batches: bool, rounds: u64, seed: u64) {
     let design = CrashDesign {
         format: Box::new(|d| {
             let args = "format --mode tica --ro-ssd ro.img --wo-ssd wo.img --backing backing.img \
-                        --size 6MiB --dram-size 256KiB --tica-policy";
-            tiercache_in(d, &format!("{args} {policy}"))
+                        --dram-size 256KiB --tica-policy";
+            tiercache_in(d, &format!("{args} {policy} --size {ssd}"))
         }),
         // Alternate the SSD `serve` is given: either finds the pair.
         serve: &["wo.img", "ro.img"],
@@ -57,6 +61,11 @@ fn tica_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
                     return Err(format!("stats text lacks {want:?}:\n{text}"));
                 }
             }
+            let batched = st["wo_ssd"]["batched_page_writes"].as_u64().unwrap_or(0);
+            run.add("WO-SSD pages written in batches", batched as f64);
+            if batches && batched == 0 {
+                return Err(format!("no write ran in a batch: {st}"));
+            }
             let keys =
                 "dram_hits ro_ssd_hits wo_ssd_hits misses ro_ssd_writes wo_ssd_writes writebacks";
             let kv: Vec<String> = keys.split(' ').map(|k| format!("{k} {}", st[k])).collect();
@@ -76,15 +85,22 @@ fn tica_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
 
 #[test]
 fn kill9_tica_adaptive() {
-    tica_rounds("tica-adaptive", "adaptive", 24, 0x71ca_0001);
+    tica_rounds("tica-adaptive", "adaptive", "6MiB", false, 24, 0x71ca_0001);
 }
 
 #[test]
 fn kill9_tica_wed() {
-    tica_rounds("tica-wed", "wed", 8, 0x71ca_0002);
+    tica_rounds("tica-wed", "wed", "6MiB", false, 8, 0x71ca_0002);
 }
 
 #[test]
 fn kill9_tica_ef() {
-    tica_rounds("tica-ef", "ef", 8, 0x71ca_0003);
+    tica_rounds("tica-ef", "ef", "6MiB", false, 8, 0x71ca_0003);
+}
+
+/// SSDs twice the data: the pipelined writes run as write batches (both
+/// SSDs' pages held and written as runs) between the kills.
+#[test]
+fn kill9_tica_write_batches() {
+    tica_rounds("tica-batches", "adaptive", "40MiB", true, 12, 0x71ca_0004);
 }
