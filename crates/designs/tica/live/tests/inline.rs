@@ -390,3 +390,53 @@ fn reused_dram_buffers_hold_only_their_new_pages() {
     }
     assert!(stat(&c, "/hits/dram") > 0, "some reads were DRAM hits");
 }
+
+/// A batch whose held pages fail to reach an SSD (the write at the end of
+/// the batch) fails that SSD like a failed single write: the cache writes
+/// every dirty page back from its other copy and runs degraded, the
+/// batch's writes succeed (served that way), and every page, the batch's
+/// too, reads its last version from the backing device alone.
+#[test]
+fn a_batch_whose_ssd_write_fails_degrades_and_loses_nothing() {
+    for failing in [Role::WoSsd, Role::RoSsd] {
+        let f = files(Policy::Adaptive);
+        let wo = Arc::new(FaultyDev::new(dev(&f.wo), 5));
+        let ro = Arc::new(FaultyDev::new(dev(&f.ro), 6));
+        let c = open_with_devices(ro.clone(), wo.clone(), dev(&f.backing), &f.backing).unwrap();
+        let mut model = vec![0u64; 64];
+        for (p, m) in model.iter_mut().enumerate() {
+            write(&c, p as u64 * PAGE, &block(p as u64, 1), false);
+            *m = 1;
+        }
+        c.flush().unwrap();
+        let bad = if failing == Role::WoSsd { &wo } else { &ro };
+        bad.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+        let data: Vec<(u64, Vec<u8>)> = [3u64, 4, 5, 40]
+            .iter()
+            .map(|&p| {
+                model[p as usize] = 2;
+                (p * PAGE, block(p, 2))
+            })
+            .collect();
+        let writes: Vec<(u64, &[u8])> = data.iter().map(|(o, d)| (*o, &d[..])).collect();
+        let rs = c.write_batch_inline(&writes).expect("the batch runs");
+        assert!(rs.iter().all(|r| r.is_ok()), "{failing:?}: {rs:?}");
+        let d = c.degraded().expect("degraded");
+        assert_eq!((d.failed, d.lost), (failing, 0), "{d:?}");
+        assert!(bad.injected().writes > 0);
+        for (p, &v) in model.iter().enumerate() {
+            assert!(
+                c.read(p as u64 * PAGE, PAGE as usize).unwrap() == block(p as u64, v),
+                "{failing:?}: page {p}"
+            );
+        }
+        c.flush().unwrap();
+        let back = std::fs::read(&f.backing).unwrap();
+        for (p, &v) in model.iter().enumerate() {
+            assert!(
+                back[p * PAGE as usize..(p + 1) * PAGE as usize] == block(p as u64, v)[..],
+                "{failing:?}: page {p} on the backing device"
+            );
+        }
+    }
+}
