@@ -105,6 +105,16 @@ fn fail_under_fio(role: Role, removal: bool) {
         assert!(t0.elapsed() < Duration::from_secs(60), "fio does not write");
         std::thread::sleep(Duration::from_millis(10));
     }
+    // fio's pipelined writes arrive together: while the SSDs have room
+    // they run as write batches, up to the failure.
+    let before = cache.stats_json();
+    assert!(
+        before["wo_ssd"]["batched_page_writes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "no write ran in a batch before the failure: {before}"
+    );
     let d = if role == Role::RoSsd { &ro_f } else { &wo_f };
     if removal {
         d.fail_all();
