@@ -100,6 +100,20 @@ impl State {
         )
     }
 
+    /// End a batch on both SSDs (their held pages go out). A failed write
+    /// fails its SSD as a single write's would: every dirty page goes back
+    /// to the backing device from its other copy (DRAM or the other SSD),
+    /// and the batch's writes count as served that way; `Err` only when
+    /// that failed too.
+    pub(super) fn end_batches(&mut self) -> Result<(), CacheError> {
+        for role in [Role::WoSsd, Role::RoSsd] {
+            if let Err(e) = self.ssd(role).end_batch() {
+                self.degrade(role, &e.0)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the flushes after a request can need no metadata commit.
     fn flush_is_cheap(&self) -> bool {
         self.ro.free_slots() >= self.flusher.config().per_request + SLOT_MARGIN
@@ -119,6 +133,14 @@ impl State {
 }
 
 impl ThreeLevel {
+    /// A non-empty write of whole pages inside the device.
+    fn whole_pages(&self, offset: u64, data: &[u8]) -> bool {
+        !data.is_empty()
+            && offset.is_multiple_of(PAGE)
+            && (data.len() as u64).is_multiple_of(PAGE)
+            && self.check_range(offset, data.len() as u64).is_ok()
+    }
+
     /// Allow or forbid inline requests (on by default unless
     /// `TIERCACHE_TICA_INLINE=0`).
     pub fn set_inline(&self, on: bool) {
@@ -210,12 +232,7 @@ impl ThreeLevel {
         data: &[u8],
         fua: bool,
     ) -> Option<Result<(), CacheError>> {
-        if fua
-            || data.is_empty()
-            || !offset.is_multiple_of(PAGE)
-            || !(data.len() as u64).is_multiple_of(PAGE)
-            || self.check_range(offset, data.len() as u64).is_err()
-        {
+        if fua || !self.whole_pages(offset, data) {
             return None;
         }
         let mut s = self.inline_lock()?;
@@ -239,11 +256,7 @@ impl ThreeLevel {
     ) -> Option<Vec<Result<(), CacheError>>> {
         let mut pages = Vec::with_capacity(writes.len());
         for &(offset, data) in writes {
-            if data.is_empty()
-                || !offset.is_multiple_of(PAGE)
-                || !(data.len() as u64).is_multiple_of(PAGE)
-                || self.check_range(offset, data.len() as u64).is_err()
-            {
+            if !self.whole_pages(offset, data) {
                 return None;
             }
             pages.extend((0..data.len() as u64 / PAGE).map(|i| offset / PAGE + i));
@@ -265,17 +278,9 @@ impl ThreeLevel {
                 s.write_range(offset, data)
             })
             .collect();
-        for role in [Role::WoSsd, Role::RoSsd] {
-            if let Err(e) = s.ssd(role).end_batch() {
-                // As a single write's failed SSD write: the SSD fails, every
-                // dirty page goes back to the backing device from its other
-                // copy (DRAM or the other SSD), and the writes count as
-                // served that way, unless that failed too.
-                if let Err(e) = s.degrade(role, &e.0) {
-                    for r in results.iter_mut().filter(|r| r.is_ok()) {
-                        *r = Err(e.clone());
-                    }
-                }
+        if let Err(e) = s.end_batches() {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(e.clone());
             }
         }
         Some(results)

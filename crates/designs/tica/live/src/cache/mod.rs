@@ -250,14 +250,10 @@ impl ThreeLevel {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for role in [Role::WoSsd, Role::RoSsd] {
-            if s.ssd(role).holding() {
-                // Only after a panic in a batch (`write_batch_inline` ends
-                // its batch before it unlocks): its held pages go out now.
-                if let Err(e) = s.ssd(role).end_batch() {
-                    let _ = s.degrade(role, &e.0);
-                }
-            }
+        if s.wo.holding() || s.ro.holding() {
+            // Only after a panic in a batch (`write_batch_inline` ends its
+            // batch before it unlocks): its held pages go out now.
+            let _ = s.end_batches();
         }
         s
     }
