@@ -102,6 +102,11 @@ impl Identifier {
         }
     }
 
+    /// Whether `p` is in the eviction queue (a read only: see `Tica::warm`).
+    pub fn in_queue(&self, p: Page) -> bool {
+        self.eq.contains_key(&p)
+    }
+
     /// A newer write or a trim makes an EQ entry meaningless.
     pub fn forget(&mut self, p: Page) {
         self.eq.remove(&p);

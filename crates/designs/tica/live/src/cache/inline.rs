@@ -269,6 +269,17 @@ impl ThreeLevel {
         if !s.write_is_cheap(pages.len()) {
             return None;
         }
+        // Look every page of the batch up first (`Tica::warm`): independent
+        // lookups overlap their cache misses; the writes' own lookups then
+        // hit (user time per write 2.6 -> 2.3 us, bench/server_cpu.sh).
+        let mut found = 0usize;
+        for &p in &pages {
+            found += s.tica.warm(p) as usize
+                + s.wo.get(p).is_some() as usize
+                + s.ro.get(p).is_some() as usize
+                + s.dram.contains_key(&p) as usize;
+        }
+        std::hint::black_box(found);
         s.wo.begin_batch();
         s.ro.begin_batch();
         let mut results: Vec<Result<(), CacheError>> = writes

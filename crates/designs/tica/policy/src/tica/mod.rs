@@ -117,6 +117,18 @@ impl Tica {
     pub fn on_wo(&self, p: Page) -> bool {
         self.ssd.contains_key(&p)
     }
+    /// Look page `p` up in every structure an access to it touches,
+    /// changing nothing. A caller about to access several pages warms the
+    /// CPU cache for all of them first: independent lookups overlap their
+    /// cache misses, the accesses' dependent ones do not.
+    pub fn warm(&self, p: Page) -> bool {
+        let d = &self.dram;
+        self.ssd.contains_key(&p)
+            | d.in_read(p)
+            | d.write_slot(p).is_some()
+            | self.identifier.in_queue(p)
+    }
+
     pub fn on_ro(&self, p: Page) -> bool {
         self.ssd.get(&p).is_some_and(|e| e.on_ro)
     }

@@ -226,3 +226,35 @@ fn trim_drops_dirty_data_everywhere() {
     assert!(!t.on_wo(9));
     assert_eq!(t.dram().write_len(), 0);
 }
+
+#[test]
+fn warm_finds_pages_anywhere_and_changes_nothing() {
+    // Two policies see the same accesses; one is warmed before each.
+    let (mut a, mut b) = (tica(8, 16, Policy::Adaptive), tica(8, 16, Policy::Adaptive));
+    let (mut oa, mut ob) = (Vec::new(), Vec::new());
+    let mut x = 12345u64;
+    for i in 0..2000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (p, write) = ((x >> 33) % 40, (x >> 20).is_multiple_of(3));
+        for q in 0..40 {
+            b.warm(q);
+        }
+        a.access(p, write, &mut oa);
+        b.access(p, write, &mut ob);
+        if i % 7 == 0 {
+            let (sa, sb) = (a.start_flushes(2, &mut oa), b.start_flushes(2, &mut ob));
+            assert_eq!(sa, sb);
+            for (q, g) in sa {
+                a.flush_done(q, g);
+                b.flush_done(q, g);
+            }
+        }
+        assert_eq!(oa, ob, "access {i}");
+        assert!(b.warm(p), "page {p} was just accessed");
+    }
+    assert_eq!(a.stats(), b.stats());
+    assert_eq!(a.dirty_copies(), b.dirty_copies());
+    assert!(!b.warm(1000), "a page never accessed");
+}
