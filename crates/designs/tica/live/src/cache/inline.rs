@@ -271,7 +271,8 @@ impl ThreeLevel {
         }
         // Look every page of the batch up first (`Tica::warm`): independent
         // lookups overlap their cache misses; the writes' own lookups then
-        // hit (user time per write 2.6 -> 2.3 us, bench/server_cpu.sh).
+        // hit (the server's user time per write 2.6 -> 2.3 us; docs/benchmarks.md,
+        // issue 16 (6)).
         let mut found = 0usize;
         for &p in &pages {
             found += s.tica.warm(p) as usize

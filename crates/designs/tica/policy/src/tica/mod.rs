@@ -117,6 +117,7 @@ impl Tica {
     pub fn on_wo(&self, p: Page) -> bool {
         self.ssd.contains_key(&p)
     }
+
     /// Look page `p` up in every structure an access to it touches,
     /// changing nothing. A caller about to access several pages warms the
     /// CPU cache for all of them first: independent lookups overlap their
