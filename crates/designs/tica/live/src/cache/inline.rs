@@ -114,6 +114,24 @@ impl State {
         Ok(())
     }
 
+    /// Look `pages` up in the policy (`Tica::warm`), both SSDs' tables and
+    /// the DRAM level, changing nothing: these independent lookups overlap
+    /// their cache misses, and the writes' own lookups then hit (the
+    /// server's user time per write 2.6 -> 2.3 us; docs/benchmarks.md,
+    /// issue 16 (6)).
+    fn warm(&self, pages: &[Page]) {
+        let found: usize = pages
+            .iter()
+            .map(|&p| {
+                self.tica.warm(p) as usize
+                    + self.wo.get(p).is_some() as usize
+                    + self.ro.get(p).is_some() as usize
+                    + self.dram.contains_key(&p) as usize
+            })
+            .sum();
+        std::hint::black_box(found);
+    }
+
     /// Whether the flushes after a request can need no metadata commit.
     fn flush_is_cheap(&self) -> bool {
         self.ro.free_slots() >= self.flusher.config().per_request + SLOT_MARGIN
@@ -269,18 +287,7 @@ impl ThreeLevel {
         if !s.write_is_cheap(pages.len()) {
             return None;
         }
-        // Look every page of the batch up first (`Tica::warm`): independent
-        // lookups overlap their cache misses; the writes' own lookups then
-        // hit (the server's user time per write 2.6 -> 2.3 us; docs/benchmarks.md,
-        // issue 16 (6)).
-        let mut found = 0usize;
-        for &p in &pages {
-            found += s.tica.warm(p) as usize
-                + s.wo.get(p).is_some() as usize
-                + s.ro.get(p).is_some() as usize
-                + s.dram.contains_key(&p) as usize;
-        }
-        std::hint::black_box(found);
+        s.warm(&pages);
         s.wo.begin_batch();
         s.ro.begin_batch();
         let mut results: Vec<Result<(), CacheError>> = writes
