@@ -59,6 +59,8 @@ pub struct FileDev {
     direct: Option<Direct>,
     edges: EdgeLocks,
     trim_unsupported_logged: AtomicBool,
+    /// The file lives in RAM (tmpfs, ramfs): see [`RawTarget::memory_resident`].
+    memory_resident: bool,
 }
 
 /// Alignment rules of an `O_DIRECT` descriptor.
@@ -91,6 +93,7 @@ impl FileDev {
                 format!("{name} is neither a regular file nor a block device"),
             ));
         };
+        let memory_resident = !block_device && in_memory_fs(&file);
         let mut dev = FileDev {
             file,
             len,
@@ -100,6 +103,7 @@ impl FileDev {
             direct: None,
             edges: EdgeLocks::default(),
             trim_unsupported_logged: AtomicBool::new(false),
+            memory_resident,
         };
         if options.direct {
             match dev.open_direct(path, options.read_only)? {
@@ -364,8 +368,20 @@ impl BlockDev for FileDev {
         Some(RawTarget {
             fd: self.file.as_raw_fd(),
             direct_align: self.direct.map(|d| d.align.max(d.mem_align)),
+            memory_resident: self.memory_resident,
         })
     }
+}
+
+/// Whether `file` is on a file system that keeps its data in RAM (tmpfs,
+/// ramfs): reads never wait for a device there.
+fn in_memory_fs(file: &File) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    rustix::fs::fstatfs(file).is_ok_and(|st| {
+        let t = st.f_type;
+        t == TMPFS_MAGIC || t == RAMFS_MAGIC
+    })
 }
 
 fn open_file(path: &Path, read_only: bool, direct: bool) -> io::Result<File> {

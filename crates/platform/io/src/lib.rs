@@ -302,7 +302,8 @@ pub fn keep_page_cache_small(dev: &dyn BlockDev) {
 /// costs no hand-off to an engine thread. `Some(Ok(()))` when all of `buf` was
 /// read; `None` when the read would block, was short, failed, or the device
 /// cannot do it (no raw descriptor, `O_DIRECT`, out of range): then run it on
-/// an engine, which also reports any error.
+/// an engine, which also reports any error. A file in RAM (tmpfs) is read
+/// with a plain `pread`, as `RWF_NOWAIT` is refused there.
 pub fn read_cached(dev: &dyn BlockDev, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
     let t = dev.raw_target()?;
     if t.direct_align.is_some() || buf.is_empty() {
@@ -322,6 +323,14 @@ pub fn read_cached(dev: &dyn BlockDev, buf: &mut [u8], offset: u64) -> Option<io
         rustix::io::ReadWriteFlags::NOWAIT,
     ) {
         Ok(n) if n == want => Some(Ok(())),
+        // tmpfs refuses RWF_NOWAIT, but its pages are in memory: without
+        // this every read of a cache file there went to an engine thread.
+        Err(rustix::io::Errno::OPNOTSUPP) if t.memory_resident => {
+            match rustix::io::pread(fd, buf, offset) {
+                Ok(n) if n == want => Some(Ok(())),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -413,6 +422,9 @@ pub struct RawTarget {
     /// `Some(a)`: the descriptor is open with `O_DIRECT`, so offsets, lengths
     /// and memory addresses must be multiples of `a` bytes.
     pub direct_align: Option<usize>,
+    /// The file lives in RAM (tmpfs, ramfs): a plain read waits for no
+    /// device (swap aside), although such file systems refuse `RWF_NOWAIT`.
+    pub memory_resident: bool,
 }
 
 impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
@@ -515,6 +527,39 @@ mod tests {
         assert!(read_cached(&dev, &mut [], 0).is_none());
         let mem = MemDev::new("m", 65536);
         assert!(read_cached(&mem, &mut buf, 0).is_none());
+    }
+
+    #[test]
+    fn read_cached_reads_files_in_ram_although_tmpfs_refuses_nowait() {
+        let shm = std::path::Path::new("/dev/shm");
+        let Ok(dir) = tempfile::tempdir_in(shm) else {
+            eprintln!("skipped: /dev/shm is not writable here");
+            return;
+        };
+        let path = dir.path().join("f.img");
+        let data: Vec<u8> = (0..65536u32).map(|i| (i * 13 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let dev = FileDev::open(&path, FileDevOptions::default()).unwrap();
+        let t = dev.raw_target().unwrap();
+        let is_tmpfs = |p: &std::path::Path| {
+            rustix::fs::statfs(p).is_ok_and(|s| s.f_type == 0x0102_1994)
+        };
+        if !is_tmpfs(shm) {
+            eprintln!("skipped: /dev/shm is not a tmpfs here");
+            return;
+        }
+        assert!(t.memory_resident, "a tmpfs file is memory-resident");
+        let mut buf = vec![0u8; 4096];
+        assert!(matches!(read_cached(&dev, &mut buf, 12288), Some(Ok(()))));
+        assert_eq!(buf, data[12288..16384]);
+        assert!(read_cached(&dev, &mut buf, 65536 - 100).is_none());
+        // A file on a disk file system is not memory-resident.
+        let disk = tempfile::tempdir().unwrap();
+        let p2 = disk.path().join("g.img");
+        std::fs::write(&p2, &data).unwrap();
+        let on_disk = FileDev::open(&p2, FileDevOptions::default()).unwrap();
+        let t2 = on_disk.raw_target().unwrap();
+        assert_eq!(t2.memory_resident, is_tmpfs(disk.path()));
     }
 
     #[test]

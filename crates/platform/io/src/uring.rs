@@ -186,7 +186,10 @@ struct Job {
 
 /// The ring's form of `op`, or `None` if the fallback pool must run it.
 fn native(dev: &Arc<dyn BlockDev>, op: &IoOp) -> io::Result<Option<(RawFd, Kind, u64, Buf)>> {
-    let Some(RawTarget { fd, direct_align }) = dev.raw_target() else {
+    let Some(RawTarget {
+        fd, direct_align, ..
+    }) = dev.raw_target()
+    else {
         return Ok(None);
     };
     let fits = |offset: u64, len: usize| {
