@@ -27,9 +27,9 @@ cache, the log-structured layout, the fast tier, TICA's two SSDs) go to a
 tmpfs (/dev/shm), RAM like `nbdkit memory`'s, so the ratio measures what
 tiercache itself costs per request. With --fast-dir on a disk the page cache
 writes the files back to that disk while the runs go on, and the ratio also
-measures the disk: on a 2-CPU VM whose disk takes ~230 MiB/s, TICA's writes
-drop from 0.91x to 0.44x (docs/benchmarks.md, issue 16 (7)). The backing
-files and the emulated HDD stay in the temporary directory.
+measures the disk: on a 2-CPU VM, TICA's writes went from 0.98x on tmpfs to
+0.47x on the VM's disk (docs/benchmarks.md, issue 16 (7)). The backing files
+and the emulated HDD stay in the temporary directory.
 
 Targets printed: reads >= 0.9x nbdkit for the SSD cache (0.8x for the other
 designs, issue 16), writes >= 0.8x.
