@@ -541,9 +541,8 @@ mod tests {
         std::fs::write(&path, &data).unwrap();
         let dev = FileDev::open(&path, FileDevOptions::default()).unwrap();
         let t = dev.raw_target().unwrap();
-        let is_tmpfs = |p: &std::path::Path| {
-            rustix::fs::statfs(p).is_ok_and(|s| s.f_type == 0x0102_1994)
-        };
+        let is_tmpfs =
+            |p: &std::path::Path| rustix::fs::statfs(p).is_ok_and(|s| s.f_type == 0x0102_1994);
         if !is_tmpfs(shm) {
             eprintln!("skipped: /dev/shm is not a tmpfs here");
             return;
