@@ -191,11 +191,22 @@ fn fio_verifies_random_and_sequential_mixes_while_blocks_migrate() {
         text.contains("0 log records") && text.ends_with("ok\n"),
         "{text}"
     );
+    // The worker keeps planning while the volume is idle, so blocks may
+    // still move between the stats above and the shutdown: compare the
+    // restart with what the offline check read from the checkpoint.
+    let checked: u64 = text
+        .split(" fast slots used")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .and_then(|s| s.split(" of ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fast slot count in the check's report: {text}"));
+    assert!(checked > 0, "{text}");
     let srv = v.serve();
     let st = srv.stats();
     assert_eq!(
-        st["tiers"][0]["used_slots"], fast["used_slots"],
-        "the fast tier's blocks after a clean restart: {st}"
+        st["tiers"][0]["used_slots"], checked,
+        "the fast tier's blocks after a clean restart, against the check: {st}\n{text}"
     );
     fio(
         &uri,
