@@ -17,13 +17,19 @@
 #   SERVE (the nbd example, default target/release/examples/serve; build it
 #   with `cargo build --release -p tiercache-nbd --example serve`),
 #   RW (fio rw, default randwrite), RUNTIME (seconds, default 6),
-#   PERF (a file: record a perf profile of the server during the run).
+#   PERF (a file: record a perf profile of the server during the run),
+#   FAST_DIR (where the run's files go, cache and backing; default a new directory under
+#   $TMPDIR; /dev/shm puts them in RAM like `nbdkit memory`'s data, as
+#   bench/live_vs_nbdkit.py does by default).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 TC=${TC:-$here/target/release/tiercache}
 SERVE=${SERVE:-$here/target/release/examples/serve}
 RW=${RW:-randwrite}
 RUNTIME=${RUNTIME:-6}
+if [ -n "${FAST_DIR:-}" ] && [ ! -d "$FAST_DIR" ]; then
+    echo "server_cpu.sh: FAST_DIR=$FAST_DIR is not a directory" >&2; exit 2
+fi
 target=${1:?usage: bench/server_cpu.sh log|tica|nbd-mem|nbdkit-mem [RUNS]}
 runs=${2:-1}
 for tool in fio nbdkit python3; do
@@ -32,7 +38,7 @@ done
 
 one() {
     local D P
-    D=$(mktemp -d)
+    D=$(mktemp -d "${FAST_DIR:-${TMPDIR:-/tmp}}/server_cpu.XXXXXX")
     P=""
     trap '[ -n "$P" ] && kill $P 2>/dev/null; rm -rf "$D"' RETURN
     case $target in
