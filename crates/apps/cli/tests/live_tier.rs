@@ -194,19 +194,15 @@ fn fio_verifies_random_and_sequential_mixes_while_blocks_migrate() {
     // The worker keeps planning while the volume is idle, so blocks may
     // still move between the stats above and the shutdown: compare the
     // restart with what the offline check read from the checkpoint.
-    let checked: u64 = text
-        .split(" fast slots used")
-        .next()
-        .and_then(|s| s.rsplit(", ").next())
-        .and_then(|s| s.split(" of ").next())
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no fast slot count in the check's report: {text}"));
-    assert!(checked > 0, "{text}");
+    let out = tiercache(&["check", "--json", v.fast.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("check --json");
+    let checked = report["fast_used"].as_u64().unwrap_or(0);
+    assert!(checked > 0, "{report}");
     let srv = v.serve();
     let st = srv.stats();
     assert_eq!(
         st["tiers"][0]["used_slots"], checked,
-        "the fast tier's blocks after a clean restart, against the check: {st}\n{text}"
+        "the fast tier's blocks after a clean restart, against the check: {st}\n{report}"
     );
     fio(
         &uri,
