@@ -241,7 +241,9 @@ impl TieredVolume {
     /// Statistics as JSON: tier occupancy, hits per tier, migrations, recovery.
     pub fn stats_json(&self) -> serde_json::Value {
         use serde_json::json;
-        let (used, slots, blocks, failed, locked, stats_bytes, map_bytes) = {
+        // In one section with the table: a migration's slot and its
+        // in-flight mark are set and cleared under this lock.
+        let (used, slots, blocks, failed, locked, stats_bytes, map_bytes, in_flight) = {
             let c = lock(&self.core);
             let blocks = c.table.blocks();
             (
@@ -255,6 +257,7 @@ impl TieredVolume {
                 c.disp.locked_blocks(),
                 c.policy.stats_bytes(),
                 c.table.memory_bytes(),
+                self.counters.in_flight.load(Ordering::Relaxed),
             )
         };
         let (seq, log_records) = {
@@ -296,7 +299,7 @@ impl TieredVolume {
             "exchanges": ld(&n.exchanges),
             "promotions": ld(&n.promotions),
             "demotions": ld(&n.demotions),
-            "migrations_in_flight": ld(&n.in_flight),
+            "migrations_in_flight": in_flight,
             "locked_blocks": locked,
             "migrated_bytes": ld(&n.migrated_bytes),
             "migrations_abandoned": ld(&n.rolled_back_live),

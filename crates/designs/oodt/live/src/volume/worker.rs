@@ -225,14 +225,16 @@ impl TieredVolume {
             };
             c.next_migration += 1;
             c.disp.lock(mv.block);
+            // Under the core lock, with the slot the start took (stats
+            // read both in one section: see `stats_json`).
+            self.counters.in_flight.store(1, Ordering::Relaxed);
             while !c.disp.drained(mv.block) {
                 c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
             }
             m
         };
-        self.counters.in_flight.store(1, Ordering::Relaxed);
         let r = self.run_migration(&mut m);
-        self.counters.in_flight.store(0, Ordering::Relaxed);
+        self.migration_ended();
         r?;
         self.counters.migrations.fetch_add(1, Ordering::Relaxed);
         self.counters
@@ -267,14 +269,14 @@ impl TieredVolume {
             for b in [up, down] {
                 c.disp.lock(b);
             }
+            self.counters.in_flight.store(1, Ordering::Relaxed);
             while !c.disp.drained(up) || !c.disp.drained(down) {
                 c = self.drained.wait(c).unwrap_or_else(|p| p.into_inner());
             }
             x
         };
-        self.counters.in_flight.store(1, Ordering::Relaxed);
         let r = self.run_migration(&mut x);
-        self.counters.in_flight.store(0, Ordering::Relaxed);
+        self.migration_ended();
         r?;
         let n = &self.counters;
         n.migrations.fetch_add(2, Ordering::Relaxed);
@@ -283,6 +285,14 @@ impl TieredVolume {
         n.demotions.fetch_add(1, Ordering::Relaxed);
         n.migrated_bytes.fetch_add(2 * bs, Ordering::Relaxed);
         Ok(2 * bs)
+    }
+
+    /// The migration in flight ended (done or abandoned): cleared under the
+    /// core lock, after the table released its slots, so stats never show
+    /// a started migration's slot without the migration.
+    fn migration_ended(&self) {
+        let _c = lock(&self.core);
+        self.counters.in_flight.store(0, Ordering::Relaxed);
     }
 
     /// Run a migration or an exchange to its end (or abandon it on an error).
