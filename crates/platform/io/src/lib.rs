@@ -123,7 +123,8 @@ pub fn device_exists(path: &std::path::Path) -> bool {
 /// The identity of the backing device at `path` as the cache superblock
 /// records it: [`tiercache_store::BackingIdentity::probe`] for local
 /// devices; for an NBD URI the URI (as path and serial), the export size and
-/// the fingerprint of its first and last 64 KiB, read over the network.
+/// the fingerprints of its first and last 64 KiB and of its sampled blocks,
+/// read over the network.
 pub fn probe_identity(
     path: &std::path::Path,
 ) -> Result<tiercache_store::BackingIdentity, tiercache_store::error::StoreError> {
@@ -142,12 +143,16 @@ pub fn probe_identity(
     let size = dev.len();
     let fingerprint = tiercache_store::superblock::fingerprint(&MetaOnDev(dev.clone()), size)
         .map_err(ctx("reading the export's first and last 64 KiB"))?;
+    let sampled = tiercache_store::superblock::sampled_fingerprint(&MetaOnDev(dev.clone()), size)
+        .map_err(ctx("reading the export's sampled blocks"))?;
     Ok(tiercache_store::BackingIdentity {
         path: dev.name().to_string(),
         size,
         fingerprint,
         file_id: None,
         serial: Some(dev.name().to_string()),
+        sampled: Some(sampled),
+        times: None,
     })
 }
 

@@ -245,7 +245,7 @@ async fn finish_detach(
             let _ = tx.send(v);
             ctl.stop(CONTROL_GRACE).await;
             eprintln!(
-                "tiercache: detached: {} written back; {} holds every acknowledged write",
+                "tiercache: detached: {} written back; {} holds every acknowledged write; the cache is emptied (its next serve starts cold)",
                 plural(wb.written_back, wb.unit),
                 design.backing_path().display()
             );

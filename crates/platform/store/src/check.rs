@@ -177,6 +177,19 @@ fn check_recovery(dev: &impl MetaDevice, sb: &Superblock, report: &mut CheckRepo
     }
 }
 
+impl CheckReport {
+    /// The superblock's state in words: "detached" (closed by a detach, no
+    /// cached data: the next serve starts cold), "clean shutdown" or "open
+    /// or crashed".
+    pub fn state(&self) -> &'static str {
+        match (self.superblock.state, self.superblock.detached) {
+            (State::Clean, true) => "detached",
+            (State::Clean, false) => "clean shutdown",
+            (State::Open, _) => "open or crashed",
+        }
+    }
+}
+
 impl std::fmt::Display for CheckReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let sb = &self.superblock;
@@ -192,10 +205,7 @@ impl std::fmt::Display for CheckReport {
             "  backing: {} ({} bytes); state: {}",
             sb.backing.path,
             sb.backing.size,
-            match sb.state {
-                State::Clean => "clean shutdown",
-                State::Open => "open or crashed",
-            }
+            self.state()
         )?;
         writeln!(
             f,

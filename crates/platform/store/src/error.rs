@@ -43,6 +43,10 @@ pub enum StoreError {
     /// The backing device is not the one this cache was formatted for.
     #[error("backing device mismatch: {0}; the cache belongs to another backing device (reformat the cache with --force to reuse it)")]
     BackingMismatch(String),
+    /// The backing device was modified while the cache was stopped holding
+    /// dirty data for it (says what changed and what to do).
+    #[error("{0}")]
+    BackingModified(String),
     /// The caller appended a record that does not fit the store's geometry or state.
     #[error("invalid metadata record: {0}")]
     InvalidRecord(String),

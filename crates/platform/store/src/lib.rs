@@ -143,6 +143,15 @@
 //! consistency for clean and dirty data); [`RecoveryReport::clean_shutdown`]
 //! lets an engine drop clean lines after a crash anyway, or, with rule 3b,
 //! write them back.
+//!
+//! **Detach and cold starts.** [`Store::detach`] (nothing dirty) checkpoints
+//! an empty table before it marks the superblock clean and detached, so
+//! every later open starts cold. After a clean shutdown, [`open`] compares
+//! the backing device's contents with the identity recorded at close
+//! ([`BackingIdentity::content_differences`]) and [`open_verified`] also a
+//! sample of cached clean lines; on a difference the cache starts cold
+//! ([`Opened::start_cold`]), or, holding dirty data, is refused
+//! ([`StoreError::BackingModified`]). [`RecoveryReport::cold_start`] says why.
 
 pub mod check;
 mod checkpoint;
@@ -165,7 +174,7 @@ pub use layout::{layout, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};
 pub use store::{
-    dirty_all_valid, drop_clean_copies, format, open, table_entries, CommitStats, FormatParams,
-    LogUsage, Opened, RecoveryReport, Store,
+    dirty_all_valid, drop_clean_copies, format, open, open_verified, table_entries, CommitStats,
+    FormatParams, LogUsage, Opened, RecoveryReport, Store, COLD_DETACHED,
 };
 pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};

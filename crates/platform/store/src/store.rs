@@ -55,6 +55,7 @@ pub fn format<D: MetaDevice>(dev: &D, params: &FormatParams, force: bool) -> Res
             .map(|d| d.as_secs())
             .unwrap_or(0),
         state: State::Clean,
+        detached: false,
     };
     sb.encode()?; // validate sizes before touching the device
     let uuid = *sb.uuid.as_bytes();
@@ -88,7 +89,19 @@ pub struct RecoveryReport {
     pub clean_shutdown: bool,
     /// The other checkpoint region was damaged or newer but unreadable; says why.
     pub fallback: Option<String>,
+    /// Why the cache started cold (its cached data dropped at open): it was
+    /// detached, or the backing device was modified while it was stopped.
+    pub cold_start: Option<String>,
 }
+
+/// Why a detached cache starts cold (logged at open, shown by `stats`).
+pub const COLD_DETACHED: &str = "the cache was detached";
+
+/// Cached lines [`open_verified`] compares with the backing device after a
+/// clean shutdown (spread evenly over the mapped slots).
+pub const VERIFY_LINES: usize = 64;
+/// Bytes of cached data [`open_verified`] compares at most.
+pub const VERIFY_BYTES: u64 = 8 << 20;
 
 impl std::fmt::Display for RecoveryReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,6 +121,9 @@ impl std::fmt::Display for RecoveryReport {
         )?;
         if let Some(fb) = &self.fallback {
             write!(f, "; fell back: {fb}")?;
+        }
+        if let Some(why) = &self.cold_start {
+            write!(f, "; started cold: {why}")?;
         }
         Ok(())
     }
@@ -226,6 +242,7 @@ pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovere
         log_end: replay.end.clone(),
         clean_shutdown: sb.state == State::Clean,
         fallback,
+        cold_start: None,
     };
     Ok(Recovered {
         table,
@@ -250,7 +267,32 @@ fn region_name(i: usize) -> &'static str {
 /// After an unclean shutdown it writes a checkpoint of the recovered table
 /// (a new epoch), so that a torn tail of the old log can never be mistaken
 /// for a continuation of new commits.
+///
+/// The cache starts cold (see [`Opened::start_cold`]) when it was detached,
+/// or, after a clean shutdown, when the backing device's contents changed
+/// ([`BackingIdentity::content_differences`]); with dirty data that is
+/// refused. [`open_verified`] also compares a sample of cached lines.
 pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result<Opened<D>> {
+    open_inner(dev, expected_backing, None)
+}
+
+/// [`open`], and after a clean shutdown also compares up to [`VERIFY_LINES`]
+/// cached lines ([`VERIFY_BYTES`] at most) with `backing`: the clean
+/// sub-blocks of lines spread evenly over the mapped slots. A difference
+/// means the backing device was modified while the cache was stopped.
+pub fn open_verified<D: MetaDevice>(
+    dev: D,
+    expected_backing: &BackingIdentity,
+    backing: &dyn MetaDevice,
+) -> Result<Opened<D>> {
+    open_inner(dev, expected_backing, Some(backing))
+}
+
+fn open_inner<D: MetaDevice>(
+    dev: D,
+    expected_backing: &BackingIdentity,
+    backing: Option<&dyn MetaDevice>,
+) -> Result<Opened<D>> {
     let mut sb = Superblock::read(&dev)?.newest;
     let size = dev
         .len()
@@ -261,16 +303,24 @@ pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result
             "the cache device has {size} bytes but its layout needs {end}: it shrank or is not the device that was formatted"
         )));
     }
-    if let Some(diff) = sb
-        .backing
-        .differences(expected_backing, sb.state == State::Clean)
-    {
+    if let Some(diff) = sb.backing.device_differences(expected_backing) {
         return Err(StoreError::BackingMismatch(diff));
     }
+    let clean = sb.state == State::Clean;
+    let mut cold = match (clean, sb.detached) {
+        (true, true) => Some(COLD_DETACHED.to_string()),
+        (true, false) => sb.backing.content_differences(expected_backing),
+        (false, _) => None,
+    };
     let rec = recover(&dev, &sb)?;
+    if clean && cold.is_none() {
+        if let Some(b) = backing {
+            cold = verify_sample(&dev, &sb.layout, &rec.table, b)?;
+        }
+    }
     let uuid = *sb.uuid.as_bytes();
     let layout = sb.layout;
-    let mut store = Store {
+    let store = Store {
         dev,
         layout,
         uuid,
@@ -283,25 +333,112 @@ pub fn open<D: MetaDevice>(dev: D, expected_backing: &BackingIdentity) -> Result
         failed: None,
         sb: sb.clone(),
     };
-    let clean_continuation = sb.state == State::Clean
+    let clean_continuation = clean
+        && cold.is_none()
         && rec.report.records_replayed == 0
         && rec.report.fallback.is_none()
         && rec.report.log_end == LogEnd::Clean;
-    if clean_continuation {
-        store.mapped = mapped_bits(&rec.table);
-    } else {
-        store.checkpoint(table_entries(&rec.table))?;
-    }
-    sb.state = State::Open;
-    sb.generation += 1;
-    sb.backing = expected_backing.clone();
-    sb.write(&store.dev)?;
-    store.sb = sb;
-    Ok(Opened {
+    let mut opened = Opened {
         store,
         table: rec.table,
         report: rec.report,
-    })
+    };
+    if let Some(why) = cold {
+        // Before the superblock says open: a crash in between opens cold again.
+        opened.start_cold(why)?;
+    } else if clean_continuation {
+        opened.store.mapped = mapped_bits(&opened.table);
+    } else {
+        let table = table_entries(&opened.table);
+        opened.store.checkpoint(table)?;
+    }
+    sb.state = State::Open;
+    sb.detached = false;
+    sb.generation += 1;
+    sb.backing = expected_backing.clone();
+    sb.write(&opened.store.dev)?;
+    opened.store.sb = sb;
+    Ok(opened)
+}
+
+impl<D: MetaDevice> Opened<D> {
+    /// Drops every cached line and checkpoints the empty table, so this and
+    /// every later open start cold; `why` goes into the report. Refused
+    /// (`BackingModified`, saying what to do) while a line is dirty: that
+    /// data is on this cache alone.
+    pub fn start_cold(&mut self, why: String) -> Result<()> {
+        let dirty = self
+            .table
+            .iter()
+            .flatten()
+            .filter(|m| !m.dirty.is_empty())
+            .count();
+        if dirty > 0 {
+            return Err(StoreError::BackingModified(format!(
+                "{why}; the cache holds {dirty} lines of dirty data the backing device lacks, so it cannot start cold (serve it with its original backing device contents to write them back, or reformat the cache with --force to drop them)"
+            )));
+        }
+        self.table.iter_mut().for_each(|m| *m = None);
+        self.store.checkpoint(std::iter::empty())?;
+        self.report.cold_start = Some(why);
+        Ok(())
+    }
+}
+
+/// Compares the clean sub-blocks of up to [`VERIFY_LINES`] mapped lines
+/// (spread evenly over the table, [`VERIFY_BYTES`] at most) with the backing
+/// device; says which line differs, if one does.
+fn verify_sample(
+    dev: &impl MetaDevice,
+    layout: &Layout,
+    table: &[Option<LineMeta>],
+    backing: &dyn MetaDevice,
+) -> Result<Option<String>> {
+    let clean = |m: &LineMeta| !m.valid.minus(m.dirty).is_empty();
+    let candidates = table.iter().flatten().filter(|m| clean(m)).count();
+    if candidates == 0 {
+        return Ok(None);
+    }
+    let line = layout.line_size as u64;
+    let lines = VERIFY_LINES.min((VERIFY_BYTES / line).max(1) as usize);
+    let stride = candidates.div_ceil(lines);
+    let bsize = backing
+        .len()
+        .map_err(|e| StoreError::io("sizing the backing device", e))?;
+    let sub = layout.sub_block_size as u64;
+    let (mut a, mut b) = (vec![0u8; line as usize], vec![0u8; line as usize]);
+    let picked = table
+        .iter()
+        .enumerate()
+        .filter_map(|(s, m)| m.filter(clean).map(|m| (s as u64, m)))
+        .step_by(stride);
+    for (slot, m) in picked {
+        let at = m.line * line;
+        let n = bsize.saturating_sub(at).min(line) as usize;
+        if n == 0 {
+            continue;
+        }
+        let off = layout
+            .slot_offset(slot as Slot)
+            .ok_or_else(|| StoreError::Corrupt(format!("slot {slot} is outside the layout")))?;
+        dev.read_at(&mut a[..n], off)
+            .map_err(|e| StoreError::io("reading cached data to verify it", e))?;
+        backing
+            .read_at(&mut b[..n], at)
+            .map_err(|e| StoreError::io("reading the backing device to verify the cache", e))?;
+        let differs = (0..layout.sub_blocks()).any(|i| {
+            let (lo, hi) = ((i as u64 * sub) as usize, (((i as u64 + 1) * sub) as usize).min(n));
+            m.valid.get(i) && !m.dirty.get(i) && lo < hi && a[lo..hi] != b[lo..hi]
+        });
+        if differs {
+            return Ok(Some(format!(
+                "the backing device was modified while the cache was stopped: cached line {} (bytes {at}..{}) differs from it",
+                m.line,
+                at + n as u64
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// The mapped slots of a table as `(slot, meta)` pairs, for [`Store::checkpoint`].
@@ -552,6 +689,33 @@ impl<D: MetaDevice> Store<D> {
         self.checkpoint(table)?;
         self.rewrite_superblock(|sb| {
             sb.state = State::Clean;
+            sb.detached = false;
+            sb.backing = backing_now.clone();
+        })
+    }
+
+    /// Detach: the backing device holds every block (no line of `table` may
+    /// be dirty). Checkpoints an empty table first (from then on every open
+    /// starts cold, after a crash too), then marks the superblock clean and
+    /// detached with the backing identity as it is now.
+    pub fn detach(
+        &mut self,
+        table: impl IntoIterator<Item = (Slot, LineMeta)>,
+        backing_now: &BackingIdentity,
+    ) -> Result<()> {
+        let dirty = table
+            .into_iter()
+            .filter(|(_, m)| !m.dirty.is_empty())
+            .count();
+        if dirty > 0 {
+            return Err(StoreError::InvalidTable(format!(
+                "{dirty} lines are dirty: only a cache whose lines were all written back can detach"
+            )));
+        }
+        self.checkpoint(std::iter::empty())?;
+        self.rewrite_superblock(|sb| {
+            sb.state = State::Clean;
+            sb.detached = true;
             sb.backing = backing_now.clone();
         })
     }
@@ -592,7 +756,10 @@ impl<D: MetaDevice> Store<D> {
         if self.sb.state == State::Open {
             return Ok(());
         }
-        self.rewrite_superblock(|sb| sb.state = State::Open)
+        self.rewrite_superblock(|sb| {
+            sb.state = State::Open;
+            sb.detached = false;
+        })
     }
 }
 

@@ -25,6 +25,14 @@ pub const MAX_POLICY_BYTES: usize = 2048;
 pub const MAX_PATH_BYTES: usize = 1024;
 /// Bytes hashed at each end of the backing device for its fingerprint.
 pub const FINGERPRINT_SPAN: u64 = 64 << 10;
+/// Blocks of the sampled fingerprint, spread evenly over the backing device.
+pub const SAMPLE_BLOCKS: u64 = 64;
+/// Bytes of one block of the sampled fingerprint.
+pub const SAMPLE_BLOCK_BYTES: u64 = 4096;
+/// Version of the superblock's extension (fields after the policy blob that
+/// a build reading only [`VERSION`] 1's fields skips: it sees a detached
+/// cache as clean, and its empty checkpoint as an empty cache).
+const EXTENSION: u8 = 1;
 
 /// Whether the store was shut down cleanly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +57,14 @@ pub struct BackingIdentity {
     pub file_id: Option<(u64, u64)>,
     /// Serial number, WWID or loop backing file of a block device, when sysfs has one.
     pub serial: Option<String>,
+    /// crc32c of [`SAMPLE_BLOCKS`] blocks spread evenly over the device
+    /// (content identity beyond the two ends; `None` when recorded by a build
+    /// that predates it).
+    pub sampled: Option<u32>,
+    /// Modification and status-change times of a regular file, in
+    /// nanoseconds since the Unix epoch (`None` for a block device, or when
+    /// recorded by a build that predates them).
+    pub times: Option<(i64, i64)>,
 }
 
 impl BackingIdentity {
@@ -61,10 +77,17 @@ impl BackingIdentity {
             .map_err(|e| StoreError::io(ctx("stat of"), e))?;
         let size = MetaDevice::len(&f).map_err(|e| StoreError::io(ctx("sizing"), e))?;
         let fingerprint = fingerprint(&f, size).map_err(|e| StoreError::io(ctx("reading"), e))?;
-        let (file_id, serial) = if md.file_type().is_block_device() {
-            (None, block_serial(md.rdev()))
+        let sampled =
+            sampled_fingerprint(&f, size).map_err(|e| StoreError::io(ctx("reading"), e))?;
+        let (file_id, serial, times) = if md.file_type().is_block_device() {
+            (None, block_serial(md.rdev()), None)
         } else {
-            (Some((md.dev(), md.ino())), None)
+            let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+            (
+                Some((md.dev(), md.ino())),
+                None,
+                Some((ns(md.mtime(), md.mtime_nsec()), ns(md.ctime(), md.ctime_nsec()))),
+            )
         };
         Ok(BackingIdentity {
             path: path.display().to_string(),
@@ -72,7 +95,149 @@ impl BackingIdentity {
             fingerprint,
             file_id,
             serial,
+            sampled: Some(sampled),
+            times,
         })
+    }
+
+    /// Says what differs between the recorded identity (`self`) and the
+    /// device found now in what identifies the device (size, serial, file
+    /// identity, kind, path), or `None` if it is the same device.
+    pub fn device_differences(&self, found: &BackingIdentity) -> Option<String> {
+        self.differences(found, false)
+    }
+
+    /// Says how the contents of the same device changed since the identity
+    /// was recorded (the fingerprints of its ends and of its sampled blocks,
+    /// a regular file's modification and change times), or `None` if no
+    /// change shows. Compared only after a clean shutdown: writeback changes
+    /// the contents while the cache runs.
+    pub fn content_differences(&self, found: &BackingIdentity) -> Option<String> {
+        let mut diffs = Vec::new();
+        if self.fingerprint != found.fingerprint {
+            diffs.push(format!(
+                "the contents of its first/last 64 KiB changed (fingerprint {:08x} recorded, {:08x} found)",
+                self.fingerprint, found.fingerprint
+            ));
+        }
+        if let (Some(a), Some(b)) = (self.sampled, found.sampled) {
+            if a != b {
+                diffs.push(format!(
+                    "the contents of its {SAMPLE_BLOCKS} sampled blocks changed (fingerprint {a:08x} recorded, {b:08x} found)"
+                ));
+            }
+        }
+        if let (Some(a), Some(b)) = (self.times, found.times) {
+            if a != b {
+                diffs.push(format!(
+                    "the file was modified (modification/change times {}.{:09}/{}.{:09} recorded, {}.{:09}/{}.{:09} found)",
+                    a.0.div_euclid(1_000_000_000),
+                    a.0.rem_euclid(1_000_000_000),
+                    a.1.div_euclid(1_000_000_000),
+                    a.1.rem_euclid(1_000_000_000),
+                    b.0.div_euclid(1_000_000_000),
+                    b.0.rem_euclid(1_000_000_000),
+                    b.1.div_euclid(1_000_000_000),
+                    b.1.rem_euclid(1_000_000_000),
+                ));
+            }
+        }
+        (!diffs.is_empty()).then(|| {
+            format!(
+                "the backing device was modified while the cache was stopped: {}",
+                diffs.join("; ")
+            )
+        })
+    }
+
+    /// The identity as bytes (the superblocks of designs that record one
+    /// outside this crate's superblock).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(128);
+        self.encode_into(&mut w);
+        w.buf
+    }
+
+    /// Parses [`BackingIdentity::to_bytes`]; `None` if malformed.
+    pub fn from_bytes(b: &[u8]) -> Option<BackingIdentity> {
+        let mut r = Reader::new(b);
+        let mut id = BackingIdentity::decode_base(&mut r)?;
+        id.decode_extension(&mut r)?;
+        Some(id)
+    }
+
+    /// The fields of format version 1, then the extension's.
+    fn encode_into(&self, b: &mut Writer) {
+        self.encode_base(b);
+        self.encode_extension(b);
+    }
+
+    fn encode_base(&self, b: &mut Writer) {
+        b.blob(self.path.as_bytes());
+        b.u64(self.size);
+        b.u32(self.fingerprint);
+        match self.file_id {
+            Some((d, i)) => {
+                b.u8(1);
+                b.u64(d);
+                b.u64(i);
+            }
+            None => b.u8(0),
+        }
+        b.blob(self.serial.as_deref().unwrap_or("").as_bytes());
+    }
+
+    fn decode_base(r: &mut Reader) -> Option<BackingIdentity> {
+        let path = String::from_utf8(r.blob(MAX_PATH_BYTES)?.to_vec()).ok()?;
+        let size = r.u64()?;
+        let fingerprint = r.u32()?;
+        let file_id = match r.u8()? {
+            0 => None,
+            1 => Some((r.u64()?, r.u64()?)),
+            _ => return None,
+        };
+        let serial = String::from_utf8(r.blob(MAX_PATH_BYTES)?.to_vec()).ok()?;
+        Some(BackingIdentity {
+            path,
+            size,
+            fingerprint,
+            file_id,
+            serial: (!serial.is_empty()).then_some(serial),
+            sampled: None,
+            times: None,
+        })
+    }
+
+    fn encode_extension(&self, b: &mut Writer) {
+        match self.sampled {
+            Some(c) => {
+                b.u8(1);
+                b.u32(c);
+            }
+            None => b.u8(0),
+        }
+        match self.times {
+            Some((m, c)) => {
+                b.u8(1);
+                b.u64(m as u64);
+                b.u64(c as u64);
+            }
+            None => b.u8(0),
+        }
+    }
+
+    fn decode_extension(&mut self, r: &mut Reader) -> Option<()> {
+        self.sampled = match r.u8()? {
+            0 => None,
+            1 => Some(r.u32()?),
+            _ => return None,
+        };
+        self.times = match r.u8()? {
+            0 => None,
+            1 => Some((r.u64()? as i64, r.u64()? as i64)),
+            _ => return None,
+        };
+        Some(())
     }
 
     /// Says what differs between the recorded identity (`self`) and the
@@ -119,11 +284,10 @@ impl BackingIdentity {
                 }
             ));
         }
-        if compare_content && self.fingerprint != found.fingerprint {
-            diffs.push(format!(
-                "contents of the first/last 64 KiB changed since the cache was closed (fingerprint {:08x} recorded, {:08x} found): the backing device was modified without the cache",
-                self.fingerprint, found.fingerprint
-            ));
+        if compare_content {
+            if let Some(d) = self.content_differences(found) {
+                diffs.push(d);
+            }
         }
         if self.path != found.path && !strong_match {
             diffs.push(format!(
@@ -146,6 +310,27 @@ pub fn fingerprint(dev: &impl MetaDevice, size: u64) -> std::io::Result<u32> {
         let mut buf = vec![0u8; (size - tail_start) as usize];
         dev.read_at(&mut buf, tail_start)?;
         crc = crc32c::crc32c_append(crc, &buf);
+    }
+    Ok(crc32c::crc32c_append(crc, &size.to_le_bytes()))
+}
+
+/// crc32c over [`SAMPLE_BLOCKS`] blocks of [`SAMPLE_BLOCK_BYTES`] spread
+/// evenly over the device (block `i` at `i * size / SAMPLE_BLOCKS`, aligned
+/// down to the block size; fewer on a small device), and the size.
+pub fn sampled_fingerprint(dev: &impl MetaDevice, size: u64) -> std::io::Result<u32> {
+    let mut crc = 0;
+    let mut buf = vec![0u8; SAMPLE_BLOCK_BYTES as usize];
+    let mut last = None;
+    for i in 0..SAMPLE_BLOCKS {
+        let at = (i as u128 * size as u128 / SAMPLE_BLOCKS as u128) as u64;
+        let at = at / SAMPLE_BLOCK_BYTES * SAMPLE_BLOCK_BYTES;
+        if last == Some(at) || at >= size {
+            continue;
+        }
+        last = Some(at);
+        let n = (size - at).min(SAMPLE_BLOCK_BYTES) as usize;
+        dev.read_at(&mut buf[..n], at)?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
     }
     Ok(crc32c::crc32c_append(crc, &size.to_le_bytes()))
 }
@@ -191,6 +376,9 @@ pub struct Superblock {
     pub created_unix: u64,
     /// Clean-shutdown flag.
     pub state: State,
+    /// Closed by a detach (with [`State::Clean`]): the newest checkpoint is
+    /// empty and the next open starts cold, whatever the backing device holds.
+    pub detached: bool,
 }
 
 /// What [`Superblock::read`] found on the device.
@@ -236,19 +424,11 @@ impl Superblock {
             State::Open => 1,
         });
         b.u64(self.created_unix);
-        b.blob(self.backing.path.as_bytes());
-        b.u64(self.backing.size);
-        b.u32(self.backing.fingerprint);
-        match self.backing.file_id {
-            Some((d, i)) => {
-                b.u8(1);
-                b.u64(d);
-                b.u64(i);
-            }
-            None => b.u8(0),
-        }
-        b.blob(self.backing.serial.as_deref().unwrap_or("").as_bytes());
+        self.backing.encode_base(&mut b);
         b.blob(self.policy.as_bytes());
+        b.u8(EXTENSION);
+        b.u8(self.detached as u8);
+        self.backing.encode_extension(&mut b);
         let body = b.buf;
         let mut w = Writer::with_capacity(BLOCK as usize);
         w.bytes(MAGIC);
@@ -322,30 +502,25 @@ impl Superblock {
                 _ => return None,
             };
             let created_unix = r.u64()?;
-            let path = String::from_utf8(r.blob(MAX_PATH_BYTES)?.to_vec()).ok()?;
-            let size = r.u64()?;
-            let fp = r.u32()?;
-            let file_id = match r.u8()? {
-                0 => None,
-                1 => Some((r.u64()?, r.u64()?)),
-                _ => return None,
-            };
-            let serial = String::from_utf8(r.blob(MAX_PATH_BYTES)?.to_vec()).ok()?;
+            let mut backing = BackingIdentity::decode_base(r)?;
             let policy = String::from_utf8(r.blob(MAX_POLICY_BYTES)?.to_vec()).ok()?;
+            // The extension: absent in a superblock an older build wrote.
+            let mut detached = false;
+            if let Some(ext) = r.u8() {
+                if ext >= 1 {
+                    detached = r.u8()? != 0 && state == State::Clean;
+                    backing.decode_extension(r)?;
+                }
+            }
             Some(Superblock {
                 generation,
                 uuid,
                 layout,
                 policy,
-                backing: BackingIdentity {
-                    path,
-                    size,
-                    fingerprint: fp,
-                    file_id,
-                    serial: (!serial.is_empty()).then_some(serial),
-                },
+                backing,
                 created_unix,
                 state,
+                detached,
             })
         };
         let sb = parse(&mut r).ok_or_else(corrupt)?;
@@ -419,10 +594,102 @@ mod tests {
                 fingerprint: 0xdead_beef,
                 file_id: None,
                 serial: Some("WD-123".into()),
+                sampled: Some(0x1234_5678),
+                times: None,
             },
             created_unix: 1_700_000_000,
             state: State::Open,
+            detached: false,
         }
+    }
+
+    /// The body of `block` cut after the policy blob (no extension), with
+    /// its length and checksum fixed: a superblock as a build that predates
+    /// the extension writes it.
+    fn without_extension(block: &[u8]) -> Vec<u8> {
+        let body_len = u32::from_le_bytes(block[12..16].try_into().unwrap()) as usize;
+        let ext_len = 1 + 1 + 5 + 1; // version, detached, sampled, no times
+        let new_len = body_len - ext_len;
+        let mut b = block[..20 + new_len].to_vec();
+        b[12..16].copy_from_slice(&(new_len as u32).to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..16]), &b[20..]);
+        b[16..20].copy_from_slice(&crc.to_le_bytes());
+        b.resize(4096, 0);
+        b
+    }
+
+    #[test]
+    fn detached_state_and_extension_round_trip() {
+        let mut sb = sample();
+        sb.state = State::Clean;
+        sb.detached = true;
+        sb.backing.times = Some((1_700_000_000_123_456_789, -5));
+        let block = sb.encode().unwrap();
+        assert_eq!(Superblock::decode(&block).unwrap(), sb);
+        // The state byte says clean: a build that predates the extension
+        // sees a clean cache (whose checkpoint a detach left empty).
+        let state_at = 20 + 8 + 16 + 8 + 4 + 4 + 4 + 6 * 8;
+        assert_eq!(block[state_at], 0);
+        // An open store is never detached.
+        sb.state = State::Open;
+        assert!(!Superblock::decode(&sb.encode().unwrap()).unwrap().detached);
+    }
+
+    #[test]
+    fn superblock_without_extension_still_reads() {
+        let sb = sample();
+        let old = without_extension(&sb.encode().unwrap());
+        let got = Superblock::decode(&old).unwrap();
+        assert!(!got.detached);
+        assert_eq!(got.backing.sampled, None);
+        assert_eq!(got.backing.times, None);
+        let mut want = sb.clone();
+        want.backing.sampled = None;
+        assert_eq!(got, want);
+        // Nothing recorded to compare: no content difference from them.
+        let mut found = sb.backing.clone();
+        found.sampled = Some(1);
+        found.times = Some((1, 2));
+        assert_eq!(got.backing.content_differences(&found), None);
+    }
+
+    #[test]
+    fn identity_bytes_round_trip() {
+        let mut id = sample().backing;
+        id.file_id = Some((7, 9));
+        id.times = Some((3, 4));
+        assert_eq!(BackingIdentity::from_bytes(&id.to_bytes()), Some(id.clone()));
+        assert_eq!(BackingIdentity::from_bytes(&id.to_bytes()[..10]), None);
+    }
+
+    #[test]
+    fn content_differences_name_what_changed() {
+        let a = sample().backing;
+        let mut b = a.clone();
+        b.sampled = Some(0x1111_1111);
+        let d = a.content_differences(&b).unwrap();
+        assert!(d.contains("sampled blocks changed"), "{d}");
+        assert_eq!(a.device_differences(&b), None, "same device");
+        let mut t = a.clone();
+        t.times = Some((10, 20));
+        let mut u = t.clone();
+        u.times = Some((10, 21));
+        let d = t.content_differences(&u).unwrap();
+        assert!(d.contains("the file was modified"), "{d}");
+    }
+
+    #[test]
+    fn sampled_fingerprint_sees_the_middle() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(64 << 20).unwrap();
+        let before = sampled_fingerprint(&f, 64 << 20).unwrap();
+        let ends = fingerprint(&f, 64 << 20).unwrap();
+        // Block 32 of 64 starts at 32 MiB: change it.
+        MetaDevice::write_at(&f, &[0xbb; 4096], 32 << 20).unwrap();
+        assert_ne!(sampled_fingerprint(&f, 64 << 20).unwrap(), before);
+        assert_eq!(fingerprint(&f, 64 << 20).unwrap(), ends);
+        // A small device samples each block once.
+        assert!(sampled_fingerprint(&f, 4096).is_ok());
     }
 
     #[test]
@@ -473,6 +740,6 @@ mod tests {
         assert!(a
             .differences(&c, true)
             .unwrap()
-            .contains("modified without the cache"));
+            .contains("modified while the cache was stopped"));
     }
 }

@@ -503,21 +503,40 @@ fn backing_mismatch_is_refused_and_says_what_differs() {
         e.contains("size differs (recorded 8388608 bytes, found 16777216 bytes)"),
         "{e}"
     );
-    // The right backing opens; a clean close records it.
-    let store = open(&f, &id_a).unwrap().store;
+    // The right backing opens; a clean close records it (with a dirty line).
+    let dirty_line = LineMeta {
+        line: 3,
+        valid: bits(0xff),
+        dirty: bits(1),
+        class: 0,
+    };
+    let mut store = open(&f, &id_a).unwrap().store;
+    store.append(Record::Map { slot: 0, line: 3, class: 0 }).unwrap();
+    store.append(Record::Valid { slot: 0, bitmap: bits(0xff) }).unwrap();
+    store.append(Record::Dirty { slot: 0, bitmap: bits(1) }).unwrap();
+    store.commit().unwrap();
     store
-        .close(std::iter::empty(), &BackingIdentity::probe(&a).unwrap())
+        .close([(0, dirty_line)], &BackingIdentity::probe(&a).unwrap())
         .unwrap();
-    // Modify the backing device while the cache is detached.
+    // Modify the backing device while the cache is stopped.
     {
         let bf = OpenOptions::new().write(true).open(&a).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&bf, b"changed", 4096).unwrap();
     }
+    // Dirty data: refused, saying what changed and what to do.
     let e = open(&f, &BackingIdentity::probe(&a).unwrap())
         .err()
-        .unwrap()
-        .to_string();
-    assert!(e.contains("modified without the cache"), "{e}");
+        .unwrap();
+    assert!(matches!(e, StoreError::BackingModified(_)), "{e}");
+    let e = e.to_string();
+    assert!(
+        e.contains("modified while the cache was stopped")
+            && e.contains("1 lines of dirty data")
+            && e.contains("--force"),
+        "{e}"
+    );
+    // Still refused (nothing was written).
+    assert!(open(&f, &BackingIdentity::probe(&a).unwrap()).is_err());
 }
 
 #[test]

@@ -133,7 +133,7 @@ impl Design for SsdCache {
         self.cache.flush_all().await.map_err(conv)?;
         let left = self.dirty();
         if left == 0 {
-            self.cache.shutdown().await.map_err(conv)?;
+            self.cache.shutdown_detached().await.map_err(conv)?;
         }
         Ok(WriteBack {
             written_back: self.cleaned() - before,
@@ -209,6 +209,8 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         "writebacks": core.writebacks,
         "admission_rejects": core.admission_rejects,
         "backing": tiercache_runtime::remote::backing_json(cache.backing.as_ref()),
+        // Why the cache started cold at open (null: it kept its contents).
+        "cold_start": cache.cold_start(),
         "live": live,
     })
 }

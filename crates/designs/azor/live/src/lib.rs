@@ -235,7 +235,14 @@ fn open_with_meta(
     let identity = tiercache_io::probe_identity(backing_path)
         .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
-    let mut opened = tiercache_store::open(meta, &identity)?;
+    let mut opened = tiercache_store::open_verified(
+        meta,
+        &identity,
+        &tiercache_io::MetaOnDev(Arc::clone(&backing)),
+    )?;
+    if let Some(why) = &opened.report.cold_start {
+        tracing::warn!("starting cold: {why}");
+    }
     let layout = *opened.store.layout();
     let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
         .context("reading the policy recorded in the superblock")?;
@@ -254,6 +261,9 @@ fn open_with_meta(
         recovery,
     )?;
     live.set_backing_path(backing_path);
+    if let Some(why) = &report.cold_start {
+        live.set_cold_start(why);
+    }
     live.stats
         .recovery_dirtied_lines
         .store(dirtied, std::sync::atomic::Ordering::Relaxed);

@@ -26,6 +26,14 @@ const VERSION: u32 = 1;
 const VERSION_COMPRESSED: u32 = 2;
 /// Where a compressed layout's superblock keeps its codec and level.
 const CODEC_AT: usize = 4080;
+/// Where the superblock keeps the backing identity and the detached flag
+/// (after the longest backing path `format` accepts; a superblock written by
+/// an older build has zeros here and no identity).
+const IDENTITY_AT: usize = 2304;
+/// Marks the identity area in use.
+const IDENTITY_MAGIC: &[u8; 4] = b"TCID";
+/// Longest backing path `format` accepts.
+const MAX_BACKING_PATH: usize = 2048;
 
 /// How client writes reach the backing device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +87,12 @@ pub struct Superblock {
     pub backing_path: String,
     /// How blocks are stored: raw slots, or compressed records.
     pub compress: Codec,
+    /// The backing device's identity as recorded at format, open and clean
+    /// shutdown (`None` in a superblock an older build wrote).
+    pub identity: Option<tiercache_store::BackingIdentity>,
+    /// Closed by a detach (with `clean`): the newest checkpoint is empty and
+    /// the next open starts cold, whatever the backing device holds.
+    pub detached: bool,
 }
 
 impl Superblock {
@@ -129,6 +143,22 @@ impl Superblock {
         b.extend_from_slice(&(p.len() as u16).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(4096, 0);
+        if let Some(id) = &self.identity {
+            // The path is the superblock's own (not repeated).
+            let mut id = id.clone();
+            id.path.clear();
+            let bytes = id.to_bytes();
+            let at = IDENTITY_AT;
+            b[at..at + 4].copy_from_slice(IDENTITY_MAGIC);
+            b[at + 4] = self.detached as u8;
+            b[at + 5..at + 9].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+            if at + 9 + bytes.len() <= CODEC_AT {
+                b[at + 9..at + 9 + bytes.len()].copy_from_slice(&bytes);
+            } else {
+                // Cannot happen (serial at most 1 KiB): recorded as absent.
+                b[at..at + 9].fill(0);
+            }
+        }
         if self.compress.is_on() {
             b[CODEC_AT] = self.compress.id();
             b[CODEC_AT + 1..CODEC_AT + 5].copy_from_slice(&self.compress.level().to_le_bytes());
@@ -169,6 +199,16 @@ impl Superblock {
             return None;
         }
         let backing_path = String::from_utf8(b[104..104 + plen].to_vec()).ok()?;
+        let at = IDENTITY_AT;
+        let (identity, detached) = if 104 + plen <= at && &b[at..at + 4] == IDENTITY_MAGIC {
+            let n = u32::from_le_bytes(b[at + 5..at + 9].try_into().ok()?) as usize;
+            let bytes = b.get(at + 9..(at + 9).checked_add(n)?.min(CODEC_AT))?;
+            let mut id = tiercache_store::BackingIdentity::from_bytes(bytes)?;
+            id.path = backing_path.clone();
+            (Some(id), b[at + 4] != 0 && clean)
+        } else {
+            (None, false)
+        };
         let sb = Superblock {
             generation,
             clean,
@@ -184,6 +224,8 @@ impl Superblock {
             backing_size: v[9],
             backing_path,
             compress,
+            identity,
+            detached,
         };
         geometry(sb.seg_bytes, compress).ok()?;
         Some(sb)
@@ -348,6 +390,8 @@ pub fn plan_with(len: u64, seg_bytes: u64, compress: Codec) -> Result<Superblock
         backing_size: 0,
         backing_path: String::new(),
         compress,
+        identity: None,
+        detached: false,
     })
 }
 
@@ -441,6 +485,8 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
     }
     let bdev = tiercache_io::open_device(&backing, false, "backing device")?;
     let backing_size = bdev.len();
+    let identity = tiercache_io::probe_identity(&backing)
+        .with_context(|| format!("probing backing device {}", backing.display()))?;
     if backing_size == 0 || backing_size % BLOCK != 0 {
         bail!(
             "backing device {} has {backing_size} bytes: the log-structured cache needs a non-empty multiple of 4 KiB",
@@ -479,7 +525,8 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
     sb.dirty_target = o.dirty_target;
     sb.backing_size = backing_size;
     sb.backing_path = backing.display().to_string();
-    if sb.backing_path.len() > 2048 {
+    sb.identity = Some(identity);
+    if sb.backing_path.len() > MAX_BACKING_PATH {
         bail!("backing path is too long ({} bytes)", sb.backing_path.len());
     }
     crate::map::SparseMap::new(0, sb.backing_blocks(), sb.slots()).map_err(anyhow::Error::msg)?;
@@ -528,6 +575,37 @@ mod tests {
         let mut bad = b.clone();
         bad[200] = 1;
         assert_eq!(Superblock::decode(&bad), None);
+    }
+
+    #[test]
+    fn identity_and_detached_round_trip_and_older_superblocks_read() {
+        let mut sb = plan(64 << 20, 1 << 20).unwrap();
+        sb.backing_path = "/tmp/x".into();
+        sb.backing_size = 1 << 30;
+        // As an older build wrote it: no identity.
+        assert_eq!(Superblock::decode(&sb.encode()), Some(sb.clone()));
+        sb.identity = Some(tiercache_store::BackingIdentity {
+            path: "/tmp/x".into(),
+            size: 1 << 30,
+            fingerprint: 7,
+            file_id: Some((1, 2)),
+            serial: None,
+            sampled: Some(9),
+            times: Some((10, 11)),
+        });
+        sb.detached = true;
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b), Some(sb.clone()));
+        // The version is unchanged: an older build reads it (and ignores the identity).
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 1);
+        // Detached only with a clean shutdown.
+        sb.clean = false;
+        assert!(!Superblock::decode(&sb.encode()).unwrap().detached);
+        // The longest path format accepts leaves the identity room.
+        sb.backing_path = "p".repeat(MAX_BACKING_PATH);
+        sb.identity.as_mut().unwrap().path = sb.backing_path.clone();
+        sb.clean = true;
+        assert_eq!(Superblock::decode(&sb.encode()), Some(sb.clone()));
     }
 
     #[test]

@@ -94,13 +94,42 @@ pub fn open_with_devices(
             cache.name()
         );
     }
-    let r = rebuild(cache.as_ref(), &sb)?;
+    let found = tiercache_io::probe_identity(backing_path)
+        .with_context(|| format!("probing backing device {}", backing_path.display()))?;
+    if let Some(d) = sb
+        .identity
+        .as_ref()
+        .and_then(|rec| rec.device_differences(&found))
+    {
+        bail!(
+            "backing device mismatch: {d}; the cache belongs to another backing device (reformat the cache with --force to reuse it)"
+        );
+    }
+    let cold = match (sb.clean, sb.detached) {
+        (true, true) => Some(tiercache_store::COLD_DETACHED.to_string()),
+        (true, false) => sb
+            .identity
+            .as_ref()
+            .and_then(|rec| rec.content_differences(&found)),
+        (false, _) => None,
+    };
+    let mut r = rebuild(cache.as_ref(), &sb)?;
+    let cold = match cold {
+        None if sb.clean => verify_sample(cache.as_ref(), backing.as_ref(), &sb, &r.map)?,
+        c => c,
+    };
+    if let Some(why) = cold {
+        start_cold(&mut r, &sb, why)?;
+    }
     let mut info = r.info;
     sb.clean = false;
+    sb.detached = false;
+    sb.identity = Some(found);
     let mut st = crate::cache::new_state(sb.clone(), r.map, r.segs, r.next_seq, r.epoch);
     st.journal_next = r.journal_len;
-    // Older copies that replayed entries supersede stay in the log: the
-    // first segment opened checkpoints before one of them can be reused.
+    // Older copies that replayed entries supersede stay in the log (and
+    // after a cold start every entry of the checkpoint does): the first
+    // segment opened checkpoints before one of them can be reused.
     st.ckpt_before_reuse = r.superseded;
     if !r.loc.is_empty() {
         st.loc = r.loc;
@@ -115,6 +144,74 @@ pub fn open_with_devices(
     lc.recovered().map_err(|e| anyhow::anyhow!("{e}"))?;
     info.duration = t0.elapsed();
     Ok(Arc::new(lc.with_recovery(info)))
+}
+
+/// Drop every cached block (the cache starts cold, `why` says why):
+/// refused while a block is dirty, since that data is on the cache alone.
+/// Nothing is written here: the superblock is marked open before the cache
+/// serves, and recovery after an unclean shutdown drops clean blocks, so
+/// the old entries are never served again.
+fn start_cold(r: &mut Rebuilt, sb: &Superblock, why: String) -> Result<()> {
+    let dirty = r.map.dirty();
+    if dirty > 0 {
+        bail!(
+            "{why}; the cache holds {dirty} dirty blocks the backing device lacks, so it cannot start cold (serve it with its original backing device contents to write them back, or reformat the cache with --force to drop them)"
+        );
+    }
+    let slots = sb.slots();
+    r.map = SparseMap::new(slots, sb.backing_blocks(), slots).map_err(anyhow::Error::msg)?;
+    r.segs = segment_table(
+        &r.segs.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        &r.map,
+        sb.geometry().data_blocks(),
+    );
+    r.loc.iter_mut().for_each(|l| *l = 0);
+    r.superseded = true;
+    r.info.mapped_blocks = 0;
+    r.info.dirty_blocks = 0;
+    tracing::warn!("starting cold: {why}");
+    r.info.cold_start = Some(why);
+    Ok(())
+}
+
+/// After a clean shutdown of a plain layout, compare up to
+/// `tiercache_store::store::VERIFY_LINES` cached clean blocks (spread evenly
+/// over the map) with the backing device; says which differs, if one does.
+/// A compressed layout is not sampled (its fingerprints and file times are).
+fn verify_sample(
+    cache: &dyn BlockDev,
+    backing: &dyn BlockDev,
+    sb: &Superblock,
+    map: &SparseMap,
+) -> Result<Option<String>> {
+    let geo = sb.geometry();
+    if geo.is_compressed() {
+        return Ok(None);
+    }
+    let d = geo.data_blocks();
+    let clean = map.len() - map.dirty();
+    if clean == 0 {
+        return Ok(None);
+    }
+    let stride = clean.div_ceil(tiercache_store::store::VERIFY_LINES);
+    let (mut a, mut b) = (vec![0u8; BLOCK as usize], vec![0u8; BLOCK as usize]);
+    for (lba, e) in map.iter().filter(|(_, e)| !e.dirty).step_by(stride) {
+        let (seg, k) = (e.slot / d, e.slot % d);
+        cache
+            .read_at(&mut a, sb.seg_off + seg as u64 * sb.seg_bytes + geo.data_offset(k))
+            .context("reading cached data to verify it")?;
+        backing
+            .read_at(&mut b, lba * BLOCK)
+            .context("reading the backing device to verify the cache")?;
+        if a != b {
+            return Ok(Some(format!(
+                "the backing device was modified while the cache was stopped: cached block {lba} (bytes {}..{}) differs from it",
+                lba * BLOCK,
+                (lba + 1) * BLOCK
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// The state recovery rebuilds from the device, before anything is written.
@@ -345,6 +442,8 @@ pub struct CheckReport {
     pub mapped_blocks: u64,
     pub dirty_blocks: u64,
     pub clean_shutdown: bool,
+    /// Closed by a detach: no cached data, the next serve starts cold.
+    pub detached: bool,
     pub checkpoint_epoch: u64,
     pub replayed_segments: u64,
     /// Violations found (empty: the metadata is consistent).
@@ -362,8 +461,17 @@ impl std::fmt::Display for CheckReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "log-structured cache: {} blocks mapped ({} dirty), checkpoint epoch {}, {} segments replayed, clean shutdown {}",
-            self.mapped_blocks, self.dirty_blocks, self.checkpoint_epoch, self.replayed_segments, self.clean_shutdown
+            "log-structured cache: {} blocks mapped ({} dirty), checkpoint epoch {}, {} segments replayed, clean shutdown {}{}",
+            self.mapped_blocks,
+            self.dirty_blocks,
+            self.checkpoint_epoch,
+            self.replayed_segments,
+            self.clean_shutdown,
+            if self.detached {
+                ", detached (the next serve starts cold)"
+            } else {
+                ""
+            }
         )?;
         if self.problems.is_empty() {
             write!(
@@ -394,6 +502,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         mapped_blocks: r.map.len() as u64,
         dirty_blocks: r.map.dirty() as u64,
         clean_shutdown: sb.clean,
+        detached: sb.detached,
         checkpoint_epoch: r.info.checkpoint_epoch,
         replayed_segments: r.info.replayed_segments,
         problems: Vec::new(),

@@ -402,6 +402,8 @@ impl Superblock {
                     fingerprint,
                     file_id,
                     serial,
+                    sampled: None,
+                    times: None,
                 },
             });
         }
@@ -507,6 +509,8 @@ mod tests {
                         fingerprint: 1,
                         file_id: None,
                         serial: Some("SN1".into()),
+                        sampled: None,
+                        times: None,
                     },
                 },
                 TierRecord {
@@ -516,6 +520,8 @@ mod tests {
                         fingerprint: 2,
                         file_id: Some((3, 4)),
                         serial: None,
+                        sampled: None,
+                        times: None,
                     },
                 },
             ],

@@ -54,6 +54,8 @@ fn id(path: &str, size: u64) -> BackingIdentity {
         fingerprint: 0,
         file_id: None,
         serial: None,
+        sampled: None,
+        times: None,
     }
 }
 

@@ -230,6 +230,8 @@ fn new_media(capacity: Capacity) -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
         fingerprint: 0,
         file_id: None,
         serial: None,
+        sampled: None,
+        times: None,
     };
     let cfg = VolumeConfig {
         plan_every: 24,

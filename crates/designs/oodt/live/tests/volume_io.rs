@@ -35,6 +35,8 @@ fn setup() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
         fingerprint: 0,
         file_id: None,
         serial: None,
+        sampled: None,
+        times: None,
     };
     let cfg = VolumeConfig {
         plan_every: 50,

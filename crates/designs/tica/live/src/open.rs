@@ -129,11 +129,18 @@ pub fn open_with_devices(
             backing.len()
         );
     }
-    let wo_open = tiercache_store::open(meta(&wo_dev), &id)
+    // The WO-SSD holds every cached page: its sample of clean pages is
+    // compared with the backing device. If it starts cold, the RO-SSD's
+    // pages are not on it any more, and `recover` drops them.
+    let wo_open = tiercache_store::open_verified(meta(&wo_dev), &id, &meta(&backing))
         .with_context(|| format!("recovering the WO-SSD {}", wo_info.wo_ssd))?;
     let ro_open = tiercache_store::open(meta(&ro_dev), &id)
         .with_context(|| format!("recovering the RO-SSD {}", ro_info.ro_ssd))?;
     let clean = wo_open.report.clean_shutdown && ro_open.report.clean_shutdown;
+    let cold_start = wo_open.report.cold_start.clone();
+    if let Some(why) = &cold_start {
+        tracing::warn!("starting cold: {why}");
+    }
     let wo = Ssd::new(
         Role::WoSsd,
         wo_info.wo_ssd.clone(),
@@ -165,6 +172,7 @@ pub fn open_with_devices(
     s.ro.set_volatile_meta();
     let recovery = RecoveryInfo {
         duration_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        cold_start,
         ..info
     };
     let size = id.size;
@@ -234,6 +242,7 @@ fn recover(s: &mut State, clean: bool) -> Result<RecoveryInfo> {
         wo_pages,
         ro_pages,
         written_back: write_back.len() as u64,
+        cold_start: None,
     })
 }
 

@@ -533,6 +533,22 @@ impl Ssd {
             .map_err(|e| self.err("closing the metadata store", e))
     }
 
+    /// Close after a detach (no page dirty): an empty checkpoint, then the
+    /// superblock marked clean and detached with the backing identity, so
+    /// the next open starts cold.
+    pub fn detach(&mut self, backing: &BackingIdentity) -> Result<(), SsdError> {
+        self.holding = false;
+        self.write_held()?;
+        let table = self.table();
+        let mut store = self
+            .store
+            .take()
+            .ok_or_else(|| SsdError("already closed".into()))?;
+        store
+            .detach(table, backing)
+            .map_err(|e| self.err("detaching the metadata store", e))
+    }
+
     /// Forget the store without writing (a failed device, or before the
     /// surviving device gets its `failed_peer` note).
     pub fn abandon(&mut self) -> Option<tiercache_store::Superblock> {
@@ -555,6 +571,8 @@ mod tests {
             fingerprint: 0,
             file_id: Some((1, 2)),
             serial: None,
+            sampled: None,
+            times: None,
         }
     }
 

@@ -19,6 +19,8 @@ pub fn backing() -> BackingIdentity {
         fingerprint: 0x1234,
         file_id: Some((1, 2)),
         serial: None,
+        sampled: None,
+        times: None,
     }
 }
 

@@ -233,7 +233,7 @@ pub fn ctl(cmd: &str, a: CtlArgs) -> Result<()> {
                 v["dirty_left"]
             ),
             "detach" => println!(
-                "detached: {} {} written back; {} holds every acknowledged write",
+                "detached: {} {} written back; {} holds every acknowledged write; the cache is emptied (its next serve starts cold)",
                 v["written_back"],
                 unit(&v),
                 v["backing"].as_str().unwrap_or("the backing device")

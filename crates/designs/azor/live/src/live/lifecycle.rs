@@ -71,6 +71,20 @@ impl LiveCache {
     /// written and the superblock stays "open" (the next start recovers as
     /// after a crash, which is always safe).
     pub async fn shutdown(self: &Arc<Self>) -> Result<(), LiveError> {
+        self.close(false).await
+    }
+
+    /// Clean shutdown after a detach ([`LiveCache::flush_all`] left nothing
+    /// dirty): as [`LiveCache::shutdown`], but the checkpoint is of an empty
+    /// table and the superblock is marked detached, so the next `serve`
+    /// starts cold whatever the backing device holds by then. Without the
+    /// backing identity the empty checkpoint alone is written: the next
+    /// start recovers as after a crash, from an empty table.
+    pub async fn shutdown_detached(self: &Arc<Self>) -> Result<(), LiveError> {
+        self.close(true).await
+    }
+
+    async fn close(self: &Arc<Self>, detach: bool) -> Result<(), LiveError> {
         self.stopping.store(true, Ordering::Release);
         self.core.lock().expect("core").fast_overwrite = false;
         let deadline = Instant::now() + std::time::Duration::from_secs(30);
@@ -126,12 +140,18 @@ impl LiveCache {
             }
             let gen = c.appended_gen;
             let table = tiercache_store::table_entries(&c.view);
-            match identity {
-                Some(id) => st
+            match (identity, detach) {
+                (Some(id), false) => st
                     .mark_clean(table, &id)
                     .map_err(|e| LiveError(format!("clean shutdown: {e}")))?,
-                None => st
+                (Some(id), true) => st
+                    .detach(table, &id)
+                    .map_err(|e| LiveError(format!("detach: {e}")))?,
+                (None, false) => st
                     .checkpoint(table)
+                    .map_err(|e| LiveError(format!("checkpoint: {e}")))?,
+                (None, true) => st
+                    .checkpoint(std::iter::empty())
                     .map_err(|e| LiveError(format!("checkpoint: {e}")))?,
             }
             Ok(gen)

@@ -250,6 +250,8 @@ pub struct LiveCache {
     any_stranded: AtomicBool,
     /// The backing device's path, to record its identity at a clean shutdown.
     backing_path: Mutex<Option<std::path::PathBuf>>,
+    /// Why the cache started cold at open (`stats` shows it), if it did.
+    cold_start: std::sync::OnceLock<String>,
     /// A clean shutdown started: no more cleaning, writes and trims fail.
     stopping: AtomicBool,
     /// Why the metadata store went fail-stop in write-back mode (an I/O
@@ -379,6 +381,7 @@ impl LiveCache {
             any_failed_fill: AtomicBool::new(false),
             any_stranded: AtomicBool::new(false),
             backing_path: Mutex::new(None),
+            cold_start: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
             metadata_failed: std::sync::OnceLock::new(),
             track_phases: AtomicBool::new(
@@ -401,6 +404,17 @@ impl LiveCache {
     /// marks the superblock clean) only when it is known.
     pub fn set_backing_path(&self, path: &std::path::Path) {
         *self.backing_path.lock().expect("backing path") = Some(path.to_path_buf());
+    }
+
+    /// Record why the cache started cold at open (detached, or its backing
+    /// device modified while it was stopped).
+    pub fn set_cold_start(&self, why: &str) {
+        let _ = self.cold_start.set(why.to_string());
+    }
+
+    /// Why the cache started cold at open, if it did.
+    pub fn cold_start(&self) -> Option<&str> {
+        self.cold_start.get().map(String::as_str)
     }
 
     /// Classify requests by the filesystem on the device (ext4, XFS): attach now

@@ -238,6 +238,12 @@ impl LogCache {
 
     /// Write a checkpoint of the map (a new epoch; the journal starts over).
     pub(crate) fn checkpoint(&self, st: &mut State) -> Res<()> {
+        self.write_checkpoint(st, false)
+    }
+
+    /// Checkpoint `st`, or with `empty` a checkpoint of no mapped block and
+    /// no open segment (a detach: every later open starts cold).
+    pub(crate) fn write_checkpoint(&self, st: &mut State, empty: bool) -> Res<()> {
         // Announcements are journal records of this epoch: a new checkpoint
         // (even one that fails, it may land all the same) hides them.
         st.announced.clear();
@@ -246,8 +252,8 @@ impl LogCache {
         // covers: after a restart the segment is cleaned from its summary.
         self.persist_summary(st)?;
         let (open_seg, open_seq, open_count) = match &st.open_seg {
-            Some(o) => (o.seg, o.seq, o.entries.len() as u32),
-            None => (NONE, 0, 0),
+            Some(o) if !empty => (o.seg, o.seq, o.entries.len() as u32),
+            _ => (NONE, 0, 0),
         };
         let ck = Checkpoint {
             epoch: st.epoch + 1,
@@ -256,7 +262,11 @@ impl LogCache {
             open_seq,
             open_count,
             seg_seqs: st.segs.iter().map(|s| s.seq).collect(),
-            entries: st.map.iter().map(|(l, e)| (l, e.dirty, e.slot)).collect(),
+            entries: if empty {
+                Vec::new()
+            } else {
+                st.map.iter().map(|(l, e)| (l, e.dirty, e.slot)).collect()
+            },
         };
         if let Err(e) = self
             .cache

@@ -102,6 +102,9 @@ pub struct RecoveryInfo {
     /// Blocks mapped after recovery, and how many of them are dirty.
     pub mapped_blocks: u64,
     pub dirty_blocks: u64,
+    /// Why the cache started cold (every cached block dropped at open): it
+    /// was detached, or the backing device was modified while it was stopped.
+    pub cold_start: Option<String>,
 }
 
 /// Counters reported by `tiercache stats`.

@@ -117,6 +117,7 @@ impl LogCache {
                 "dropped_clean": r.dropped_clean,
                 "mapped_blocks": r.mapped_blocks,
                 "dirty_blocks": r.dirty_blocks,
+                "cold_start": r.cold_start,
             },
         })
     }

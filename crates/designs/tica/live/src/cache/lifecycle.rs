@@ -35,9 +35,17 @@ impl ThreeLevel {
         let id = tiercache_io::probe_identity(&self.backing_path)
             .map_err(|e| CacheError(format!("probing the backing device: {e}")))?;
         // The WO-SSD first: a crash between the two leaves the RO-SSD
-        // unclean, and recovery then ignores it.
-        s.wo.close(&id).map_err(|e| CacheError(e.0))?;
-        s.ro.close(&id).map_err(|e| CacheError(e.0))?;
+        // unclean, and recovery then ignores it. A detach empties both
+        // (the next open starts cold); a crash between them leaves the
+        // RO-SSD's pages, which are not on the (empty) WO-SSD, so recovery
+        // drops them.
+        if detach {
+            s.wo.detach(&id).map_err(|e| CacheError(e.0))?;
+            s.ro.detach(&id).map_err(|e| CacheError(e.0))?;
+        } else {
+            s.wo.close(&id).map_err(|e| CacheError(e.0))?;
+            s.ro.close(&id).map_err(|e| CacheError(e.0))?;
+        }
         Ok(())
     }
 }

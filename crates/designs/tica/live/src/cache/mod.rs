@@ -122,6 +122,9 @@ pub struct RecoveryInfo {
     pub ro_pages: u64,
     /// Dirty WO-SSD pages without a second copy, written back at start.
     pub written_back: u64,
+    /// Why the cache started cold (every cached page dropped at open): it
+    /// was detached, or the backing device was modified while it was stopped.
+    pub cold_start: Option<String>,
 }
 
 #[derive(Default, Clone, Copy)]

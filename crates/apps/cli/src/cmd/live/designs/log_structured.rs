@@ -178,6 +178,9 @@ fn print_stats(v: &serde_json::Value) {
         r["dirty_blocks"],
         r["replayed_segments"]
     );
+    if let Some(why) = r["cold_start"].as_str() {
+        println!("started cold      {why}");
+    }
 }
 
 /// `tiercache check` on a stopped log-structured cache.
@@ -190,6 +193,12 @@ fn check(cache: &Path, json: bool) -> Result<()> {
             "mapped_blocks": r.mapped_blocks,
             "dirty_blocks": r.dirty_blocks,
             "clean_shutdown": r.clean_shutdown,
+            "detached": r.detached,
+            "state": match (r.clean_shutdown, r.detached) {
+                (true, true) => "detached",
+                (true, false) => "clean shutdown",
+                (false, _) => "open or crashed",
+            },
         }),
         problems: &r.problems,
         warnings: &[],

@@ -112,6 +112,7 @@ pub fn check_store(path: &Path, json: bool) -> Result<()> {
             "mapped_slots": r.mapped_slots,
             "dirty_slots": r.dirty_slots,
             "dirty_sub_blocks": r.dirty_sub_blocks,
+            "state": r.state(),
         }),
         problems: &r.problems,
         warnings: &r.warnings,
@@ -257,6 +258,9 @@ impl super::LiveDesign for SsdCache {
                 "recovery          {:.1} ms",
                 l["recovery_ms"].as_f64().unwrap_or(0.0)
             );
+        }
+        if let Some(why) = v["cold_start"].as_str() {
+            println!("started cold      {why}");
         }
     }
 }

@@ -124,6 +124,9 @@ fn print_stats(v: &serde_json::Value) {
         r["ro_pages"],
         r["written_back"]
     );
+    if let Some(why) = r["cold_start"].as_str() {
+        println!("started cold      {why}");
+    }
 }
 
 /// The TICA three-level cache.
