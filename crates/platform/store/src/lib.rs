@@ -156,6 +156,7 @@ pub mod log;
 pub mod record;
 pub mod store;
 pub mod superblock;
+pub mod table;
 
 pub use check::{check, CheckReport};
 pub use device::MetaDevice;
@@ -169,3 +170,4 @@ pub use store::{
     LogUsage, Opened, RecoveryReport, Store,
 };
 pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};
+pub use table::{SlotMap, SlotTable};
