@@ -117,7 +117,7 @@ fn check_checkpoints(
                 warnings.push(format!("checkpoint region {i}: {why}"));
                 format!("damaged: {why}")
             }
-            HeaderStatus::Present(h) => match checkpoint::read_body(dev, &l, i, &h)? {
+            HeaderStatus::Present(h) => match checkpoint::verify_body(dev, &l, i, &h)? {
                 Ok(_) => format!("valid: epoch {}, {} entries", h.epoch, h.entries),
                 Err(why) => {
                     warnings.push(format!("checkpoint region {i} (epoch {}): {why}", h.epoch));
@@ -154,9 +154,12 @@ fn check_recovery(dev: &impl MetaDevice, sb: &Superblock, report: &mut CheckRepo
                 ));
             }
             let n = l.sub_blocks();
-            for (slot, m) in rec.table.iter().enumerate() {
-                let Some(m) = m else { continue };
+            let mut unclean_dirtied = 0;
+            for (slot, m) in rec.table.iter() {
                 report.mapped_slots += 1;
+                if !m.valid.minus(m.dirty).is_empty() {
+                    unclean_dirtied += 1;
+                }
                 if !m.dirty.is_empty() {
                     report.dirty_slots += 1;
                     report.dirty_sub_blocks += m.dirty.count() as u64;
@@ -168,8 +171,8 @@ fn check_recovery(dev: &impl MetaDevice, sb: &Superblock, report: &mut CheckRepo
                 }
             }
             if sb.state == State::Open {
-                let mut t = rec.table.clone();
-                report.unclean_dirtied_slots = Some(crate::store::dirty_all_valid(&mut t));
+                // What `dirty_all_valid` would change, counted without a copy of the table.
+                report.unclean_dirtied_slots = Some(unclean_dirtied);
             }
             report.recovery = Some(rec.report);
         }

@@ -165,6 +165,7 @@ pub mod log;
 pub mod record;
 pub mod store;
 pub mod superblock;
+pub mod table;
 
 pub use check::{check, CheckReport};
 pub use device::MetaDevice;
@@ -178,3 +179,4 @@ pub use store::{
     FormatParams, LogUsage, Opened, RecoveryReport, Store, COLD_DETACHED,
 };
 pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};
+pub use table::{SlotMap, SlotTable};

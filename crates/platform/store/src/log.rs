@@ -31,7 +31,8 @@ use crate::codec::{Reader, Writer};
 use crate::device::MetaDevice;
 use crate::error::{Result, StoreError};
 use crate::layout::{Layout, BLOCK};
-use crate::record::{LineMeta, Record};
+use crate::record::{LineMeta, Record, Slot};
+use crate::table::SlotMap;
 
 const MAGIC: &[u8; 4] = b"TCLG";
 const HEADER: usize = 40;
@@ -172,7 +173,7 @@ pub(crate) fn replay(
     epoch: u64,
     start: u64,
     first_seq: u64,
-    table: &mut [Option<LineMeta>],
+    table: &mut (impl SlotMap + ?Sized),
 ) -> Result<Replay> {
     let cx = BlockCheck {
         layout,
@@ -237,7 +238,7 @@ pub(crate) fn replay(
             ));
         }
         for (slot, old) in undo.into_iter().rev() {
-            table[slot] = old;
+            table.set_slot(slot as Slot, old);
         }
     }
     Ok(out)
@@ -263,7 +264,7 @@ impl BlockCheck<'_> {
         block: &[u8],
         pos: u64,
         seq: &mut u64,
-        table: &mut [Option<LineMeta>],
+        table: &mut (impl SlotMap + ?Sized),
         undo: &mut Vec<(usize, Option<LineMeta>)>,
     ) -> std::result::Result<u32, LogEnd> {
         let epoch = self.epoch;
@@ -314,7 +315,7 @@ impl BlockCheck<'_> {
                 )));
             };
             let slot = rec.slot() as usize;
-            let mapped = table.get(slot).is_some_and(|e| e.is_some());
+            let mapped = table.get_slot(slot as Slot).is_some();
             if let Err(why) = rec.check(self.layout.slots, self.subs, mapped) {
                 return Err(LogEnd::Invalid(format!(
                     "{}: record seq {}: {why}",
@@ -322,7 +323,7 @@ impl BlockCheck<'_> {
                     *seq
                 )));
             }
-            undo.push((slot, table[slot]));
+            undo.push((slot, table.get_slot(slot as Slot)));
             rec.apply(table);
             *seq += 1;
         }

@@ -2,6 +2,7 @@
 //! log records that change it ([`Record`]).
 
 use crate::codec::{Reader, Writer};
+use crate::table::{SlotMap, NO_LINE};
 
 /// Index of a line slot in the data region.
 pub type Slot = u32;
@@ -232,6 +233,9 @@ impl Record {
             ));
         }
         match self {
+            Record::Map { line, .. } if *line == NO_LINE => {
+                Err(format!("Map of slot {slot} to the reserved line {NO_LINE}"))
+            }
             Record::Map { .. } => Ok(()),
             Record::Valid { bitmap, .. }
             | Record::Dirty { bitmap, .. }
@@ -252,38 +256,36 @@ impl Record {
     }
 
     /// Applies the record to a slot table. The caller has checked it.
-    pub fn apply(&self, table: &mut [Option<LineMeta>]) {
-        let Some(entry) = table.get_mut(self.slot() as usize) else {
+    pub fn apply<T: SlotMap + ?Sized>(&self, table: &mut T) {
+        let slot = self.slot();
+        if slot as usize >= table.slot_count() {
             return;
-        };
-        match *self {
-            Record::Map { line, class, .. } => {
-                *entry = Some(LineMeta {
-                    line,
-                    valid: SubBlocks::EMPTY,
-                    dirty: SubBlocks::EMPTY,
-                    class,
-                })
-            }
-            Record::Unmap { .. } => *entry = None,
-            Record::Valid { bitmap, .. } => {
-                if let Some(m) = entry {
-                    m.valid = bitmap;
-                    m.dirty = m.dirty.intersect(bitmap);
-                }
-            }
-            Record::Dirty { bitmap, .. } => {
-                if let Some(m) = entry {
-                    m.valid = m.valid.union(bitmap);
-                    m.dirty = m.dirty.union(bitmap);
-                }
-            }
-            Record::Clean { bitmap, .. } => {
-                if let Some(m) = entry {
-                    m.dirty = m.dirty.minus(bitmap);
-                }
-            }
         }
+        let entry = table.get_slot(slot);
+        let next = match *self {
+            Record::Map { line, class, .. } => Some(LineMeta {
+                line,
+                valid: SubBlocks::EMPTY,
+                dirty: SubBlocks::EMPTY,
+                class,
+            }),
+            Record::Unmap { .. } => None,
+            Record::Valid { bitmap, .. } => entry.map(|mut m| {
+                m.valid = bitmap;
+                m.dirty = m.dirty.intersect(bitmap);
+                m
+            }),
+            Record::Dirty { bitmap, .. } => entry.map(|mut m| {
+                m.valid = m.valid.union(bitmap);
+                m.dirty = m.dirty.union(bitmap);
+                m
+            }),
+            Record::Clean { bitmap, .. } => entry.map(|mut m| {
+                m.dirty = m.dirty.minus(bitmap);
+                m
+            }),
+        };
+        table.set_slot(slot, next);
     }
 }
 

@@ -10,6 +10,7 @@ use crate::foreign::detect_foreign;
 use crate::layout::{layout, Layout, BLOCK};
 use crate::log::{self, LogEnd};
 use crate::record::{LineMeta, Record, Slot};
+use crate::table::{SlotMap, SlotTable};
 use crate::superblock::{BackingIdentity, State, Superblock};
 
 /// What `format` needs besides the device.
@@ -134,14 +135,14 @@ pub struct Opened<D: MetaDevice> {
     /// The live store, ready for appends.
     pub store: Store<D>,
     /// The recovered table, one entry per slot.
-    pub table: Vec<Option<LineMeta>>,
+    pub table: SlotTable,
     /// What recovery did.
     pub report: RecoveryReport,
 }
 
 /// Result of a read-only recovery (shared by `open` and `check`).
 pub(crate) struct Recovered {
-    pub table: Vec<Option<LineMeta>>,
+    pub table: SlotTable,
     pub report: RecoveryReport,
     pub header: CpHeader,
     pub log_blocks_seen: u64,
@@ -173,14 +174,16 @@ pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovere
     let mut bytes_read = 2 * 52;
     let mut chosen = None;
     let mut fallback: Option<String> = None;
+    let mut table = SlotTable::new(layout.slots, layout.sub_blocks());
     for (region, h) in &cands {
         bytes_read += h.body_len;
-        match checkpoint::read_body(dev, layout, *region, h)? {
-            Ok(table) => {
-                chosen = Some((*region, *h, table));
+        match checkpoint::read_body(dev, layout, *region, h, &mut table)? {
+            Ok(()) => {
+                chosen = Some((*region, *h));
                 break;
             }
             Err(why) => {
+                table.clear();
                 regions[*region] = format!("epoch {} damaged: {why}", h.epoch);
                 fallback = Some(format!(
                     "checkpoint region {} (epoch {}) unusable: {why}",
@@ -190,7 +193,7 @@ pub(crate) fn recover(dev: &impl MetaDevice, sb: &Superblock) -> Result<Recovere
             }
         }
     }
-    let Some((region, header, mut table)) = chosen else {
+    let Some((region, header)) = chosen else {
         return Err(StoreError::Corrupt(format!(
             "no valid checkpoint (region A: {}; region B: {}); the cache cannot be recovered, reformat it with --force (dirty data not yet on the backing device is lost)",
             regions[0], regions[1]
@@ -442,19 +445,16 @@ fn verify_sample(
 }
 
 /// The mapped slots of a table as `(slot, meta)` pairs, for [`Store::checkpoint`].
-pub fn table_entries(table: &[Option<LineMeta>]) -> impl Iterator<Item = (Slot, LineMeta)> + '_ {
-    table
-        .iter()
-        .enumerate()
-        .filter_map(|(s, m)| m.map(|m| (s as Slot, m)))
+pub fn table_entries<T: SlotMap + ?Sized>(
+    table: &T,
+) -> impl Iterator<Item = (Slot, LineMeta)> + Clone + '_ {
+    (0..table.slot_count() as Slot).filter_map(move |s| table.get_slot(s).map(|m| (s, m)))
 }
 
-fn mapped_bits(table: &[Option<LineMeta>]) -> Vec<u64> {
+fn mapped_bits(table: &SlotTable) -> Vec<u64> {
     let mut bits = vec![0u64; table.len().div_ceil(64)];
-    for (s, m) in table.iter().enumerate() {
-        if m.is_some() {
-            bits[s / 64] |= 1 << (s % 64);
-        }
+    for (s, _) in table.iter() {
+        bits[s as usize / 64] |= 1 << (s % 64);
     }
     bits
 }
@@ -632,7 +632,11 @@ impl<D: MetaDevice> Store<D> {
     /// include the effect of every buffered record) as a checkpoint of a new
     /// epoch, syncs, and empties the log. Buffered records are subsumed and
     /// dropped. Cost: two syncs plus 4 KiB + entries x (13 + 2 x bitmap bytes).
-    pub fn checkpoint(&mut self, table: impl IntoIterator<Item = (Slot, LineMeta)>) -> Result<()> {
+    pub fn checkpoint<I>(&mut self, table: I) -> Result<()>
+    where
+        I: IntoIterator<Item = (Slot, LineMeta)>,
+        I::IntoIter: Clone,
+    {
         self.guard()?;
         let epoch = self.epoch + 1;
         let log_start = (self.log_start + self.log_used) % self.layout.log_blocks;
@@ -666,11 +670,11 @@ impl<D: MetaDevice> Store<D> {
     /// is now (probe it after the last writeback and backing flush, so the
     /// next open can tell whether the backing device was modified while the
     /// cache was detached) and marks the superblock clean. Returns the device.
-    pub fn close(
-        mut self,
-        table: impl IntoIterator<Item = (Slot, LineMeta)>,
-        backing_now: &BackingIdentity,
-    ) -> Result<D> {
+    pub fn close<I>(mut self, table: I, backing_now: &BackingIdentity) -> Result<D>
+    where
+        I: IntoIterator<Item = (Slot, LineMeta)>,
+        I::IntoIter: Clone,
+    {
         self.mark_clean(table, backing_now)?;
         Ok(self.dev)
     }
@@ -681,11 +685,11 @@ impl<D: MetaDevice> Store<D> {
     /// superblock clean. The next commit that carries records marks it open
     /// again first, so the superblock says clean only while the newest
     /// checkpoint is the whole truth.
-    pub fn mark_clean(
-        &mut self,
-        table: impl IntoIterator<Item = (Slot, LineMeta)>,
-        backing_now: &BackingIdentity,
-    ) -> Result<()> {
+    pub fn mark_clean<I>(&mut self, table: I, backing_now: &BackingIdentity) -> Result<()>
+    where
+        I: IntoIterator<Item = (Slot, LineMeta)>,
+        I::IntoIter: Clone,
+    {
         self.checkpoint(table)?;
         self.rewrite_superblock(|sb| {
             sb.state = State::Clean;
@@ -771,18 +775,19 @@ impl<D: MetaDevice> Store<D> {
 /// unflushed write vanish and then come back. The backing device holds every
 /// acknowledged write in these modes. Dirty sub-blocks (left by an earlier
 /// write-back period) are kept. Returns the number of slots changed.
-pub fn drop_clean_copies(table: &mut [Option<LineMeta>]) -> u64 {
+pub fn drop_clean_copies<T: SlotMap + ?Sized>(table: &mut T) -> u64 {
     let mut n = 0;
-    for e in table.iter_mut() {
-        let Some(m) = e else { continue };
+    for s in 0..table.slot_count() as Slot {
+        let Some(mut m) = table.get_slot(s) else { continue };
         if m.valid.minus(m.dirty).is_empty() {
             continue;
         }
         n += 1;
         if m.dirty.is_empty() {
-            *e = None;
+            table.set_slot(s, None);
         } else {
             m.valid = m.dirty;
+            table.set_slot(s, Some(m));
         }
     }
     n
@@ -791,11 +796,13 @@ pub fn drop_clean_copies(table: &mut [Option<LineMeta>]) -> u64 {
 /// The write-back recovery rule after an unclean shutdown (crate doc, rule
 /// 3b): every valid sub-block becomes dirty, so that cleaning writes it back.
 /// Returns the number of slots that gained dirty sub-blocks.
-pub fn dirty_all_valid(table: &mut [Option<LineMeta>]) -> u64 {
+pub fn dirty_all_valid<T: SlotMap + ?Sized>(table: &mut T) -> u64 {
     let mut n = 0;
-    for m in table.iter_mut().flatten() {
+    for s in 0..table.slot_count() as Slot {
+        let Some(mut m) = table.get_slot(s) else { continue };
         if !m.valid.minus(m.dirty).is_empty() {
             m.dirty = m.valid;
+            table.set_slot(s, Some(m));
             n += 1;
         }
     }

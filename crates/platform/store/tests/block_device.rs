@@ -45,5 +45,5 @@ fn format_and_reopen_on_block_devices() {
     store.commit().unwrap();
     drop(store);
     let opened = open(&f, &id).unwrap();
-    assert_eq!(opened.table[1].map(|m| m.line), Some(2));
+    assert_eq!(opened.table.get(1).map(|m| m.line), Some(2));
 }

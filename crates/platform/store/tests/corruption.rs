@@ -22,7 +22,7 @@ fn history() -> (Vec<u8>, u64, Vec<Vec<Option<LineMeta>>>) {
     let l = *opened.store.layout();
     let meta_end = l.log_offset + l.log_blocks * tiercache_store::layout::BLOCK;
     let mut store = opened.store;
-    let mut model = Model::new(opened.table);
+    let mut model = Model::new(opened.table.to_vec());
     let mut states = vec![model.table.clone()];
     let mut rng = SplitMix(99);
     for i in 0..40 {

@@ -136,14 +136,14 @@ fn committed_records_survive_even_if_everything_after_is_lost() {
     let img = dev.survivor(TearMode::RandomSectors, &mut SplitMix(1));
     let mem = MemDevice::from_image(img);
     let opened = open(&mem, &backing()).unwrap();
-    let m5 = opened.table[5].unwrap();
+    let m5 = opened.table.get(5).unwrap();
     assert_eq!(
         (m5.line, m5.class, m5.dirty.0[0], m5.valid.0[0]),
         (77, 1, 0b1010, 0b1010)
     );
-    let m6 = opened.table[6].unwrap();
+    let m6 = opened.table.get(6).unwrap();
     assert_eq!((m6.line, m6.valid.0[0]), (78, 0));
-    assert_eq!(opened.table.iter().filter(|m| m.is_some()).count(), 2);
+    assert_eq!(opened.table.mapped(), 2);
     assert_eq!(opened.report.records_replayed, 3);
     assert!(!opened.report.clean_shutdown);
 }
@@ -188,7 +188,7 @@ fn torn_commit_is_rolled_back_as_a_whole() {
         };
         let mem = MemDevice::from_image(dev.survivor(mode, &mut rng));
         let opened = open(&mem, &backing()).unwrap();
-        let mapped = opened.table.iter().filter(|m| m.is_some()).count();
+        let mapped = opened.table.mapped();
         assert!(
             mapped == 0 || mapped == 700.min(slots as usize),
             "partial commit applied: {mapped}"
@@ -261,7 +261,7 @@ fn stale_tail_of_a_torn_commit_is_never_revived() {
     let img = dev.survivor(TearMode::DropRange { from: 0, to: 8 }, &mut SplitMix(0));
     let mem = MemDevice::from_image(img);
     let opened = open(&mem, &backing()).unwrap();
-    assert!(opened.table.iter().all(|m| m.is_none()), "C is not applied");
+    assert!((opened.table.mapped() == 0), "C is not applied");
     let mut store = opened.store;
     let per_block = 4056 / 18; // 4 KiB block minus 40-byte header; Map record 14 bytes + crc 4
     for s in 0..per_block as u32 {
@@ -277,6 +277,6 @@ fn stale_tail_of_a_torn_commit_is_never_revived() {
     store.commit().unwrap();
     drop(store);
     let opened = open(&mem, &backing()).unwrap();
-    let mapped: Vec<u64> = opened.table.iter().flatten().map(|m| m.line).collect();
+    let mapped: Vec<u64> = opened.table.iter().map(|(_, m)| m.line).collect();
     assert_eq!(mapped, (5000..5000 + per_block as u64).collect::<Vec<_>>());
 }

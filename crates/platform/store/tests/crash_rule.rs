@@ -264,7 +264,7 @@ fn run(seed: u64, crash_at: u64, mode: TearMode, variant: Variant) -> Vec<String
         return vec![];
     };
     let mut e = Engine {
-        table: opened.table,
+        table: opened.table.to_vec(),
         store: opened.store,
         dev: &dev,
         line_slot: HashMap::new(),
@@ -306,7 +306,7 @@ fn run(seed: u64, crash_at: u64, mode: TearMode, variant: Variant) -> Vec<String
                 !o.report.clean_shutdown,
                 "the engine never closes the store"
             );
-            o.table
+            o.table.to_vec()
         }
         Err(err) => return vec![format!("recovery failed: {err}")],
     };

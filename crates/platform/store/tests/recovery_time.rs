@@ -31,7 +31,7 @@ fn recovery_of_a_million_slots_plus_100k_log_records() {
     format(&f, &params(65536, 4096, None), false).unwrap();
     let opened = open(&f, &backing()).unwrap();
     let mut store = opened.store;
-    let mut table: Vec<Option<LineMeta>> = opened.table;
+    let mut table: Vec<Option<LineMeta>> = opened.table.to_vec();
     let mut rng = SplitMix(11);
     for s in 0..SLOTS {
         let v = rng.next_u64() & 0xffff;

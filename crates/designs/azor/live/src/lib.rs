@@ -11,6 +11,7 @@
 pub mod classify;
 pub mod design;
 pub mod live;
+pub mod memory;
 pub mod metrics;
 pub mod passthrough;
 pub mod stats;
@@ -48,18 +49,50 @@ pub fn format_cache(
         std::fs::canonicalize(backing)
             .with_context(|| format!("resolving backing device {}", backing.display()))?
     };
-    if !cache.exists() {
+    let created = !cache.exists();
+    let size = if created {
         let Some(size) = create_size else {
             bail!(
                 "cache device {} does not exist (give --size to create a cache file)",
                 cache.display()
             );
         };
+        size
+    } else {
+        let f = std::fs::File::open(cache)
+            .with_context(|| format!("opening {}", cache.display()))?;
+        tiercache_store::MetaDevice::len(&f)
+            .with_context(|| format!("sizing {}", cache.display()))?
+    };
+    // Before anything is created or written.
+    memory::check_fits(cfg, size)?;
+    memory::check_addressable(cfg, size)?;
+    if created {
         let f = std::fs::File::create(cache)
             .with_context(|| format!("creating {}", cache.display()))?;
-        f.set_len(size)
-            .with_context(|| format!("sizing {}", cache.display()))?;
+        let sized = f
+            .set_len(size)
+            .with_context(|| format!("sizing {}", cache.display()));
+        if let Err(e) = sized {
+            let _ = std::fs::remove_file(cache);
+            return Err(e);
+        }
     }
+    let r = format_existing(cache, backing, cfg, force);
+    if r.is_err() && created {
+        // Leave nothing behind: the file is ours and holds no cache.
+        let _ = std::fs::remove_file(cache);
+    }
+    r
+}
+
+/// [`format_cache`] once the cache device exists with its final size.
+fn format_existing(
+    cache: &Path,
+    backing: &Path,
+    cfg: &CacheConfig,
+    force: bool,
+) -> Result<tiercache_store::Layout> {
     let dev = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -80,10 +113,7 @@ pub fn format_cache(
     // `serve` starts as after a clean shutdown (not as after a crash).
     opened
         .store
-        .mark_clean(
-            tiercache_store::table_entries(&opened.table),
-            &params.backing,
-        )
+        .mark_clean(opened.table.iter(), &params.backing)
         .context("marking the new cache clean")?;
     let layout = *opened.store.layout();
     let mut c = cfg.clone();
@@ -235,6 +265,11 @@ fn open_with_meta(
     let identity = tiercache_io::probe_identity(backing_path)
         .with_context(|| format!("probing backing device {}", backing_path.display()))?;
     let started = std::time::Instant::now();
+    // Refuse a cache whose metadata would not fit before any of it is read.
+    let sb = tiercache_store::Superblock::read(&meta)?.newest;
+    let recorded: CacheConfig = serde_json::from_str(&sb.policy)
+        .context("reading the policy recorded in the superblock")?;
+    memory::check_open(&recorded, sb.layout.slots as u64, sb.layout.dev_size)?;
     let mut opened = tiercache_store::open_verified(
         meta,
         &identity,
@@ -244,8 +279,7 @@ fn open_with_meta(
         tracing::warn!("starting cold: {why}");
     }
     let layout = *opened.store.layout();
-    let mut cfg: CacheConfig = serde_json::from_str(&opened.store.superblock().policy)
-        .context("reading the policy recorded in the superblock")?;
+    let mut cfg = recorded;
     cfg.cache_bytes = layout.slots as u64 * layout.line_size as u64;
     let dirtied = dirty_after_unclean_shutdown(&mut opened, &cfg)?;
     let recovery = started.elapsed();

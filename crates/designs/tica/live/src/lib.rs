@@ -11,6 +11,7 @@
 //! - [`cache`]: the cache: the policy's ops executed on the devices, the
 //!   flusher, FLUSH, failure handling and the degraded mode, stats.
 //! - [`open`]: recovery after a clean shutdown or a crash.
+//! - [`memory`]: the bound on metadata memory per SSD page, checked by `format` and `open`.
 //! - [`design`]: the cache as a design of the live runtime (`tiercache-runtime`
 //!   serves it: NBD export, control socket, lifecycle).
 //!
@@ -21,6 +22,7 @@
 
 pub mod cache;
 pub mod design;
+pub mod memory;
 pub mod open;
 pub mod pair;
 pub mod slots;

@@ -115,11 +115,13 @@ pub fn open_with_devices(
     for (_, i) in ro_info.iter().chain(&wo_info) {
         refuse_if_degraded(i)?;
     }
-    let (_, ro_info) = ro_info
+    let (ro_sb, ro_info) = ro_info
         .with_context(|| format!("{} holds no three-level cache superblock", ro_dev.name()))?;
-    let (_, wo_info) = wo_info
+    let (wo_sb, wo_info) = wo_info
         .with_context(|| format!("{} holds no three-level cache superblock", wo_dev.name()))?;
     check_pair(&ro_info, &wo_info)?;
+    let largest = ro_sb.layout.dev_size.max(wo_sb.layout.dev_size);
+    crate::memory::check_fits("this", largest, wo_info.dram_bytes)?;
     let policy = wo_info.policy()?;
     let id = tiercache_io::probe_identity(backing_path)?;
     if backing.len() != id.size || id.size % PAGE != 0 {

@@ -181,13 +181,56 @@ pub fn format_with_flusher(o: &FormatOptions, timed_flush: bool) -> Result<Forma
             backing_id.size
         );
     }
+    // The SSDs' sizes as format will find them, and the memory check,
+    // before anything is created or written.
+    let mut sizes = [0u64; 2];
+    for (i, path) in [&ro, &wo].into_iter().enumerate() {
+        let existing = std::fs::File::open(path)
+            .ok()
+            .map(|f| tiercache_store::MetaDevice::len(&f))
+            .transpose()
+            .with_context(|| format!("sizing {}", path.display()))?;
+        sizes[i] = match (existing, o.create_size) {
+            (Some(len), Some(size)) if std::fs::metadata(path)?.is_file() => len.max(size),
+            (Some(len), _) => len,
+            (None, Some(size)) => size,
+            (None, None) => bail!(
+                "{} does not exist (give --size to create the SSD files)",
+                path.display()
+            ),
+        };
+    }
+    crate::memory::check_fits("a", sizes[0].max(sizes[1]), o.dram_bytes)?;
+    let mut created = Vec::new();
+    let r = format_pair(o, timed_flush, [&ro, &wo], &backing_id, &mut created);
+    if r.is_err() {
+        // Leave nothing behind: the files we created hold no cache.
+        for p in created {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    r
+}
+
+/// [`format_with_flusher`] once the checks passed: creates (recording them
+/// in `created`) and formats the two SSDs.
+fn format_pair(
+    o: &FormatOptions,
+    timed_flush: bool,
+    [ro, wo]: [&PathBuf; 2],
+    backing_id: &tiercache_store::BackingIdentity,
+    created: &mut Vec<PathBuf>,
+) -> Result<FormatReport> {
     let pair = uuid::Uuid::new_v4().to_string();
     let mut slots = [0u32; 2];
-    for (i, (role, path)) in [(Role::RoSsd, &ro), (Role::WoSsd, &wo)]
+    for (i, (role, path)) in [(Role::RoSsd, ro), (Role::WoSsd, wo)]
         .into_iter()
         .enumerate()
     {
         if let Some(size) = o.create_size {
+            if !path.exists() {
+                created.push(path.to_path_buf());
+            }
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -238,10 +281,20 @@ pub fn format_with_flusher(o: &FormatOptions, timed_flush: bool) -> Result<Forma
 /// a file system without it keeps the sparse file). Every slot write of a
 /// sparse file allocates blocks when the kernel writes it back (delayed
 /// allocation, extent mapping); preallocated, the first writes only mark
-/// extents written.
+/// extents written. Only when the file takes at most [`PREALLOCATE_SHARE`]
+/// of the file system's free space: a larger one stays sparse (format
+/// writes nothing proportional to the size, and leaves room for the rest).
 fn preallocate(f: &std::fs::File, size: u64) {
-    let _ = rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, size);
+    let free = rustix::fs::fstatvfs(f)
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+        .unwrap_or(0);
+    if (size as f64) <= free as f64 * PREALLOCATE_SHARE {
+        let _ = rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), 0, size);
+    }
 }
+
+/// Largest share of the free space of its file system a created SSD file is preallocated in.
+const PREALLOCATE_SHARE: f64 = 0.25;
 
 /// Records on the surviving SSD that its peer failed (`failed_peer` in its
 /// pair description), so that no later `serve` trusts the failed device's

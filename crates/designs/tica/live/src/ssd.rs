@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 use tiercache_io::BlockDev;
 use tiercache_levels::Page;
 use tiercache_store::{
-    BackingIdentity, Layout, LineMeta, Record, Slot, Store, StoreError, SubBlocks,
+    BackingIdentity, Layout, LineMeta, Record, Slot, SlotTable, Store, StoreError, SubBlocks,
 };
 
 use crate::pair::{MetaDev, Role, PAGE};
@@ -126,14 +126,14 @@ impl Ssd {
         name: String,
         dev: Arc<dyn BlockDev>,
         mut store: Store<MetaDev>,
-        table: &[Option<LineMeta>],
+        table: &SlotTable,
         keep: bool,
     ) -> Result<Ssd, SsdError> {
         let layout = *store.layout();
         let mut map = FxHashMap::default();
         let mut free = FreeSlots::new(table.len().max(layout.slots as usize));
-        for (s, m) in table.iter().enumerate() {
-            match m {
+        for s in 0..table.len() {
+            match table.get(s as Slot) {
                 Some(m) if keep && m.valid.get(0) => {
                     map.insert(
                         m.line,
@@ -465,10 +465,9 @@ impl Ssd {
         result
     }
 
-    fn table(&self) -> Vec<(Slot, LineMeta)> {
-        self.map
-            .iter()
-            .map(|(&p, e)| {
+    /// The table for a checkpoint, streamed from the map (no copy of it).
+    fn table(map: &FxHashMap<Page, MapEntry>) -> impl Iterator<Item = (Slot, LineMeta)> + Clone + '_ {
+        map.iter().map(|(&p, e)| {
                 (
                     e.slot,
                     LineMeta {
@@ -479,7 +478,15 @@ impl Ssd {
                     },
                 )
             })
-            .collect()
+    }
+
+    /// Checkpoint the whole table (`Ok(true)`, as a commit that checkpointed).
+    fn checkpoint_all(&mut self) -> Result<bool, StoreError> {
+        let store = self
+            .store
+            .as_mut()
+            .ok_or_else(|| StoreError::Failed("closed".into()))?;
+        store.checkpoint(Self::table(&self.map)).map(|_| true)
     }
 
     /// Make every record durable (a checkpoint instead when the log is two
@@ -488,15 +495,11 @@ impl Ssd {
         self.write_held()?;
         // The table (every mapping) only when a checkpoint needs it.
         let r = if self.store()?.wants_checkpoint() {
-            let table = self.table();
-            self.store()?.checkpoint(table).map(|_| true)
+            self.checkpoint_all()
         } else {
             match self.store()?.commit() {
                 Ok(_) => Ok(false),
-                Err(StoreError::LogFull { .. }) => {
-                    let table = self.table();
-                    self.store()?.checkpoint(table).map(|_| true)
-                }
+                Err(StoreError::LogFull { .. }) => self.checkpoint_all(),
                 Err(e) => Err(e),
             }
         };
@@ -522,13 +525,12 @@ impl Ssd {
     pub fn close(&mut self, backing: &BackingIdentity) -> Result<(), SsdError> {
         self.holding = false;
         self.write_held()?;
-        let table = self.table();
         let store = self
             .store
             .take()
             .ok_or_else(|| SsdError("already closed".into()))?;
         store
-            .close(table, backing)
+            .close(Self::table(&self.map), backing)
             .map(|_| ())
             .map_err(|e| self.err("closing the metadata store", e))
     }

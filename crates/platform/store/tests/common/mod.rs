@@ -204,7 +204,7 @@ pub fn crash_cycle(
     let survivor = dev.survivor(mode, rng);
     let mem = MemDevice::from_image(survivor);
     let opened = open(&mem, &backing()).unwrap_or_else(|e| panic!("recovery failed: {e}"));
-    let got = opened.table;
+    let got = opened.table.to_vec();
     let ok = got == committed.table || in_flight.as_ref().is_some_and(|m| got == m.table);
     assert!(
         ok,

@@ -137,7 +137,7 @@ impl LiveCache {
     pub(super) fn old_slot_writebacks(c: &Core, slot: Slot, line: u64) -> Vec<OpId> {
         c.pending_unmap
             .iter()
-            .filter(|(&s, _)| s != slot && c.view[s as usize].is_some_and(|v| v.line == line))
+            .filter(|(&s, _)| s != slot && c.view.get(s).is_some_and(|v| v.line == line))
             .flat_map(|(_, bs)| bs.iter().flat_map(|(w, _)| w.iter().copied()))
             .collect()
     }
@@ -176,7 +176,7 @@ impl LiveCache {
         {
             return false;
         }
-        match c.view[slot as usize] {
+        match c.view.get(slot) {
             Some(v) if v.line != line => false,
             Some(_) if Self::overwrites_in_place(&c, op) => true,
             Some(v) => self.clean_overwritten(op, v).is_empty(),
@@ -203,7 +203,7 @@ impl LiveCache {
                 if let Some(e) = Self::stranded_slot_error(&c, slot) {
                     return Err(e);
                 }
-                match c.view[slot as usize] {
+                match c.view.get(slot) {
                     Some(v) if v.line != line => {
                         if !v.dirty.is_empty() {
                             if let Some(&w) = Self::writebacks_reading(&c, slot, op.id).first() {

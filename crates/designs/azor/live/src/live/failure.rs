@@ -55,7 +55,7 @@ impl LiveCache {
                 .iter()
                 .filter(|(_, bs)| bs.iter().any(|w| w.0.contains(&op.id)))
                 .filter_map(|(&s, _)| {
-                    c.view[s as usize]
+                    c.view.get(s)
                         .filter(|v| !v.dirty.is_empty())
                         .map(|v| (s, v.line))
                 })
@@ -187,7 +187,7 @@ impl LiveCache {
             // Only the log's view knows whether the backing device already has the
             // data (a Clean record follows the writeback); the core marks lines
             // clean when their writeback starts.
-            let dirty = match c.view[slot as usize] {
+            let dirty = match c.view.get(slot) {
                 Some(v) if Some(v.line) == line => (f..=l).any(|i| v.dirty.get(i)),
                 _ => false,
             };

@@ -28,7 +28,7 @@ impl LiveCache {
         let withdraws = match rec {
             Record::Unmap { .. } => true,
             Record::Valid { slot, bitmap } => {
-                core.view[slot as usize].is_some_and(|v| !v.valid.minus(bitmap).is_empty())
+                core.view.get(slot).is_some_and(|v| !v.valid.minus(bitmap).is_empty())
             }
             _ => false,
         };
@@ -50,7 +50,7 @@ impl LiveCache {
         // older write on the slot may be what this batch's writeback waits for.
         let from = out.iter().map(|o| o.id).min().unwrap_or(OpId::MAX);
         let e = c.engine.slot_bits(s);
-        let v = c.view[s as usize];
+        let v = c.view.get(s);
         if c.stranded.contains_key(&s) {
             // The slot keeps its old line's only copy: never unmapped.
             return;
@@ -162,7 +162,7 @@ impl LiveCache {
         if x.is_empty() {
             return;
         }
-        if c.view[slot as usize].map(|v| v.line) != Some(line) {
+        if c.view.get(slot).map(|v| v.line) != Some(line) {
             Self::append(
                 c,
                 Record::Map {
@@ -183,7 +183,7 @@ impl LiveCache {
             };
         // Sub-blocks the log already has dirty for this line need no new record
         // (rewriting dirty data in place, rule 2 of tiercache-store).
-        let logged_dirty = c.view[slot as usize]
+        let logged_dirty = c.view.get(slot)
             .filter(|v| v.line == line)
             .map(|v| v.dirty)
             .unwrap_or_default();
@@ -198,7 +198,7 @@ impl LiveCache {
         }
         let clean_x = x.minus(dirty_x);
         if !clean_x.is_empty() {
-            let v = c.view[slot as usize].expect("mapped above");
+            let v = c.view.get(slot).expect("mapped above");
             Self::append(
                 c,
                 Record::Valid {
@@ -228,7 +228,7 @@ impl LiveCache {
             if c.stranded.contains_key(&s) {
                 continue;
             }
-            if c.view[s as usize].is_some() {
+            if c.view.get(s).is_some() {
                 Self::append(c, Record::Unmap { slot: s });
                 let g = c.appended_gen;
                 c.flushed_unmaps.insert(g);
@@ -250,7 +250,7 @@ impl LiveCache {
             let Some(SlotBits { dirty, .. }) = c.engine.slot_bits(slot) else {
                 continue;
             };
-            let Some(v) = c.view[slot as usize] else {
+            let Some(v) = c.view.get(slot) else {
                 continue;
             };
             if v.line != line {
@@ -413,13 +413,14 @@ impl LiveCache {
             // Snapshot the view and let requests go on while the checkpoint is
             // written: records appended from now on wait in `pending` for the
             // next commit, which appends them after this checkpoint.
-            let (entries, gen) = {
+            // The snapshot is a copy of the compact table (the memory
+            // bound counts it), not a list of entries.
+            let (snapshot, gen) = {
                 let mut c = c;
                 c.pending.clear();
-                let e: Vec<_> = tiercache_store::table_entries(&c.view).collect();
-                (e, c.appended_gen)
+                (c.view.clone(), c.appended_gen)
             };
-            st.checkpoint(entries)
+            st.checkpoint(snapshot.iter())
                 .map_err(|e| LiveError(format!("checkpoint: {e}")))?;
             me.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
             Ok(gen)

@@ -74,10 +74,10 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tiercache_core::eviction::Slot;
-use tiercache_core::RestoredSlot;
+use tiercache_core::SlotBits;
 use tiercache_core::{Engine, Op, OpId, WritePolicy};
 use tiercache_io::BlockDev;
-use tiercache_store::{LineMeta, Record, Store, SubBlocks};
+use tiercache_store::{Record, SlotTable, Store, SubBlocks};
 use tokio::sync::watch;
 
 /// Consecutive device errors on the cache after which it stops caching new data.
@@ -112,7 +112,7 @@ struct ReqBuf {
 pub(crate) struct Core {
     pub(crate) engine: Engine,
     /// The slot table as the appended log records describe it.
-    pub(crate) view: Vec<Option<LineMeta>>,
+    pub(crate) view: SlotTable,
     /// Records appended since the last commit.
     pending: Vec<Record>,
     /// Generation of the newest appended record (a commit makes everything up to it durable).
@@ -286,7 +286,7 @@ impl LiveCache {
     pub fn new(
         mut engine: Engine,
         store: Store<crate::MetaStore>,
-        table: Vec<Option<LineMeta>>,
+        table: SlotTable,
         cache: Arc<dyn BlockDev>,
         backing: Arc<dyn BlockDev>,
         data_offset: u64,
@@ -300,26 +300,18 @@ impl LiveCache {
                 geo.slots
             )));
         }
-        let subs = geo.subs;
-        let entries: Vec<_> = table
-            .iter()
-            .enumerate()
-            .filter_map(|(s, m)| {
-                m.map(|m| {
-                    let v = (0..subs).map(|i| m.valid.get(i)).collect();
-                    let d = (0..subs).map(|i| m.dirty.get(i)).collect();
-                    RestoredSlot {
-                        slot: s as Slot,
-                        line: m.line,
-                        valid: v,
-                        dirty: d,
-                        metadata: m.class != 0,
-                    }
-                })
-            })
-            .collect();
         engine
-            .restore(&entries)
+            .restore_slots(table.iter().map(|(s, m)| {
+                (
+                    s as Slot,
+                    SlotBits {
+                        line: m.line,
+                        valid: m.valid.0,
+                        dirty: m.dirty.0,
+                        metadata: m.class != 0,
+                    },
+                )
+            }))
             .map_err(|e| LiveError(format!("restoring the recovered table: {e}")))?;
         engine.set_journal(true);
         let _ = engine.take_touched();

@@ -226,43 +226,69 @@ impl Engine {
     /// Load a recovered slot table into an empty engine.
     pub fn restore(&mut self, entries: &[RestoredSlot]) -> Result<(), String> {
         let subs = self.geo.subs as usize;
-        let lines: Vec<(Slot, u64, bool)> = entries
+        if let Some(e) = entries
             .iter()
-            .map(|e| (e.slot, e.line, e.metadata))
-            .collect();
-        self.map.restore(&lines)?;
-        for RestoredSlot {
-            slot,
-            line,
-            valid,
-            dirty,
-            ..
-        } in entries
+            .find(|e| e.valid.len() != subs || e.dirty.len() != subs)
         {
-            if valid.len() != subs || dirty.len() != subs {
-                return Err(format!(
-                    "slot {slot}: {} sub-block bits, expected {subs}",
-                    valid.len()
-                ));
+            return Err(format!(
+                "slot {}: {} sub-block bits, expected {subs}",
+                e.slot,
+                e.valid.len()
+            ));
+        }
+        let mask = |v: &[bool]| {
+            let mut m = [0u64; 4];
+            for (i, _) in v.iter().enumerate().filter(|(_, b)| **b) {
+                m[i / 64] |= 1 << (i % 64);
             }
+            m
+        };
+        self.restore_slots(entries.iter().map(|e| {
+            (
+                e.slot,
+                SlotBits {
+                    line: e.line,
+                    valid: mask(&e.valid),
+                    dirty: mask(&e.dirty),
+                    metadata: e.metadata,
+                },
+            )
+        }))
+    }
+
+    /// Load a recovered slot table into an empty engine, streamed: nothing
+    /// proportional to the table is allocated besides the engine's own state
+    /// (the iterator is walked three times, hence `Clone`).
+    pub fn restore_slots<I>(&mut self, entries: I) -> Result<(), String>
+    where
+        I: IntoIterator<Item = (Slot, SlotBits)>,
+        I::IntoIter: Clone,
+    {
+        let subs = self.geo.subs;
+        let entries = entries.into_iter();
+        self.map
+            .restore(entries.clone().map(|(s, b)| (s, b.line, b.metadata)))?;
+        let bit = |m: &[u64; 4], i: u32| m[(i / 64) as usize] >> (i % 64) & 1 == 1;
+        for (slot, b) in entries.clone() {
             for i in 0..subs {
-                if dirty[i] && !valid[i] {
+                let (v, d) = (bit(&b.valid, i), bit(&b.dirty, i));
+                if d && !v {
                     return Err(format!("slot {slot}: sub-block {i} dirty but not valid"));
                 }
-                self.map.bits.set_valid(*slot, i as u32, i as u32, valid[i]);
-                self.map.bits.set_dirty(*slot, i as u32, i as u32, dirty[i]);
+                self.map.bits.set_valid(slot, i, i, v);
+                self.map.bits.set_dirty(slot, i, i, d);
             }
-            let set = self.map.set_of(*line);
-            self.evict.on_miss(set, *line);
-            self.evict.on_insert(set, *slot, *line);
-            if dirty.iter().any(|d| *d) {
-                self.dirty.insert(*line);
+            let set = self.map.set_of(b.line);
+            self.evict.on_miss(set, b.line);
+            self.evict.on_insert(set, slot, b.line);
+            if self.map.bits.any_dirty(slot) {
+                self.dirty.insert(b.line);
             }
         }
         // Slots restored with nothing valid hold nothing.
-        for e in entries {
-            if !self.map.bits.any_valid(e.slot) {
-                self.drop_if_empty(e.slot, e.line);
+        for (slot, b) in entries {
+            if !self.map.bits.any_valid(slot) {
+                self.drop_if_empty(slot, b.line);
             }
         }
         Ok(())

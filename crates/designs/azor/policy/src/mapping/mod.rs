@@ -145,11 +145,14 @@ impl Mapping {
     /// Restore a saved table: map every `(slot, line, metadata)` into an empty
     /// table. Refuses a slot outside the geometry or in the wrong set (the
     /// saved table came from another geometry) and a line mapped twice.
-    pub fn restore(&mut self, entries: &[(Slot, u64, bool)]) -> Result<(), String> {
+    pub fn restore(
+        &mut self,
+        entries: impl IntoIterator<Item = (Slot, u64, bool)>,
+    ) -> Result<(), String> {
         if self.used != 0 {
             return Err("restore needs an empty table".into());
         }
-        for &(slot, line, meta) in entries {
+        for (slot, line, meta) in entries {
             if slot >= self.geo.slots {
                 return Err(format!(
                     "slot {slot} is outside the cache's {} slots",
