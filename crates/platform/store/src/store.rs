@@ -373,15 +373,14 @@ impl<D: MetaDevice> Opened<D> {
         let dirty = self
             .table
             .iter()
-            .flatten()
-            .filter(|m| !m.dirty.is_empty())
+            .filter(|(_, m)| !m.dirty.is_empty())
             .count();
         if dirty > 0 {
             return Err(StoreError::BackingModified(format!(
                 "{why}; the cache holds {dirty} lines of dirty data the backing device lacks, so it cannot start cold (serve it with its original backing device contents to write them back, or reformat the cache with --force to drop them)"
             )));
         }
-        self.table.iter_mut().for_each(|m| *m = None);
+        self.table.clear();
         self.store.checkpoint(std::iter::empty())?;
         self.report.cold_start = Some(why);
         Ok(())
@@ -394,11 +393,11 @@ impl<D: MetaDevice> Opened<D> {
 fn verify_sample(
     dev: &impl MetaDevice,
     layout: &Layout,
-    table: &[Option<LineMeta>],
+    table: &SlotTable,
     backing: &dyn MetaDevice,
 ) -> Result<Option<String>> {
     let clean = |m: &LineMeta| !m.valid.minus(m.dirty).is_empty();
-    let candidates = table.iter().flatten().filter(|m| clean(m)).count();
+    let candidates = table.iter().filter(|(_, m)| clean(m)).count();
     if candidates == 0 {
         return Ok(None);
     }
@@ -412,8 +411,8 @@ fn verify_sample(
     let (mut a, mut b) = (vec![0u8; line as usize], vec![0u8; line as usize]);
     let picked = table
         .iter()
-        .enumerate()
-        .filter_map(|(s, m)| m.filter(clean).map(|m| (s as u64, m)))
+        .filter(|(_, m)| clean(m))
+        .map(|(s, m)| (s as u64, m))
         .step_by(stride);
     for (slot, m) in picked {
         let at = m.line * line;

@@ -541,13 +541,12 @@ impl Ssd {
     pub fn detach(&mut self, backing: &BackingIdentity) -> Result<(), SsdError> {
         self.holding = false;
         self.write_held()?;
-        let table = self.table();
         let mut store = self
             .store
             .take()
             .ok_or_else(|| SsdError("already closed".into()))?;
         store
-            .detach(table, backing)
+            .detach(Self::table(&self.map), backing)
             .map_err(|e| self.err("detaching the metadata store", e))
     }
 
