@@ -32,6 +32,7 @@ pub mod error;
 pub mod export;
 pub mod lifecycle;
 pub mod listen;
+pub mod memory;
 pub mod metrics;
 pub mod metrics_http;
 pub mod notify;
