@@ -107,10 +107,11 @@ pub fn check_fits(
         m.per_block()
     );
     check_allowance(&what, m.total(), |allowance| {
-        let per_byte = m.total() as f64 / volume_bytes.max(1) as f64;
+        // The metadata scales with the number of blocks.
+        let at = |bs: u64| m.total() as f64 * f64::from(block_bytes) / bs as f64;
         let fits = (12..=22)
             .map(|s| 1u64 << s)
-            .find(|&bs| per_byte * bs as f64 / block_bytes as f64 <= allowance as f64);
+            .find(|&bs| at(bs) <= allowance as f64);
         match fits {
             Some(bs) => format!("format it with --block-size {} or larger", size_arg(bs)),
             None => "no block size up to 4MiB fits: use a smaller volume".to_string(),
