@@ -11,7 +11,7 @@
 # usage: bench/metadata_scale_ls_tier.sh [ROWS...]
 #   ROWS: ls:SIZE or tier:SIZE:BLOCK (default: the table's rows)
 #     ls:SIZE          a log-structured cache of SIZE (1 MiB segments,
-#                      write-back) over a sparse 16 TiB backing file
+#                      write-back) over a sparse 8 TiB backing file
 #     tier:SIZE:BLOCK  a `sum` tiered volume of SIZE in blocks of BLOCK: a
 #                      fast tier of SIZE/16 (a file format creates), the rest
 #                      a sparse slow tier
@@ -30,12 +30,12 @@ D=$(mktemp -d "${DIR:-${TMPDIR:-/tmp}}/metadata_scale.XXXXXX")
 P=""
 trap '[ -n "$P" ] && kill -9 $P 2>/dev/null; rm -rf "$D"' EXIT
 
-bytes() { numfmt --from=iec-i --suffix=B "$1" 2>/dev/null || numfmt --from=iec "${1%B}"; }
+bytes() { numfmt --from=iec-i "${1%B}"; }
 mib() { echo $(( $1 / 1048576 )); }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 
-# Serve $1 on $D/s.sock; sets P and prints the seconds until nbdinfo answers.
+# Serve $1 on $D/s.sock; sets P (its pid) and T (seconds until nbdinfo answers).
 serve() {
     rm -f "$D/s.sock"
     local t0; t0=$(now)
@@ -45,7 +45,7 @@ serve() {
         kill -0 $P 2>/dev/null || { echo "serve exited: $(tail -1 "$D/serve.log")" >&2; P=""; return 1; }
         sleep 0.05
     done
-    secs "$t0" "$(now)"
+    T=$(secs "$t0" "$(now)")
 }
 hwm() { awk '/VmHWM/ { printf "%d", $2 / 1024 }' "/proc/$1/status"; }
 
@@ -57,7 +57,7 @@ for row in "${rows[@]}"; do
     case $design in
     ls)
         block=4KiB
-        truncate -s 16T "$D/backing.img"
+        truncate -s 8T "$D/backing.img"
         dev=$D/cache.img
         fmt=(format --layout log-structured --cache "$dev" --backing "$D/backing.img" --size "$size") ;;
     tier)
@@ -76,13 +76,14 @@ for row in "${rows[@]}"; do
             "$(sed 's/^tiercache: error: //' "$D/err" | head -1)"
         continue
     fi
-    ss=$(serve "$dev"); sm=$(hwm $P)
+    serve "$dev"; ss=$T; sm=$(hwm $P)
     bound=$("$TC" stats --json --cache "$dev" | python3 -c 'import json,sys; print(json.load(sys.stdin)["metadata_memory"]["bound_bytes"])')
     qemu-io -f raw -c "write -P 0x5a 0 64M" -c flush "nbd+unix:///?socket=$D/s.sock" >/dev/null
     kill -9 $P; wait $P 2>/dev/null || true
-    rs=$(serve "$dev"); rm_=$(hwm $P)
+    serve "$dev"; rs=$T
     qemu-io -f raw -c "read -P 0x5a 0 64M" "nbd+unix:///?socket=$D/s.sock" >/dev/null \
         || { echo "data lost after kill -9 ($row)" >&2; exit 1; }
+    rm_=$(hwm $P)
     kill $P; wait $P 2>/dev/null || true; P=""
     printf '%-6s %-9s %-7s %10s | %8s %8s | %8s %8s | %8s %8s\n' "$design" "$size" "$block" "$(mib "$bound")" \
         "$fs" "$fm" "$ss" "$sm" "$rs" "$rm_"

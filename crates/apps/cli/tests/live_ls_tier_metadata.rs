@@ -41,14 +41,22 @@ fn assert_refusal(o: &Output, fits: &str) {
     assert!(e.contains("of metadata memory, more than the"), "{e}");
     assert!(e.contains(ALLOWANCE_ENV), "the allowance's source: {e}");
     assert!(e.contains(fits), "no {fits:?} in: {e}");
-    assert!(!e.contains("panicked") && !e.contains("memory allocation"), "{e}");
+    assert!(
+        !e.contains("panicked") && !e.contains("memory allocation"),
+        "{e}"
+    );
 }
 
 /// Peak resident memory of process `pid` in bytes (VmHWM).
 fn vm_hwm(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = s.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: u64 = line[6..].trim().trim_end_matches("kB").trim().parse().unwrap();
+    let kib: u64 = line[6..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
     kib * 1024
 }
 
@@ -56,7 +64,9 @@ fn vm_hwm(pid: u32) -> u64 {
 fn write_and_flush(sock: &Path, blocks: &[u64]) {
     let mut c = NbdClient::connect(sock).unwrap();
     for &b in blocks {
-        c.write(b * 4096, &make_block(b, 1), false).unwrap().unwrap();
+        c.write(b * 4096, &make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
     }
     c.flush().unwrap().unwrap();
     c.disconnect();
@@ -81,30 +91,56 @@ fn ls_format_and_serve_refuse_a_cache_whose_metadata_does_not_fit() {
     let o = run_env(
         d.path(),
         &[
-            "format", "--layout", "log-structured", "--cache", "cache.img", "--backing",
-            "backing.img", "--size", "64GiB",
+            "format",
+            "--layout",
+            "log-structured",
+            "--cache",
+            "cache.img",
+            "--backing",
+            "backing.img",
+            "--size",
+            "64GiB",
         ],
         &env,
     );
     assert_refusal(&o, "format at most --size");
-    assert!(!d.path().join("cache.img").exists(), "format left the cache file behind");
+    assert!(
+        !d.path().join("cache.img").exists(),
+        "format left the cache file behind"
+    );
     // An existing file keeps its size.
     sparse(&d.path().join("small.img"), 1 << 20);
     let o = run_env(
         d.path(),
         &[
-            "format", "--layout", "log-structured", "--cache", "small.img", "--backing",
-            "backing.img", "--size", "64GiB",
+            "format",
+            "--layout",
+            "log-structured",
+            "--cache",
+            "small.img",
+            "--backing",
+            "backing.img",
+            "--size",
+            "64GiB",
         ],
         &env,
     );
     assert_refusal(&o, "--size");
-    assert_eq!(std::fs::metadata(d.path().join("small.img")).unwrap().len(), 1 << 20);
+    assert_eq!(
+        std::fs::metadata(d.path().join("small.img")).unwrap().len(),
+        1 << 20
+    );
     // A cache that fits here, served where it does not: one line, no abort.
     let _ = tiercache(&[
-        "format", "--layout", "log-structured", "--cache",
-        &d.path().join("cache.img").display().to_string(), "--backing",
-        &d.path().join("backing.img").display().to_string(), "--size", "64GiB",
+        "format",
+        "--layout",
+        "log-structured",
+        "--cache",
+        &d.path().join("cache.img").display().to_string(),
+        "--backing",
+        &d.path().join("backing.img").display().to_string(),
+        "--size",
+        "64GiB",
     ]);
     let o = run_env(
         d.path(),
@@ -126,15 +162,25 @@ fn tier_format_and_serve_refuse_a_volume_whose_metadata_does_not_fit() {
         run_env(
             d.path(),
             &[
-                "format", "--mode", "tier", "--tiers", "fast.img,slow.img", "--size", "1GiB",
-                "--block-size", block,
+                "format",
+                "--mode",
+                "tier",
+                "--tiers",
+                "fast.img,slow.img",
+                "--size",
+                "1GiB",
+                "--block-size",
+                block,
             ],
             env,
         )
     };
     let o = fmt("4KiB", &env);
     assert_refusal(&o, "--block-size 64KiB or larger");
-    assert!(!d.path().join("fast.img").exists(), "format left the fast tier behind");
+    assert!(
+        !d.path().join("fast.img").exists(),
+        "format left the fast tier behind"
+    );
     // Formatted without the limit, served with it.
     let o = fmt("4KiB", &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -169,7 +215,10 @@ fn restart_within_bound(dir: &Path, cache: &Path, bound: u64, what: &str) {
         FIXED_OVERHEAD >> 20
     );
     for h in [hwm, hwm2] {
-        assert!(h < bound + FIXED_OVERHEAD, "{what}: peak RSS {h} over {bound} + {FIXED_OVERHEAD}");
+        assert!(
+            h < bound + FIXED_OVERHEAD,
+            "{what}: peak RSS {h} over {bound} + {FIXED_OVERHEAD}"
+        );
     }
 }
 
@@ -180,8 +229,15 @@ fn ls_sparse_1tib_cache_restarts_after_kill9_within_its_bound() {
     let backing = d.path().join("backing.img");
     sparse(&backing, 4 * GIB);
     let _ = tiercache(&[
-        "format", "--layout", "log-structured", "--cache", &cache.display().to_string(),
-        "--backing", &backing.display().to_string(), "--size", "1TiB",
+        "format",
+        "--layout",
+        "log-structured",
+        "--cache",
+        &cache.display().to_string(),
+        "--backing",
+        &backing.display().to_string(),
+        "--size",
+        "1TiB",
     ]);
     let dev = tiercache_io::FileDev::open(&cache, Default::default()).unwrap();
     let sb = tiercache_log_structured::Superblock::read(&dev).unwrap();
@@ -198,7 +254,14 @@ fn tier_sparse_1tib_volume_restarts_after_kill9_within_its_bound() {
     sparse(&slow, TIB - 64 * GIB);
     let tiers = format!("{},{}", fast.display(), slow.display());
     let _ = tiercache(&[
-        "format", "--mode", "tier", "--tiers", &tiers, "--size", "64GiB", "--block-size",
+        "format",
+        "--mode",
+        "tier",
+        "--tiers",
+        &tiers,
+        "--size",
+        "64GiB",
+        "--block-size",
         "64KiB",
     ]);
     let sb = tiercache_tiered_volume::Superblock::read(&fast).unwrap();

@@ -69,7 +69,11 @@ pub fn refusal(what: &str, need: u64, allowance: u64, fix: &str) -> String {
 }
 
 /// `Err(refusal)` when `need` exceeds the allowance.
-pub fn check_allowance(what: &str, need: u64, fix: impl FnOnce(u64) -> String) -> Result<(), String> {
+pub fn check_allowance(
+    what: &str,
+    need: u64,
+    fix: impl FnOnce(u64) -> String,
+) -> Result<(), String> {
     match metadata_allowance() {
         Some(a) if need > a => Err(refusal(what, need, a, &fix(a))),
         _ => Ok(()),
@@ -105,7 +109,9 @@ mod tests {
         assert_eq!(human(512), "512 B");
         assert_eq!(human(3 << 30), "3.0 GiB");
         let r = refusal("a cache", 40 << 30, 12 << 30, "use less");
-        assert!(r.starts_with("a cache needs 40.0 GiB of metadata memory, more than the 12.0 GiB allowed ("));
+        assert!(r.starts_with(
+            "a cache needs 40.0 GiB of metadata memory, more than the 12.0 GiB allowed ("
+        ));
         assert!(r.ends_with("; use less") && !r.contains('\n'), "{r}");
     }
 }

@@ -241,7 +241,8 @@ fn decode_area<T>(
     let mut head = p.head;
     head.seg_seqs.reserve_exact(p.nsegs as usize);
     let mut crc = 0u32;
-    let mut buf = vec![0u8; CHUNK.min((body_len as usize).div_ceil(BLOCK as usize) * BLOCK as usize)];
+    let mut buf =
+        vec![0u8; CHUNK.min((body_len as usize).div_ceil(BLOCK as usize) * BLOCK as usize)];
     // Bytes carried over from the previous chunk (an entry split by it).
     let mut carry: Vec<u8> = Vec::with_capacity(ENTRY_BYTES);
     let mut done = 0u64;
@@ -356,11 +357,16 @@ impl Checkpoint {
     /// The on-disk bytes (header block, segment table, entries).
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK as usize];
-        let h = encode_streamed(&self.head, self.entries.iter().copied(), u64::MAX, |off, c| {
-            debug_assert_eq!(off as usize, b.len());
-            b.extend_from_slice(c);
-            Ok(())
-        })
+        let h = encode_streamed(
+            &self.head,
+            self.entries.iter().copied(),
+            u64::MAX,
+            |off, c| {
+                debug_assert_eq!(off as usize, b.len());
+                b.extend_from_slice(c);
+                Ok(())
+            },
+        )
         .expect("in memory");
         b[..BLOCK as usize].copy_from_slice(&h);
         b
@@ -488,7 +494,8 @@ mod tests {
             open_count: 17,
             seg_seqs: (0..nsegs as u64).map(|i| i * 7).collect(),
         };
-        let entries = || (0..n as u64).map(|i| (i * 13 + (1 << 35), i % 3 == 0, (i * 5 % (1 << 30)) as u32));
+        let entries =
+            || (0..n as u64).map(|i| (i * 13 + (1 << 35), i % 3 == 0, (i * 5 % (1 << 30)) as u32));
         let len = checkpoint_bytes(nsegs as u64, n as u64).unwrap();
         let dev = tiercache_io::MemDev::new("ck", 4 * len as usize);
         let mut sb = crate::layout::plan(64 << 20, 1 << 20).unwrap();
@@ -513,7 +520,11 @@ mod tests {
         let (h, got) = load(&dev).unwrap().unwrap();
         assert_eq!(h, head);
         assert!(got.iter().copied().eq(entries()));
-        for at in [BLOCK + 3, BLOCK + CHUNK as u64 + 11, BLOCK + 8 * nsegs as u64 + 12 * n as u64 - 1] {
+        for at in [
+            BLOCK + 3,
+            BLOCK + CHUNK as u64 + 11,
+            BLOCK + 8 * nsegs as u64 + 12 * n as u64 - 1,
+        ] {
             let mut byte = [0u8];
             dev.read_at(&mut byte, at).unwrap();
             dev.write_at(&[byte[0] ^ 0x20], at).unwrap();
@@ -545,13 +556,18 @@ mod tests {
         let head = CheckpointHead::empty(5, 3);
         write_streamed(&dev, &sb, &head, [(1, true, 9)].into_iter()).unwrap();
         let refuse = |dev: &dyn BlockDev| {
-            read_newest_with(dev, &sb, |_, _| Ok(()), |_, _, _, s| {
-                if s == 9 {
-                    Err("slot 9 is out of range".to_string())
-                } else {
-                    Ok(())
-                }
-            })
+            read_newest_with(
+                dev,
+                &sb,
+                |_, _| Ok(()),
+                |_, _, _, s| {
+                    if s == 9 {
+                        Err("slot 9 is out of range".to_string())
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
         };
         let e = refuse(&dev).unwrap_err();
         assert!(matches!(e, ReadError::Corrupt(_)), "{e}");

@@ -448,9 +448,7 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
             Some((md.is_file(), dev.len()))
         }
         Err(_) if o.create_size.is_some() => None,
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("opening {}", cache.display())))
-        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {}", cache.display()))),
     };
     let len = match (existing, o.create_size) {
         (Some((true, old)), Some(size)) => old.max(size),

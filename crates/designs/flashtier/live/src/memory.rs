@@ -102,10 +102,12 @@ pub fn check_fits(sb: &Superblock) -> Result<(), String> {
             "the block size is fixed at 4 KiB and the segment size does not change this: \
              format at most --size {} (or {} with --write-policy write-through)",
             gib(fits),
-            gib(((cache as f64 * allowance as f64
-                / (m.total() - m.dirty_index).max(1) as f64) as u64)
-                / (1 << 30)
-                * (1 << 30))
+            gib(
+                ((cache as f64 * allowance as f64 / (m.total() - m.dirty_index).max(1) as f64)
+                    as u64)
+                    / (1 << 30)
+                    * (1 << 30)
+            )
         )
     })
 }
@@ -127,7 +129,10 @@ mod tests {
         // 1 TiB of 1 MiB segments: 254 slots each; 8-byte entries (31 + 28 + 1
         // bits) at a load of 0.9, 20 B of dirty index, a bit, 64 B per segment.
         assert_eq!(m.slots, sb.nsegs as u64 * 254);
-        assert!((8.88..8.90).contains(&(m.map as f64 / m.slots as f64)), "{m:?}");
+        assert!(
+            (8.88..8.90).contains(&(m.map as f64 / m.slots as f64)),
+            "{m:?}"
+        );
         assert!((29.2..29.35).contains(&m.per_slot()), "{m:?}");
         sb.write_policy = WritePolicy::WriteThrough;
         assert!(metadata_memory(&sb).unwrap().per_slot() < 9.5);

@@ -472,7 +472,10 @@ pub fn check(path: &Path) -> Result<CheckReport> {
                 last = Some((seg, summary(seg, &mut head)?));
             }
             let s = last.as_ref().and_then(|(_, s)| s.as_ref());
-            match s.and_then(|s| s.entries.get(k as usize)).and_then(|&x| geo.decode(x)) {
+            match s
+                .and_then(|s| s.entries.get(k as usize))
+                .and_then(|&x| geo.decode(x))
+            {
                 Some((l, _, _)) if l == lba => {}
                 other => rep.problems.push(format!(
                     "block {lba} is mapped to segment {seg} slot {k}, whose summary says {other:?}"

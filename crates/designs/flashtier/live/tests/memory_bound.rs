@@ -7,7 +7,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tiercache_io::{BlockDev, MemDev};
-use tiercache_log_structured::checkpoint::{read_newest_with, write_streamed, CheckpointHead, CHUNK};
+use tiercache_log_structured::checkpoint::{
+    read_newest_with, write_streamed, CheckpointHead, CHUNK,
+};
 use tiercache_log_structured::layout::plan;
 use tiercache_log_structured::map::{Entry, SparseMap};
 use tiercache_log_structured::memory::metadata_memory;
@@ -70,7 +72,14 @@ fn real_structures_stay_within_the_stated_bound() {
         let mut m = SparseMap::new(slots, sb.backing_blocks(), slots).unwrap();
         m.index_dirty();
         for (i, &l) in lbas.iter().enumerate() {
-            m.insert(l, Entry { slot: i as u32, dirty: true }).unwrap();
+            m.insert(
+                l,
+                Entry {
+                    slot: i as u32,
+                    dirty: true,
+                },
+            )
+            .unwrap();
         }
         m
     });
@@ -85,7 +94,13 @@ fn real_structures_stay_within_the_stated_bound() {
     // Recovery's streamed read: the new map and a chunk, not the checkpoint.
     let dev = MemDev::new("cache", (sb.ckpt_off[1] + sb.ckpt_bytes) as usize);
     let head = CheckpointHead::empty(1, sb.nsegs);
-    write_streamed(&dev, &sb, &head, map.iter().map(|(l, e)| (l, e.dirty, e.slot))).unwrap();
+    write_streamed(
+        &dev,
+        &sb,
+        &head,
+        map.iter().map(|(l, e)| (l, e.dirty, e.slot)),
+    )
+    .unwrap();
     drop(map);
     let (got, used) = peak_of(|| {
         read_newest_with(

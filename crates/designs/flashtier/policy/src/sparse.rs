@@ -85,7 +85,11 @@ impl SparseMap {
 
     /// Entry width in bytes, table entries and slot bits of a map made by
     /// [`Self::new`] with these arguments.
-    fn shape(max_entries: u64, backing_blocks: u64, slots: u64) -> Result<(usize, usize, u32), String> {
+    fn shape(
+        max_entries: u64,
+        backing_blocks: u64,
+        slots: u64,
+    ) -> Result<(usize, usize, u32), String> {
         let lba_bits = bits(backing_blocks.max(1));
         let slot_bits = bits(slots.saturating_sub(1)).max(1);
         if slots > u32::MAX as u64 {

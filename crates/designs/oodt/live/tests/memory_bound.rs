@@ -80,7 +80,11 @@ fn real_structures_stay_within_the_stated_bound() {
         let mut cands = Vec::new();
         let round = plan_round(&table, policy.as_mut(), &mut cands, 64);
         assert!(!round.is_empty());
-        assert!(cands.len() as u64 > blocks / 2, "{} candidates", cands.len());
+        assert!(
+            cands.len() as u64 > blocks / 2,
+            "{} candidates",
+            cands.len()
+        );
         drop((copy, round, cands));
     });
     eprintln!(

@@ -409,7 +409,11 @@ impl MappingTable {
     /// `allocator_slots` slots ([`memory_bytes`](Self::memory_bytes) before
     /// it is made).
     pub fn memory_bytes_for(blocks: u64, allocator_slots: &[u64]) -> u64 {
-        blocks * ENTRY_BYTES + allocator_slots.iter().map(|s| s.div_ceil(64) * 8).sum::<u64>()
+        blocks * ENTRY_BYTES
+            + allocator_slots
+                .iter()
+                .map(|s| s.div_ceil(64) * 8)
+                .sum::<u64>()
     }
 
     /// Bytes of [`checkpoint`](Self::checkpoint)'s output.
@@ -431,7 +435,10 @@ impl MappingTable {
 
     /// [`checkpoint`](Self::checkpoint)'s bytes handed to `out` in pieces of
     /// at most [`CHECKPOINT_CHUNK`] bytes, in order (no copy of the table).
-    pub fn write_checkpoint<E>(&self, mut out: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+    pub fn write_checkpoint<E>(
+        &self,
+        mut out: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut buf = Vec::with_capacity(CHECKPOINT_CHUNK);
         // Version 2: the capacity tier has no homes; its allocator's size
         // follows the fast tiers' (version 1 tables are unchanged).
@@ -506,7 +513,9 @@ impl MappingTable {
         }
         let mut slots = Vec::new();
         for _ in 0..nalloc {
-            slots.push(u64::from_le_bytes(take(8, &mut crc)?.try_into().expect("8 bytes")));
+            slots.push(u64::from_le_bytes(
+                take(8, &mut crc)?.try_into().expect("8 bytes"),
+            ));
         }
         let blocks = u64::from_le_bytes(take(8, &mut crc)?.try_into().expect("8 bytes"));
         let mut t = if homes {
@@ -666,7 +675,13 @@ mod tests {
             })
         };
         assert_eq!(read(&whole).unwrap(), t);
-        for at in [9, 40, CHECKPOINT_CHUNK + 17, whole.len() - 6, whole.len() - 1] {
+        for at in [
+            9,
+            40,
+            CHECKPOINT_CHUNK + 17,
+            whole.len() - 6,
+            whole.len() - 1,
+        ] {
             let mut bad = whole.clone();
             bad[at] ^= 0x10;
             assert!(read(&bad).is_err(), "damage at {at} not detected");

@@ -119,7 +119,8 @@ pub fn format_volume(
         let blocks = volume_bytes.div_ceil(u64::from(block_bytes));
         let slow_slots = layout.slow_slots;
         let m = crate::memory::metadata_memory_of(blocks, layout.fast_slots, slow_slots, kind);
-        crate::memory::check_fits(&m, volume_bytes, block_bytes, kind).map_err(anyhow::Error::msg)?;
+        crate::memory::check_fits(&m, volume_bytes, block_bytes, kind)
+            .map_err(anyhow::Error::msg)?;
     }
     if create {
         let f =

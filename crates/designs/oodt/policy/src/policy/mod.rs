@@ -162,7 +162,11 @@ mod tests {
     fn stats_bytes_per_block_is_what_each_policy_keeps() {
         for kind in PolicyKind::ALL {
             let p = build(kind, &PolicyConfig::default(), 1000, 4096).unwrap();
-            assert_eq!(p.stats_bytes(), 1000 * kind.stats_bytes_per_block(), "{kind}");
+            assert_eq!(
+                p.stats_bytes(),
+                1000 * kind.stats_bytes_per_block(),
+                "{kind}"
+            );
         }
     }
 }
