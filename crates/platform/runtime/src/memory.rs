@@ -1,6 +1,9 @@
 //! How much RAM a cache's in-memory metadata may take: the share of the
 //! machine's memory `format` and `serve` allow ([`METADATA_RAM_SHARE`]), and
-//! the one-line refusal when a cache would need more.
+//! the one-line refusal when a cache would need more, so that `format`
+//! refuses a device whose map would not fit (instead of an allocation
+//! failure when it is served) and `serve` refuses one formatted on a larger
+//! machine with a clear line.
 //!
 //! Each design states its own bound on metadata bytes per cached line; this
 //! module only says how much of the machine that bound may use.
@@ -17,7 +20,11 @@ pub const LIMIT_ENV: &str = "TIERCACHE_METADATA_MEMORY_LIMIT";
 /// MemTotal from /proc/meminfo, in bytes (`None` where it cannot be read).
 pub fn mem_total() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    parse_mem_total(&s)
+}
+
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
 }
@@ -60,6 +67,19 @@ pub fn refusal(what: &str, need: u64, allowance: u64, fix: &str) -> String {
     )
 }
 
+/// `Err(refusal)` when `need` exceeds the allowance; `fix` gets the allowance
+/// and says which parameters would fit.
+pub fn check_allowance(
+    what: &str,
+    need: u64,
+    fix: impl FnOnce(u64) -> String,
+) -> Result<(), String> {
+    match metadata_allowance() {
+        Some(a) if need > a => Err(refusal(what, need, a, &fix(a))),
+        _ => Ok(()),
+    }
+}
+
 /// Bytes with a binary unit and at most one decimal: "12 GiB", "1.5 TiB", "48 B".
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
@@ -87,10 +107,22 @@ mod tests {
 
     #[test]
     fn meminfo_is_read_and_the_refusal_is_one_line() {
+        let m = "MemFree:  10 kB\nMemTotal:       24576000 kB\nSwap: 0 kB\n";
+        assert_eq!(parse_mem_total(m), Some(24576000 * 1024));
+        assert_eq!(parse_mem_total("nothing"), None);
         let t = mem_total().expect("/proc/meminfo has MemTotal");
         assert!(t > 1 << 20);
-        let m = refusal("a 1 PiB cache with 4 KiB lines", 1 << 50, 1 << 30, "--line-size 1MiB would fit");
+        let m = refusal(
+            "a 1 PiB cache with 4 KiB lines",
+            1 << 50,
+            1 << 30,
+            "--line-size 1MiB would fit",
+        );
         assert!(!m.contains('\n'));
-        assert!(m.contains("needs 1 PiB of metadata memory, more than the 1 GiB allowed"), "{m}");
+        assert!(
+            m.contains("needs 1 PiB of metadata memory, more than the 1 GiB allowed"),
+            "{m}"
+        );
+        assert!(m.ends_with("; --line-size 1MiB would fit"), "{m}");
     }
 }

@@ -33,6 +33,7 @@ pub mod cleaning;
 pub mod compress;
 pub mod design;
 pub mod layout;
+pub mod memory;
 /// The unified sparse map: the FlashTier policy crate's.
 pub use tiercache_flash::sparse as map;
 mod meta;

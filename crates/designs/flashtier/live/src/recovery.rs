@@ -27,7 +27,7 @@ use anyhow::{bail, Context, Result};
 use tiercache_io::BlockDev;
 
 use crate::cache::{LogCache, RecoveryInfo};
-use crate::checkpoint::{read_journal, Checkpoint, NONE};
+use crate::checkpoint::{read_journal, read_newest_with, CheckpointHead, ReadError, NONE};
 use crate::cleaning::{SegInfo, SegState};
 use crate::layout::Superblock;
 use crate::map::{Entry, SparseMap};
@@ -79,6 +79,8 @@ pub fn open_with_devices(
     let Some(mut sb) = Superblock::read(cache.as_ref()) else {
         bail!("{} holds no log-structured cache superblock", cache.name());
     };
+    // A cache formatted on a larger machine: a clear line, not an abort.
+    crate::memory::check_fits(&sb).map_err(anyhow::Error::msg)?;
     if backing.len() != sb.backing_size {
         bail!(
             "backing device {} has {} bytes, the cache was formatted for {} bytes ({})",
@@ -233,26 +235,15 @@ pub(crate) struct Rebuilt {
 pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> {
     let geo = sb.geometry();
     let d = geo.data_blocks();
-    let ck = Checkpoint::read_newest(cache, sb)
-        .context("reading the checkpoints")?
-        .context("the cache holds no valid checkpoint")?;
-    if ck.seg_seqs.len() != sb.nsegs as usize {
-        bail!(
-            "the checkpoint describes {} segments, the superblock {}",
-            ck.seg_seqs.len(),
-            sb.nsegs
-        );
-    }
     let unclean = !sb.clean;
     let mut info = RecoveryInfo {
         clean_shutdown: sb.clean,
-        checkpoint_epoch: ck.epoch,
-        checkpoint_entries: ck.entries.len() as u64,
         ..Default::default()
     };
-    let mut map = checkpoint_map(&ck, sb, &mut info)?;
+    let (ck, mut map) = checkpoint_map(cache, sb, &mut info)?;
+    info.checkpoint_epoch = ck.epoch;
     let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
-    let mut seqs = ck.seg_seqs.clone();
+    let mut seqs = ck.seg_seqs;
     let journal = read_journal(cache, sb, ck.epoch).context("reading the journal")?;
     let mut rewritten = vec![false; sb.nsegs as usize];
     for r in &journal {
@@ -391,27 +382,53 @@ fn record_places(
     Ok(loc)
 }
 
-/// The map the checkpoint describes; after an unclean shutdown without its
+/// The newest checkpoint's head and the map it describes, streamed from
+/// the device (one chunk at a time); after an unclean shutdown without its
 /// clean entries (clean data may be older than the backing device's).
-fn checkpoint_map(ck: &Checkpoint, sb: &Superblock, info: &mut RecoveryInfo) -> Result<SparseMap> {
+fn checkpoint_map(
+    cache: &dyn BlockDev,
+    sb: &Superblock,
+    info: &mut RecoveryInfo,
+) -> Result<(CheckpointHead, SparseMap)> {
     let slots = sb.slots();
     let unclean = !sb.clean;
-    let mut map = SparseMap::new(slots, sb.backing_blocks(), slots).map_err(anyhow::Error::msg)?;
-    let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
-    for &(lba, dirty, slot) in &ck.entries {
-        if slot as u64 >= slots {
-            return Err(bad(format!(
-                "checkpoint maps block {lba} to slot {slot} of {slots}"
-            )));
-        }
-        if unclean && !dirty {
-            info.dropped_clean += 1;
-            continue;
-        }
-        map.insert(lba, Entry { slot, dirty })
-            .map_err(|e| bad(format!("checkpoint: {e}")))?;
-    }
-    Ok(map)
+    // The receiver: the map, and the clean entries dropped from it.
+    let (ck, (map, dropped)) = read_newest_with(
+        cache,
+        sb,
+        |head, _| {
+            if head.seg_seqs.len() != sb.nsegs as usize {
+                return Err(format!(
+                    "the checkpoint describes {} segments, the superblock {}",
+                    head.seg_seqs.len(),
+                    sb.nsegs
+                ));
+            }
+            Ok((SparseMap::new(slots, sb.backing_blocks(), slots)?, 0u64))
+        },
+        |(map, dropped): &mut (SparseMap, u64), lba, dirty, slot| {
+            if slot as u64 >= slots {
+                return Err(format!(
+                    "checkpoint maps block {lba} to slot {slot} of {slots}"
+                ));
+            }
+            if unclean && !dirty {
+                *dropped += 1;
+                return Ok(());
+            }
+            map.insert(lba, Entry { slot, dirty })
+                .map(|_| ())
+                .map_err(|e| format!("checkpoint: {e}"))
+        },
+    )
+    .map_err(|e| match e {
+        ReadError::Io(e) => anyhow::Error::new(e).context("reading the checkpoints"),
+        e => anyhow::anyhow!("{e}"),
+    })?
+    .context("the cache holds no valid checkpoint")?;
+    info.dropped_clean += dropped;
+    info.checkpoint_entries = map.len() as u64 + dropped;
+    Ok((ck, map))
 }
 
 /// Per segment its sequence number and live blocks (segments of `d` data
@@ -495,6 +512,7 @@ pub fn check(path: &Path) -> Result<CheckReport> {
     let Some(sb) = Superblock::read(dev.as_ref()) else {
         bail!("{} holds no log-structured cache", path.display());
     };
+    crate::memory::check_fits(&sb).map_err(anyhow::Error::msg)?;
     let r = rebuild(dev.as_ref(), &sb)?;
     let geo = sb.geometry();
     let d = geo.data_blocks();
@@ -507,30 +525,66 @@ pub fn check(path: &Path) -> Result<CheckReport> {
         replayed_segments: r.info.replayed_segments,
         problems: Vec::new(),
     };
-    let mut used = vec![false; sb.slots() as usize];
-    let mut by_seg: std::collections::BTreeMap<u32, Vec<(u32, u64)>> = Default::default();
-    for (lba, e) in r.map.iter() {
-        if std::mem::replace(&mut used[e.slot as usize], true) {
+    // One bit per slot (no second map): a slot mapped twice.
+    let mut used = vec![0u64; sb.slots().div_ceil(64) as usize];
+    for (_, e) in r.map.iter() {
+        let (w, bit) = (e.slot as usize / 64, 1u64 << (e.slot % 64));
+        if used[w] & bit != 0 {
             rep.problems
                 .push(format!("slot {} is mapped by more than one block", e.slot));
         }
-        by_seg
-            .entry(e.slot / d)
-            .or_default()
-            .push((e.slot % d, lba));
+        used[w] |= bit;
     }
+    drop(used);
+    // Segment by segment, the summary entries the map agrees with; if some
+    // mapped block is left over, a second walk of the map names it.
     let mut head = vec![0u8; 2 * geo.summary_blocks as usize * BLOCK as usize];
-    for (seg, entries) in by_seg {
-        dev.read_at(&mut head, sb.seg_off + seg as u64 * sb.seg_bytes)?;
-        let Some(s) = Summary::pick(&head, seg, &geo).filter(|s| s.seq == r.segs[seg as usize].seq)
-        else {
+    let summary = |seg: u32, head: &mut Vec<u8>| -> Result<Option<Summary>> {
+        dev.read_at(head, sb.seg_off + seg as u64 * sb.seg_bytes)?;
+        Ok(Summary::pick(head, seg, &geo).filter(|s| s.seq == r.segs[seg as usize].seq))
+    };
+    let mut agreed = 0u64;
+    let mut lost = vec![false; sb.nsegs as usize];
+    for seg in 0..sb.nsegs {
+        if r.segs[seg as usize].live == 0 {
+            continue;
+        }
+        let Some(s) = summary(seg, &mut head)? else {
             rep.problems.push(format!(
                 "segment {seg} holds mapped blocks but no summary of its current life"
             ));
+            lost[seg as usize] = true;
             continue;
         };
-        for (k, lba) in entries {
-            match s.entries.get(k as usize).and_then(|&e| geo.decode(e)) {
+        for (k, &e) in s.entries.iter().enumerate() {
+            if let Some((lba, _, _)) = geo.decode(e) {
+                if r.map.get(lba).is_some_and(|m| m.slot == seg * d + k as u32) {
+                    agreed += 1;
+                }
+            }
+        }
+    }
+    let in_lost: u64 = lost
+        .iter()
+        .zip(&r.segs)
+        .filter(|(l, _)| **l)
+        .map(|(_, s)| s.live as u64)
+        .sum();
+    if agreed + in_lost < r.map.len() as u64 {
+        let mut last: Option<(u32, Option<Summary>)> = None;
+        for (lba, e) in r.map.iter() {
+            let (seg, k) = (e.slot / d, e.slot % d);
+            if lost[seg as usize] {
+                continue;
+            }
+            if last.as_ref().is_none_or(|(s, _)| *s != seg) {
+                last = Some((seg, summary(seg, &mut head)?));
+            }
+            let s = last.as_ref().and_then(|(_, s)| s.as_ref());
+            match s
+                .and_then(|s| s.entries.get(k as usize))
+                .and_then(|&x| geo.decode(x))
+            {
                 Some((l, _, _)) if l == lba => {}
                 other => rep.problems.push(format!(
                     "block {lba} is mapped to segment {seg} slot {k}, whose summary says {other:?}"

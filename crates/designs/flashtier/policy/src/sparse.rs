@@ -22,9 +22,11 @@
 /// The largest share of table entries in use.
 pub const MAX_LOAD: f64 = 0.9;
 
-/// Estimated host bytes per dirty block of the optional dirty index (a
-/// B-tree of 8-byte block numbers, nodes about two thirds full).
-pub const DIRTY_INDEX_BYTES: usize = 16;
+/// Host bytes per dirty block of the optional dirty index, at most: a
+/// B-tree of 8-byte block numbers, measured at 18 to 19 bytes per block
+/// (nodes half full when blocks become dirty in block order, fuller in random
+/// order; `tiercache-log-structured`'s `memory_bound` test), rounded up.
+pub const DIRTY_INDEX_BYTES: usize = 20;
 
 /// What the map holds for one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,27 @@ impl SparseMap {
     /// `backing_blocks` blocks, pointing into `slots` cache slots.
     /// Fails when an entry would need more than 8 bytes.
     pub fn new(max_entries: u64, backing_blocks: u64, slots: u64) -> Result<SparseMap, String> {
+        let (width, cap, slot_bits) = Self::shape(max_entries, backing_blocks, slots)?;
+        Ok(SparseMap {
+            data: vec![0; cap * width],
+            width,
+            cap,
+            len: 0,
+            limit: max_entries as usize,
+            dirty: 0,
+            slot_bits,
+            max_lba: backing_blocks,
+            dirty_index: None,
+        })
+    }
+
+    /// Entry width in bytes, table entries and slot bits of a map made by
+    /// [`Self::new`] with these arguments.
+    fn shape(
+        max_entries: u64,
+        backing_blocks: u64,
+        slots: u64,
+    ) -> Result<(usize, usize, u32), String> {
         let lba_bits = bits(backing_blocks.max(1));
         let slot_bits = bits(slots.saturating_sub(1)).max(1);
         if slots > u32::MAX as u64 {
@@ -82,17 +105,15 @@ impl SparseMap {
         let cap = ((max_entries as f64 / MAX_LOAD).ceil() as usize)
             .max(max_entries as usize + 1)
             .max(8);
-        Ok(SparseMap {
-            data: vec![0; cap * width],
-            width,
-            cap,
-            len: 0,
-            limit: max_entries as usize,
-            dirty: 0,
-            slot_bits,
-            max_lba: backing_blocks,
-            dirty_index: None,
-        })
+        Ok((width, cap, slot_bits))
+    }
+
+    /// Bytes of the table [`Self::new`] allocates for these arguments
+    /// (without the optional dirty index), without allocating it: what a
+    /// cache of `slots` slots will hold in memory.
+    pub fn table_bytes(max_entries: u64, backing_blocks: u64, slots: u64) -> Result<u64, String> {
+        let (width, cap, _) = Self::shape(max_entries, backing_blocks, slots)?;
+        Ok((width as u64).saturating_mul(cap as u64) + std::mem::size_of::<Self>() as u64)
     }
 
     /// Blocks mapped.

@@ -110,8 +110,8 @@ impl Journal {
     /// region 1, region 0 and the log zeroed (so nothing of an earlier volume
     /// on the device can ever replay).
     pub fn format(dev: Arc<dyn BlockDev>, layout: Layout, table: &MappingTable) -> io::Result<()> {
-        let zero = vec![0u8; layout.checkpoint_bytes as usize];
-        dev.write_at(&zero, layout.checkpoint_offsets[0])?;
+        // A region whose header is zeros holds no checkpoint.
+        dev.write_at(&[0u8; CHECKPOINT_HEADER], layout.checkpoint_offsets[0])?;
         dev.write_at(&vec![0u8; layout.log_bytes as usize], layout.log_offset)?;
         let mut j = Journal {
             dev,
@@ -128,21 +128,33 @@ impl Journal {
     /// the tiers and takes a checkpoint (a new epoch).
     pub fn open(dev: Arc<dyn BlockDev>, layout: Layout) -> io::Result<(Journal, Recovered)> {
         let started = Instant::now();
-        let mut best: Option<(u64, Vec<u8>)> = None;
+        // Headers first; the newer intact region is read, in chunks, and the
+        // older one only if the newer is torn.
+        let mut heads = Vec::new();
         let mut problems = Vec::new();
         for (i, &off) in layout.checkpoint_offsets.iter().enumerate() {
-            let mut region = vec![0u8; layout.checkpoint_bytes as usize];
-            dev.read_at(&mut region, off)?;
-            match parse_checkpoint(&region) {
-                Ok((seq, payload)) => {
-                    if best.as_ref().is_none_or(|(s, _)| seq > *s) {
-                        best = Some((seq, payload.to_vec()));
-                    }
-                }
+            let mut h = [0u8; CHECKPOINT_HEADER];
+            dev.read_at(&mut h, off)?;
+            match parse_header(&h, layout.checkpoint_bytes) {
+                Ok(p) => heads.push((p, i, off)),
                 Err(e) => problems.push(format!("region {i}: {e}")),
             }
         }
-        let (seq, payload) = best.ok_or_else(|| {
+        heads.sort_by_key(|(p, _, _)| std::cmp::Reverse(p.seq));
+        let mut best: Option<(u64, MappingTable)> = None;
+        for (p, i, off) in heads {
+            match read_table(dev.as_ref(), off, &p)? {
+                Ok(t) => {
+                    best = Some((p.seq, t));
+                    break;
+                }
+                Err(Region::Torn(e)) => problems.push(format!("region {i}: {e}")),
+                // Intact bytes the table refuses: the older region must not
+                // be used instead (its slots may have been reused since).
+                Err(Region::Damaged(e)) => return Err(corrupt(e)),
+            }
+        }
+        let (seq, table) = best.ok_or_else(|| {
             corrupt(format!(
                 "no intact mapping checkpoint ({})",
                 problems.join("; ")
@@ -187,7 +199,7 @@ impl Journal {
                 }
             }
         }
-        let (table, rec) = migration::recover(&payload, &records)
+        let (table, rec) = migration::recover_table(table, &records)
             .map_err(|e| corrupt(format!("replaying the migration log: {e}")))?;
         let (parsed, _) = migration::parse_log(&records);
         let done = |id: u64| {
@@ -247,24 +259,35 @@ impl Journal {
     /// flush it; the log starts a new epoch.
     pub fn checkpoint(&mut self, table: &MappingTable) -> io::Result<()> {
         let seq = self.seq + 1;
-        let payload = table.checkpoint();
-        let mut region = vec![0u8; CHECKPOINT_HEADER];
-        region[..8].copy_from_slice(CHECKPOINT_MAGIC);
-        region[8..16].copy_from_slice(&seq.to_le_bytes());
-        region[16..24].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-        region[24..28].copy_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-        let crc = crc32c::crc32c(&region[..CHECKPOINT_HEADER - 4]);
-        region[CHECKPOINT_HEADER - 4..].copy_from_slice(&crc.to_le_bytes());
-        region.extend_from_slice(&payload);
-        if region.len() as u64 > self.layout.checkpoint_bytes {
+        let len = table.checkpoint_len();
+        if CHECKPOINT_HEADER as u64 + len > self.layout.checkpoint_bytes {
             return Err(io::Error::other(format!(
                 "checkpoint of {} bytes does not fit its region of {}",
-                region.len(),
+                CHECKPOINT_HEADER as u64 + len,
                 self.layout.checkpoint_bytes
             )));
         }
+        // The payload in chunks, straight from the table, then the header
+        // with its length and CRC32C: a torn write leaves a header whose
+        // payload does not match it (or the older header).
         let off = self.layout.checkpoint_offsets[(seq % 2) as usize];
-        self.dev.write_at(&region, off)?;
+        let mut at = off + CHECKPOINT_HEADER as u64;
+        let mut crc = 0u32;
+        table.write_checkpoint(|b| {
+            crc = crc32c::crc32c_append(crc, b);
+            self.dev.write_at(b, at)?;
+            at += b.len() as u64;
+            Ok::<(), io::Error>(())
+        })?;
+        self.dev.flush()?;
+        let mut h = [0u8; CHECKPOINT_HEADER];
+        h[..8].copy_from_slice(CHECKPOINT_MAGIC);
+        h[8..16].copy_from_slice(&seq.to_le_bytes());
+        h[16..24].copy_from_slice(&len.to_le_bytes());
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        let hcrc = crc32c::crc32c(&h[..CHECKPOINT_HEADER - 4]);
+        h[CHECKPOINT_HEADER - 4..].copy_from_slice(&hcrc.to_le_bytes());
+        self.dev.write_at(&h, off)?;
         self.dev.flush()?;
         self.seq = seq;
         self.next_slot = 0;
@@ -282,25 +305,84 @@ impl Journal {
     }
 }
 
-/// `(seq, payload)` of an intact checkpoint region.
-fn parse_checkpoint(region: &[u8]) -> Result<(u64, &[u8]), String> {
-    if region.len() < CHECKPOINT_HEADER || &region[..8] != CHECKPOINT_MAGIC {
+/// An intact checkpoint region header: sequence number, payload length and CRC32C.
+struct Header {
+    seq: u64,
+    len: u64,
+    crc: [u8; 4],
+}
+
+/// The header of a checkpoint region of `region_bytes`, if intact.
+fn parse_header(h: &[u8], region_bytes: u64) -> Result<Header, String> {
+    if h.len() < CHECKPOINT_HEADER || &h[..8] != CHECKPOINT_MAGIC {
         return Err("no checkpoint".into());
     }
-    let h = &region[..CHECKPOINT_HEADER];
+    let h = &h[..CHECKPOINT_HEADER];
     if crc32c::crc32c(&h[..CHECKPOINT_HEADER - 4]).to_le_bytes() != h[CHECKPOINT_HEADER - 4..] {
         return Err("header checksum mismatch".into());
     }
     let u = |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().expect("8"));
-    let seq = u(8..16);
-    let len = usize::try_from(u(16..24)).map_err(|_| "length overflow".to_string())?;
-    let payload = region
-        .get(CHECKPOINT_HEADER..CHECKPOINT_HEADER.saturating_add(len))
-        .ok_or("payload longer than the region")?;
-    if crc32c::crc32c(payload).to_le_bytes() != h[24..28] {
-        return Err("payload checksum mismatch (torn checkpoint)".into());
+    let len = u(16..24);
+    if len > region_bytes.saturating_sub(CHECKPOINT_HEADER as u64) {
+        return Err("payload longer than the region".into());
     }
-    Ok((seq, payload))
+    Ok(Header {
+        seq: u(8..16),
+        len,
+        crc: h[24..28].try_into().expect("4"),
+    })
+}
+
+/// Why a checkpoint region gives no table.
+enum Region {
+    /// Its payload does not match its header (a torn write).
+    Torn(String),
+    /// Its payload is what the header says, and the table refuses it.
+    Damaged(String),
+}
+
+/// The table of the checkpoint region at `off` with header `h`, read in
+/// chunks ([`MappingTable::read_checkpoint`]).
+fn read_table(
+    dev: &dyn BlockDev,
+    off: u64,
+    h: &Header,
+) -> io::Result<Result<MappingTable, Region>> {
+    let start = off + CHECKPOINT_HEADER as u64;
+    let mut at = 0u64;
+    let mut crc = 0u32;
+    let mut io_err = None;
+    let parsed = MappingTable::read_checkpoint(|buf| {
+        let fail = |m: String| tiercache_tiering::TierError::Corrupt(m);
+        if at + buf.len() as u64 > h.len {
+            return Err(fail("truncated".into()));
+        }
+        if let Err(e) = dev.read_at(buf, start + at) {
+            let m = e.to_string();
+            io_err = Some(e);
+            return Err(fail(m));
+        }
+        crc = crc32c::crc32c_append(crc, buf);
+        at += buf.len() as u64;
+        Ok(())
+    });
+    if let Some(e) = io_err {
+        return Err(e);
+    }
+    // The rest of the payload, for its CRC32C (the table stopped early).
+    let mut buf = vec![0u8; (h.len - at).min(1 << 20) as usize];
+    while at < h.len {
+        let n = ((h.len - at) as usize).min(buf.len());
+        dev.read_at(&mut buf[..n], start + at)?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        at += n as u64;
+    }
+    if crc.to_le_bytes() != h.crc {
+        return Ok(Err(Region::Torn(
+            "payload checksum mismatch (torn checkpoint)".into(),
+        )));
+    }
+    Ok(parsed.map_err(|e| Region::Damaged(format!("replaying the migration log: {e}"))))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 
 pub mod design;
 pub mod journal;
+pub mod memory;
 pub mod superblock;
 pub mod volume;
 

@@ -31,6 +31,11 @@ pub const MAX_TIERS: usize = 4;
 /// Most slots of one fast tier (30 bits in a mapping entry).
 pub const MAX_FAST_SLOTS: u64 = 1 << 30;
 const SLOT_MASK: u32 = (1 << 30) - 1;
+/// Host bytes of one block's mapping entry.
+pub const ENTRY_BYTES: u64 = std::mem::size_of::<u32>() as u64;
+/// Bytes of a checkpoint produced or consumed at a time by
+/// [`MappingTable::write_checkpoint`] and [`MappingTable::read_checkpoint`].
+pub const CHECKPOINT_CHUNK: usize = 1 << 20;
 
 /// Where a block's data lives: a tier and a slot (block-sized unit) on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -400,63 +405,119 @@ impl MappingTable {
                 .sum::<u64>()
     }
 
+    /// Host bytes of a table of `blocks` blocks whose allocators have
+    /// `allocator_slots` slots ([`memory_bytes`](Self::memory_bytes) before
+    /// it is made).
+    pub fn memory_bytes_for(blocks: u64, allocator_slots: &[u64]) -> u64 {
+        blocks * ENTRY_BYTES
+            + allocator_slots
+                .iter()
+                .map(|s| s.div_ceil(64) * 8)
+                .sum::<u64>()
+    }
+
+    /// Bytes of [`checkpoint`](Self::checkpoint)'s output.
+    pub fn checkpoint_len(&self) -> u64 {
+        8 + 4 + 1 + 8 * self.fast.len() as u64 + 8 + 4 * self.entries.len() as u64 + 4
+    }
+
     /// Serialize the table (a checkpoint on the capacity tier, 5.3): header,
     /// entries, CRC32C. Take it only when no migration is in flight.
     pub fn checkpoint(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + self.entries.len() * 4);
+        let mut out = Vec::with_capacity(self.checkpoint_len() as usize);
+        self.write_checkpoint(|b| {
+            out.extend_from_slice(b);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .expect("in memory");
+        out
+    }
+
+    /// [`checkpoint`](Self::checkpoint)'s bytes handed to `out` in pieces of
+    /// at most [`CHECKPOINT_CHUNK`] bytes, in order (no copy of the table).
+    pub fn write_checkpoint<E>(
+        &self,
+        mut out: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut buf = Vec::with_capacity(CHECKPOINT_CHUNK);
         // Version 2: the capacity tier has no homes; its allocator's size
         // follows the fast tiers' (version 1 tables are unchanged).
-        out.extend_from_slice(if self.has_homes() {
+        buf.extend_from_slice(if self.has_homes() {
             b"OODTMAP1"
         } else {
             b"OODTMAP2"
         });
-        out.extend_from_slice(&self.block_bytes.to_le_bytes());
-        out.push(self.fast.len() as u8);
+        buf.extend_from_slice(&self.block_bytes.to_le_bytes());
+        buf.push(self.fast.len() as u8);
         for b in &self.fast {
-            out.extend_from_slice(&b.slots.to_le_bytes());
+            buf.extend_from_slice(&b.slots.to_le_bytes());
         }
-        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        buf.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        let mut crc = 0u32;
         for e in &self.entries {
-            out.extend_from_slice(&e.to_le_bytes());
+            buf.extend_from_slice(&e.to_le_bytes());
+            if buf.len() + 4 > CHECKPOINT_CHUNK {
+                crc = crc32c::crc32c_append(crc, &buf);
+                out(&buf)?;
+                buf.clear();
+            }
         }
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        crc = crc32c::crc32c_append(crc, &buf);
+        buf.extend_from_slice(&crc.to_le_bytes());
+        out(&buf)
     }
 
     /// Rebuild a table from a [`checkpoint`](Self::checkpoint); the
     /// allocators are derived from the entries, so no slot leaks.
     pub fn from_checkpoint(bytes: &[u8]) -> Result<Self, TierError> {
+        let mut at = 0usize;
+        let t = Self::read_checkpoint(|buf: &mut [u8]| {
+            let s = bytes
+                .get(at..at + buf.len())
+                .ok_or_else(|| TierError::Corrupt("truncated".into()))?;
+            buf.copy_from_slice(s);
+            at += buf.len();
+            Ok(())
+        })?;
+        if at != bytes.len() {
+            return Err(TierError::Corrupt("trailing bytes".into()));
+        }
+        Ok(t)
+    }
+
+    /// Rebuild a table from a checkpoint read in order by `read` (each call
+    /// fills its buffer with the next bytes; at most [`CHECKPOINT_CHUNK`] at
+    /// a time), so that only the table is held in memory. The CRC32C at its
+    /// end is checked incrementally; a damaged checkpoint is an error.
+    pub fn read_checkpoint(
+        mut read: impl FnMut(&mut [u8]) -> Result<(), TierError>,
+    ) -> Result<Self, TierError> {
         let bad = |m: &str| TierError::Corrupt(m.to_string());
-        if bytes.len() < 4 {
-            return Err(bad("too short"));
-        }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
-            return Err(bad("checksum mismatch"));
-        }
-        let mut r = body;
-        let mut take = |n: usize| -> Result<&[u8], TierError> {
-            if r.len() < n {
-                return Err(bad("truncated"));
-            }
-            let (a, b) = r.split_at(n);
-            r = b;
-            Ok(a)
+        let mut crc = 0u32;
+        let mut take = |n: usize, crc: &mut u32| -> Result<Vec<u8>, TierError> {
+            let mut b = vec![0u8; n];
+            read(&mut b)?;
+            *crc = crc32c::crc32c_append(*crc, &b);
+            Ok(b)
         };
-        let homes = match take(8)? {
+        let magic = take(8, &mut crc)?;
+        let homes = match &magic[..] {
             b"OODTMAP1" => true,
             b"OODTMAP2" => false,
             _ => return Err(bad("not a mapping checkpoint")),
         };
-        let block_bytes = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
-        let nalloc = take(1)?[0] as usize;
+        let block_bytes = u32::from_le_bytes(take(4, &mut crc)?.try_into().expect("4 bytes"));
+        let nalloc = take(1, &mut crc)?[0] as usize;
+        if nalloc > MAX_TIERS {
+            return Err(bad("too many tiers"));
+        }
         let mut slots = Vec::new();
         for _ in 0..nalloc {
-            slots.push(u64::from_le_bytes(take(8)?.try_into().expect("8 bytes")));
+            slots.push(u64::from_le_bytes(
+                take(8, &mut crc)?.try_into().expect("8 bytes"),
+            ));
         }
-        let blocks = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        let blocks = u64::from_le_bytes(take(8, &mut crc)?.try_into().expect("8 bytes"));
         let mut t = if homes {
             MappingTable::new(block_bytes, blocks, &slots)?
         } else {
@@ -469,23 +530,37 @@ impl MappingTable {
             t
         };
         let nfast = t.capacity_tier() as usize;
-        for b in 0..blocks {
-            let e = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
-            let loc = t.decode(b, e);
-            if (loc.tier as usize) > nfast
-                || t.fast
-                    .get(loc.tier as usize)
-                    .is_some_and(|m| loc.slot >= m.slots)
-            {
-                return Err(bad("tier out of range"));
-            }
-            t.set_entry(b, loc)?;
-            if let Some(bm) = t.fast.get_mut(loc.tier as usize) {
-                if bm.is_set(loc.slot) {
-                    return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+        let mut buf = vec![0u8; CHECKPOINT_CHUNK.min(4 * blocks as usize)];
+        let mut b = 0u64;
+        while b < blocks {
+            let n = ((blocks - b) as usize).min(buf.len() / 4);
+            let chunk = &mut buf[..4 * n];
+            read(chunk)?;
+            crc = crc32c::crc32c_append(crc, chunk);
+            for e in chunk.chunks_exact(4) {
+                let e = u32::from_le_bytes(e.try_into().expect("4 bytes"));
+                let loc = t.decode(b, e);
+                if (loc.tier as usize) > nfast
+                    || t.fast
+                        .get(loc.tier as usize)
+                        .is_some_and(|m| loc.slot >= m.slots)
+                {
+                    return Err(bad("tier out of range"));
                 }
-                bm.set(loc.slot);
+                t.set_entry(b, loc)?;
+                if let Some(bm) = t.fast.get_mut(loc.tier as usize) {
+                    if bm.is_set(loc.slot) {
+                        return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+                    }
+                    bm.set(loc.slot);
+                }
+                b += 1;
             }
+        }
+        let mut end = [0u8; 4];
+        read(&mut end)?;
+        if crc.to_le_bytes() != end {
+            return Err(bad("checksum mismatch"));
         }
         Ok(t)
     }
@@ -564,6 +639,53 @@ mod tests {
         bad[30] ^= 1;
         assert!(MappingTable::from_checkpoint(&bad).is_err());
         assert!(MappingTable::from_checkpoint(&c[..c.len() - 1]).is_err());
+    }
+
+    /// A checkpoint of several chunks comes out of `write_checkpoint` in
+    /// pieces no larger than a chunk, equal to `checkpoint()`'s bytes, and
+    /// reads back through `read_checkpoint`; a flipped byte in any chunk is
+    /// damage.
+    #[test]
+    fn chunked_checkpoint_round_trips_and_detects_damage() {
+        let blocks = (3 * CHECKPOINT_CHUNK / 4 + 123) as u64;
+        let mut t = MappingTable::new_sum(4096, blocks, &[1000, blocks]).unwrap();
+        for b in [0, 5, blocks / 2, blocks - 1] {
+            let h = t.lookup(b).unwrap();
+            let d = t.reserve(0, b).unwrap();
+            t.switch(b, h, d).unwrap();
+            t.release(h);
+        }
+        let mut pieces = Vec::new();
+        t.write_checkpoint(|b| {
+            pieces.push(b.to_vec());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert!(pieces.len() >= 4 && pieces.iter().all(|p| p.len() <= CHECKPOINT_CHUNK));
+        let whole = pieces.concat();
+        assert_eq!(whole, t.checkpoint());
+        assert_eq!(whole.len() as u64, t.checkpoint_len());
+        let read = |bytes: &[u8]| {
+            let mut at = 0;
+            MappingTable::read_checkpoint(|buf| {
+                assert!(buf.len() <= CHECKPOINT_CHUNK);
+                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+                at += buf.len();
+                Ok(())
+            })
+        };
+        assert_eq!(read(&whole).unwrap(), t);
+        for at in [
+            9,
+            40,
+            CHECKPOINT_CHUNK + 17,
+            whole.len() - 6,
+            whole.len() - 1,
+        ] {
+            let mut bad = whole.clone();
+            bad[at] ^= 0x10;
+            assert!(read(&bad).is_err(), "damage at {at} not detected");
+        }
     }
 
     #[test]

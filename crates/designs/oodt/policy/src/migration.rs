@@ -449,7 +449,15 @@ pub struct Recovery {
 /// Rebuild the mapping after a crash from the last checkpoint and the log
 /// (see the module docs). Idempotent: recovering twice gives the same table.
 pub fn recover(checkpoint: &[u8], log: &[u8]) -> Result<(MappingTable, Recovery), TierError> {
-    let mut table = MappingTable::from_checkpoint(checkpoint)?;
+    recover_table(MappingTable::from_checkpoint(checkpoint)?, log)
+}
+
+/// [`recover`] from a table already read from the checkpoint (read in
+/// chunks: [`MappingTable::read_checkpoint`]).
+pub fn recover_table(
+    mut table: MappingTable,
+    log: &[u8],
+) -> Result<(MappingTable, Recovery), TierError> {
     let (records, log_bytes) = parse_log(log);
     let mut begun: Vec<(u64, BlockId, Loc, Loc)> = Vec::new();
     let mut switched: Vec<u64> = Vec::new();

@@ -4,7 +4,7 @@
 
 use super::LogCache;
 use super::{err, evicted, set_shadows, shadows, CacheError, Ext, Res, State};
-use crate::checkpoint::{Checkpoint, NONE};
+use crate::checkpoint::{write_streamed, CheckpointHead, NONE};
 use crate::map::Entry;
 use crate::segment::{Summary, BLOCK};
 use tiercache_flash::logstore::LogIo;
@@ -255,23 +255,25 @@ impl LogCache {
             Some(o) if !empty => (o.seg, o.seq, o.entries.len() as u32),
             _ => (NONE, 0, 0),
         };
-        let ck = Checkpoint {
+        let head = CheckpointHead {
             epoch: st.epoch + 1,
             next_seq: st.next_seq,
             open_seg,
             open_seq,
             open_count,
             seg_seqs: st.segs.iter().map(|s| s.seq).collect(),
-            entries: if empty {
-                Vec::new()
-            } else {
-                st.map.iter().map(|(l, e)| (l, e.dirty, e.slot)).collect()
-            },
         };
+        // The entries are streamed from the map: no copy of it is made (none
+        // at all for the empty checkpoint of a detach).
+        let entries = st
+            .map
+            .iter()
+            .filter(|_| !empty)
+            .map(|(l, e)| (l, e.dirty, e.slot));
         if let Err(e) = self
             .cache
             .flush()
-            .and_then(|_| ck.write(self.cache.as_ref(), &st.sb))
+            .and_then(|_| write_streamed(self.cache.as_ref(), &st.sb, &head, entries))
         {
             // The new checkpoint may have landed all the same (its header
             // written, the last flush failed): a later flush can make it

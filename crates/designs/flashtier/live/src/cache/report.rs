@@ -106,6 +106,10 @@ impl LogCache {
                 "bytes_per_cached_block": m / st.map.len().max(1) as f64,
                 "bytes_per_block_full": m / st.sb.slots() as f64,
             },
+            "metadata_memory": crate::memory::metadata_memory(&st.sb).map_or(serde_json::Value::Null, |b| json!({
+                "bound_bytes": b.total(),
+                "bound_per_slot": b.per_slot(),
+            })),
             "errors": { "cache": c.cache_errors, "backing": c.backing_errors },
             "recovery": {
                 "ms": r.duration.as_secs_f64() * 1000.0,

@@ -77,7 +77,10 @@ impl VolumeConfig {
 /// up to its last block, then the fast tier's share (discarded: zeros on a
 /// file). Refuses a `fast` tier holding a filesystem, a cache or another
 /// volume, and a `slow` tier holding a tiered-volume superblock, unless
-/// `force`. Creates `fast` as a file of `create_size` bytes if it is absent.
+/// `force`, and a volume whose metadata would not fit in the machine's
+/// allowance of memory ([`crate::memory::check_fits`]). Creates `fast` as a
+/// file of `create_size` bytes if it is absent (and removes it again if
+/// formatting fails).
 pub fn format_volume(
     fast: &Path,
     slow: &Path,
@@ -87,24 +90,86 @@ pub fn format_volume(
     force: bool,
     capacity: Capacity,
 ) -> anyhow::Result<Superblock> {
-    cfg.validate()?;
+    let kind = cfg.validate()?;
     if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
         bail!("block size {block_bytes} B (allowed: a power of two from 4KiB to 4MiB)");
     }
     if !tiercache_io::device_exists(slow) {
         bail!("slow tier {} does not exist", slow.display());
     }
-    if !fast.exists() {
+    let create = !fast.exists();
+    let fast_size = if create {
         let Some(size) = create_size else {
             bail!(
                 "fast tier {} does not exist (give --size to create a file)",
                 fast.display()
             );
         };
+        size
+    } else {
+        tiercache_io::probe_identity(fast)
+            .with_context(|| format!("fast tier {}", fast.display()))?
+            .size
+    };
+    // Before anything is created: the metadata must fit in memory.
+    let slow_size = tiercache_io::probe_identity(slow)
+        .with_context(|| format!("slow tier {}", slow.display()))?
+        .size;
+    if let Ok((layout, volume_bytes)) = plan(fast_size, slow_size, block_bytes, capacity) {
+        let blocks = volume_bytes.div_ceil(u64::from(block_bytes));
+        let slow_slots = layout.slow_slots;
+        let m = crate::memory::metadata_memory_of(blocks, layout.fast_slots, slow_slots, kind);
+        crate::memory::check_fits(&m, volume_bytes, block_bytes, kind)
+            .map_err(anyhow::Error::msg)?;
+    }
+    if create {
         let f =
             std::fs::File::create(fast).with_context(|| format!("creating {}", fast.display()))?;
-        f.set_len(size)?;
+        if let Err(e) = f.set_len(fast_size) {
+            let _ = std::fs::remove_file(fast);
+            return Err(anyhow::Error::new(e).context(format!("sizing {}", fast.display())));
+        }
     }
+    let r = format_created(fast, slow, block_bytes, cfg, force, capacity);
+    if r.is_err() && create {
+        // A refusal or failure leaves no file behind.
+        let _ = std::fs::remove_file(fast);
+    }
+    r
+}
+
+/// The layout and volume size of a volume over tiers of `fast_bytes` and
+/// `slow_bytes` in blocks of `block_bytes`.
+fn plan(
+    fast_bytes: u64,
+    slow_bytes: u64,
+    block_bytes: u32,
+    capacity: Capacity,
+) -> Result<(Layout, u64), crate::superblock::FormatError> {
+    Ok(match capacity {
+        Capacity::Slow => {
+            let blocks = slow_bytes.div_ceil(u64::from(block_bytes));
+            (
+                Layout::compute(fast_bytes, blocks, block_bytes)?,
+                slow_bytes,
+            )
+        }
+        Capacity::Sum => {
+            let (l, blocks) = Layout::compute_sum(fast_bytes, slow_bytes, block_bytes)?;
+            (l, blocks * u64::from(block_bytes))
+        }
+    })
+}
+
+/// [`format_volume`] once the fast tier exists.
+fn format_created(
+    fast: &Path,
+    slow: &Path,
+    block_bytes: u32,
+    cfg: &VolumeConfig,
+    force: bool,
+    capacity: Capacity,
+) -> anyhow::Result<Superblock> {
     let fast = &std::fs::canonicalize(fast)?;
     let slow = &tiercache_io::canonical_device(slow)?;
     if fast == slow {
@@ -139,19 +204,7 @@ pub fn format_volume(
             slow_id.size
         );
     }
-    let (layout, volume_bytes) = match capacity {
-        Capacity::Slow => {
-            let blocks = slow_id.size.div_ceil(u64::from(block_bytes));
-            (
-                Layout::compute(fast_id.size, blocks, block_bytes)?,
-                slow_id.size,
-            )
-        }
-        Capacity::Sum => {
-            let (l, blocks) = Layout::compute_sum(fast_id.size, slow_id.size, block_bytes)?;
-            (l, blocks * u64::from(block_bytes))
-        }
-    };
+    let (layout, volume_bytes) = plan(fast_id.size, slow_id.size, block_bytes, capacity)?;
     let sb = Superblock {
         uuid: *uuid::Uuid::new_v4().as_bytes(),
         block_bytes,

@@ -264,6 +264,13 @@ impl TieredVolume {
             let j = lock(&self.journal);
             (j.seq(), j.log_records())
         };
+        // The recorded policy was validated when the volume was opened.
+        let kind = self
+            .cfg
+            .policy
+            .parse()
+            .unwrap_or(tiercache_tiering::policy::PolicyKind::Oodt);
+        let bound = crate::memory::metadata_memory(&self.sb, kind);
         let n = &self.counters;
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let tiers: Vec<_> = (0..2)
@@ -311,6 +318,10 @@ impl TieredVolume {
             "checkpoint_seq": seq,
             "log_records": log_records,
             "metadata_bytes": map_bytes + stats_bytes,
+            "metadata_memory": {
+                "bound_bytes": bound.total(),
+                "bound_per_block": bound.per_block(),
+            },
             "recovery": {
                 "ms": r.duration.as_secs_f64() * 1000.0,
                 "checkpoint_seq": r.checkpoint_seq,

@@ -82,6 +82,10 @@ impl TieredVolume {
         let cfg: VolumeConfig =
             serde_json::from_str(&sb.config).context("reading the recorded policy")?;
         let kind = cfg.validate()?;
+        // A volume formatted on a larger machine: a clear line, not an abort.
+        let m = crate::memory::metadata_memory(&sb, kind);
+        crate::memory::check_fits(&m, sb.volume_bytes, sb.block_bytes, kind)
+            .map_err(anyhow::Error::msg)?;
         if devs.len() != 2 {
             bail!("{} tiers given (a volume has 2)", devs.len());
         }

@@ -97,6 +97,18 @@ impl FromStr for PolicyKind {
     }
 }
 
+impl PolicyKind {
+    /// Host bytes of per-block statistics the policy keeps with its
+    /// default configuration ([`TierPolicy::stats_bytes`] per block): a
+    /// dense table of two `f32` (OODT) or one 4-byte counter or score.
+    pub fn stats_bytes_per_block(self) -> u64 {
+        match self {
+            PolicyKind::Oodt => 8,
+            PolicyKind::Frequency | PolicyKind::Hystor | PolicyKind::Raf => 4,
+        }
+    }
+}
+
 /// Parameters of the policies.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PolicyConfig {
@@ -140,4 +152,21 @@ pub fn build(
         PolicyKind::Hystor => Box::new(hystor::Hystor::new(cfg, blocks)?),
         PolicyKind::Raf => Box::new(raf::Raf::new(cfg, blocks)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_bytes_per_block_is_what_each_policy_keeps() {
+        for kind in PolicyKind::ALL {
+            let p = build(kind, &PolicyConfig::default(), 1000, 4096).unwrap();
+            assert_eq!(
+                p.stats_bytes(),
+                1000 * kind.stats_bytes_per_block(),
+                "{kind}"
+            );
+        }
+    }
 }
