@@ -202,7 +202,10 @@ fn sigterm(srv: &mut ServeProc) {
         .status()
         .expect("kill");
     assert!(st.success());
-    assert!(srv.wait_exit().success(), "the server failed its clean shutdown");
+    assert!(
+        srv.wait_exit().success(),
+        "the server failed its clean shutdown"
+    );
 }
 
 /// The cold start as `stats --json` shows it, per design.
@@ -268,8 +271,15 @@ fn a_tiered_volume_refuses_detach_and_keeps_serving() {
     let (ok, out) = st.detach();
     assert!(!ok, "detach of a tiered volume was accepted: {out}");
     assert!(out.contains("cannot be detached"), "{out}");
-    assert!(srv.child.try_wait().expect("try_wait").is_none(), "the server stopped");
-    st.io(&["read -P 0xaa 8M 4M", "write -P 0xcc 1M 64k", "read -P 0xcc 1M 64k"]);
+    assert!(
+        srv.child.try_wait().expect("try_wait").is_none(),
+        "the server stopped"
+    );
+    st.io(&[
+        "read -P 0xaa 8M 4M",
+        "write -P 0xcc 1M 64k",
+        "read -P 0xcc 1M 64k",
+    ]);
     sigterm(&mut srv);
     let _srv = st.serve();
     st.io(&["read -P 0xaa 8M 4M", "read -P 0xcc 1M 64k"]);
@@ -300,7 +310,9 @@ fn modified_while_stopped(st: &Setup) {
         why.contains("modified while the cache was stopped"),
         "{d:?}: {why}"
     );
-    assert!(st.log_text().contains("starting cold: the backing device was modified"));
+    assert!(st
+        .log_text()
+        .contains("starting cold: the backing device was modified"));
     // Now dirty data (written, not flushed), a clean shutdown, and a change.
     st.io(&["write -P 0xcc 10M 64k"]);
     sigterm(&mut srv);
@@ -312,7 +324,10 @@ fn modified_while_stopped(st: &Setup) {
         "--listen",
         &format!("unix:{}", st.sock.display()),
     ]);
-    assert!(!ok, "{d:?}: a cache with dirty data served a modified backing device");
+    assert!(
+        !ok,
+        "{d:?}: a cache with dirty data served a modified backing device"
+    );
     assert!(
         out.contains("modified while the cache was stopped") && out.contains("dirty"),
         "{d:?}: {out}"
@@ -354,8 +369,7 @@ fn crash_around_detach(st: &Setup) {
     // During: the detach races the kill.
     st.io(&["write -P 0xcc 8M 4M"]);
     let primary = st.primary.clone();
-    let detacher =
-        std::thread::spawn(move || try_tiercache(&["detach", "--cache", s(&primary)]));
+    let detacher = std::thread::spawn(move || try_tiercache(&["detach", "--cache", s(&primary)]));
     std::thread::sleep(Duration::from_millis(30));
     srv.kill9();
     let (ok, out) = detacher.join().expect("detach thread");
@@ -382,7 +396,10 @@ fn crash_around_detach(st: &Setup) {
         }
     }
     c.disconnect();
-    eprintln!("{d:?}: kill -9 during detach: detach {}", if ok { "completed" } else { "cut short" });
+    eprintln!(
+        "{d:?}: kill -9 during detach: detach {}",
+        if ok { "completed" } else { "cut short" }
+    );
 }
 
 #[test]

@@ -429,7 +429,10 @@ fn verify_sample(
             .read_at(&mut b[..n], at)
             .map_err(|e| StoreError::io("reading the backing device to verify the cache", e))?;
         let differs = (0..layout.sub_blocks()).any(|i| {
-            let (lo, hi) = ((i as u64 * sub) as usize, (((i as u64 + 1) * sub) as usize).min(n));
+            let (lo, hi) = (
+                (i as u64 * sub) as usize,
+                (((i as u64 + 1) * sub) as usize).min(n),
+            );
             m.valid.get(i) && !m.dirty.get(i) && lo < hi && a[lo..hi] != b[lo..hi]
         });
         if differs {

@@ -86,7 +86,10 @@ impl BackingIdentity {
             (
                 Some((md.dev(), md.ino())),
                 None,
-                Some((ns(md.mtime(), md.mtime_nsec()), ns(md.ctime(), md.ctime_nsec()))),
+                Some((
+                    ns(md.mtime(), md.mtime_nsec()),
+                    ns(md.ctime(), md.ctime_nsec()),
+                )),
             )
         };
         Ok(BackingIdentity {
@@ -658,7 +661,10 @@ mod tests {
         let mut id = sample().backing;
         id.file_id = Some((7, 9));
         id.times = Some((3, 4));
-        assert_eq!(BackingIdentity::from_bytes(&id.to_bytes()), Some(id.clone()));
+        assert_eq!(
+            BackingIdentity::from_bytes(&id.to_bytes()),
+            Some(id.clone())
+        );
         assert_eq!(BackingIdentity::from_bytes(&id.to_bytes()[..10]), None);
     }
 

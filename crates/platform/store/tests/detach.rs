@@ -25,7 +25,13 @@ fn cached_clean() -> (MemDevice, Vec<(Slot, LineMeta)>) {
     for (slot, line) in [(0u32, 5u64), (1, 9)] {
         let off = store.layout().slot_offset(slot).unwrap();
         dev.write_at(&data(line), off).unwrap();
-        store.append(Record::Map { slot, line, class: 0 }).unwrap();
+        store
+            .append(Record::Map {
+                slot,
+                line,
+                class: 0,
+            })
+            .unwrap();
         store
             .append(Record::Valid {
                 slot,
@@ -81,7 +87,10 @@ fn a_detached_store_opens_cold_and_says_so() {
     let o = open(&dev, &changed).unwrap();
     assert_eq!(mapped(&o.table), 0);
     assert_eq!(o.report.cold_start.as_deref(), Some(COLD_DETACHED));
-    assert!(o.report.to_string().contains("started cold: the cache was detached"));
+    assert!(o
+        .report
+        .to_string()
+        .contains("started cold: the cache was detached"));
     // Open again: not detached any more.
     let sb = Superblock::read(&dev).unwrap().newest;
     assert!(!sb.detached && sb.state == State::Open);
@@ -141,7 +150,10 @@ fn a_crash_during_detach_never_leaves_the_old_lines_after_the_empty_checkpoint()
             break;
         }
     }
-    assert!(saw[0] && saw[1], "crashes before and after the empty checkpoint");
+    assert!(
+        saw[0] && saw[1],
+        "crashes before and after the empty checkpoint"
+    );
 }
 
 #[test]
@@ -210,9 +222,25 @@ fn open_verified_ignores_sub_blocks_that_are_not_valid() {
 fn a_changed_backing_device_with_dirty_data_is_refused_and_nothing_changes() {
     let dev = MemDevice::from_image(small_image());
     let mut store = open(&dev, &backing()).unwrap().store;
-    store.append(Record::Map { slot: 0, line: 5, class: 0 }).unwrap();
-    store.append(Record::Valid { slot: 0, bitmap: all(8) }).unwrap();
-    store.append(Record::Dirty { slot: 0, bitmap: all(2) }).unwrap();
+    store
+        .append(Record::Map {
+            slot: 0,
+            line: 5,
+            class: 0,
+        })
+        .unwrap();
+    store
+        .append(Record::Valid {
+            slot: 0,
+            bitmap: all(8),
+        })
+        .unwrap();
+    store
+        .append(Record::Dirty {
+            slot: 0,
+            bitmap: all(2),
+        })
+        .unwrap();
     store.commit().unwrap();
     let m = LineMeta {
         line: 5,

@@ -512,9 +512,25 @@ fn backing_mismatch_is_refused_and_says_what_differs() {
         class: 0,
     };
     let mut store = open(&f, &id_a).unwrap().store;
-    store.append(Record::Map { slot: 0, line: 3, class: 0 }).unwrap();
-    store.append(Record::Valid { slot: 0, bitmap: bits(0xff) }).unwrap();
-    store.append(Record::Dirty { slot: 0, bitmap: bits(1) }).unwrap();
+    store
+        .append(Record::Map {
+            slot: 0,
+            line: 3,
+            class: 0,
+        })
+        .unwrap();
+    store
+        .append(Record::Valid {
+            slot: 0,
+            bitmap: bits(0xff),
+        })
+        .unwrap();
+    store
+        .append(Record::Dirty {
+            slot: 0,
+            bitmap: bits(1),
+        })
+        .unwrap();
     store.commit().unwrap();
     store
         .close([(0, dirty_line)], &BackingIdentity::probe(&a).unwrap())

@@ -200,7 +200,10 @@ fn verify_sample(
     for (lba, e) in map.iter().filter(|(_, e)| !e.dirty).step_by(stride) {
         let (seg, k) = (e.slot / d, e.slot % d);
         cache
-            .read_at(&mut a, sb.seg_off + seg as u64 * sb.seg_bytes + geo.data_offset(k))
+            .read_at(
+                &mut a,
+                sb.seg_off + seg as u64 * sb.seg_bytes + geo.data_offset(k),
+            )
             .context("reading cached data to verify it")?;
         backing
             .read_at(&mut b, lba * BLOCK)
