@@ -89,8 +89,16 @@ mod tests {
     fn meminfo_is_read_and_the_refusal_is_one_line() {
         let t = mem_total().expect("/proc/meminfo has MemTotal");
         assert!(t > 1 << 20);
-        let m = refusal("a 1 PiB cache with 4 KiB lines", 1 << 50, 1 << 30, "--line-size 1MiB would fit");
+        let m = refusal(
+            "a 1 PiB cache with 4 KiB lines",
+            1 << 50,
+            1 << 30,
+            "--line-size 1MiB would fit",
+        );
         assert!(!m.contains('\n'));
-        assert!(m.contains("needs 1 PiB of metadata memory, more than the 1 GiB allowed"), "{m}");
+        assert!(
+            m.contains("needs 1 PiB of metadata memory, more than the 1 GiB allowed"),
+            "{m}"
+        );
     }
 }
