@@ -50,7 +50,7 @@ fn format_of_a_cache_whose_metadata_does_not_fit_is_refused_leaving_no_file() {
             size.into(),
         ]
     };
-    let a = args("1PiB");
+    let a = args("1024TiB");
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     // On this machine's own allowance: 1 PiB of 4 KiB lines needs terabytes.
     let out = run(&a, &[]);
