@@ -70,7 +70,7 @@ pub fn check_fits(verb: &str, ssd_bytes: u64, dram_bytes: u64) -> Result<()> {
     }
     let left = allowance.saturating_sub(metadata_bytes(0, dram_bytes));
     let fit_pages = (left as f64 / bytes_per_page()) as u64;
-    let fit = fit_pages * PAGE >> 30 << 30;
+    let fit = ((fit_pages * PAGE) >> 30) << 30;
     let fix = if fit > 0 {
         format!(
             "SSDs of up to {} each would fit (pages are 4 KiB)",
