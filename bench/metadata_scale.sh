@@ -30,7 +30,7 @@ sizes=("$@")
 D=${DIR:-$(mktemp -d "${TMPDIR:-/tmp}/metadata_scale.XXXXXX")}
 mkdir -p "$D"
 SERVER=""
-trap '[ -n "$SERVER" ] && kill -9 $SERVER 2>/dev/null; rm -rf "$D"' EXIT
+trap '[ -s "$D/server.pid" ] && kill -9 "$(cat "$D/server.pid")" 2>/dev/null; rm -rf "$D"' EXIT
 
 # File sizes: ext4 refuses a 16 TiB file, so that one is 1 MiB short.
 bytes_of() {
@@ -52,7 +52,8 @@ timed() {
 }
 
 # Starts `serve` on $1 under /usr/bin/time; waits until the socket answers;
-# prints the seconds it took. The server's pid is in $SERVER.
+# prints the seconds it took. The server's pid goes to $D/server.pid (this
+# runs in a command substitution, a subshell).
 start_server() {
     local t0 w
     rm -f "$D/s.sock" "$D/serve.time"
@@ -60,7 +61,7 @@ start_server() {
     /usr/bin/time -f "%M" -o "$D/serve.time" "$TC" serve --cache "$1" --listen "unix:$D/s.sock" >>"$D/serve.log" 2>&1 &
     w=$!
     for _ in $(seq 1 6000); do
-        SERVER=$(pgrep -P $w || true)
+        pgrep -P $w >"$D/server.pid" || true
         if [ -S "$D/s.sock" ] && nbdinfo --size "nbd+unix:///?socket=$D/s.sock" >/dev/null 2>&1; then
             python3 -c "print(f'{$(now) - $t0:.2f}')"
             return 0
@@ -74,9 +75,11 @@ start_server() {
 
 # kill -9 the server; prints its peak RSS in MiB.
 kill_server() {
+    SERVER=$(cat "$D/server.pid")
     kill -9 "$SERVER"
     while [ ! -s "$D/serve.time" ] || ! tail -1 "$D/serve.time" | grep -qE '^[0-9]+$'; do sleep 0.05; done
     SERVER=""
+    rm -f "$D/server.pid"
     echo $(( $(tail -1 "$D/serve.time") / 1024 ))
 }
 

@@ -25,7 +25,10 @@ fn assert_refused(out: &Output, fix: &str) -> String {
     assert!(err.starts_with("tiercache: error: "), "{err}");
     assert!(err.contains("of metadata memory, more than the"), "{err}");
     assert!(err.contains(fix), "{err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
     err
 }
 
@@ -47,7 +50,7 @@ fn format_of_a_cache_whose_metadata_does_not_fit_is_refused_leaving_no_file() {
             size.into(),
         ]
     };
-    let a = args("1PiB");
+    let a = args("1024TiB");
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     // On this machine's own allowance: 1 PiB of 4 KiB lines needs terabytes.
     let out = run(&a, &[]);
@@ -102,7 +105,11 @@ fn vm_hwm(pid: u32) -> u64 {
 
 fn slots_of(cache: &Path) -> u64 {
     let f = std::fs::File::open(cache).unwrap();
-    tiercache_store::Superblock::read(&f).unwrap().newest.layout.slots as u64
+    tiercache_store::Superblock::read(&f)
+        .unwrap()
+        .newest
+        .layout
+        .slots as u64
 }
 
 #[test]
@@ -128,7 +135,11 @@ fn a_sparse_1tib_cache_serves_and_restarts_within_its_memory_bound() {
         ],
         &[],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let used = std::fs::metadata(&cache).unwrap();
     assert_eq!(used.len(), 1 << 40);
     assert!(
@@ -141,8 +152,8 @@ fn a_sparse_1tib_cache_serves_and_restarts_within_its_memory_bound() {
         ..Default::default()
     };
     let slots = slots_of(&cache);
-    let bound =
-        tiercache_server::memory::metadata_bytes(&cfg, slots) + tiercache_server::memory::FIXED_OVERHEAD;
+    let bound = tiercache_server::memory::metadata_bytes(&cfg, slots)
+        + tiercache_server::memory::FIXED_OVERHEAD;
     let (sock, log) = (d.join("nbd.sock"), d.join("serve.log"));
     let mut s = ServeProc::start(&cache, &sock, &log);
     let start_peak = vm_hwm(s.child.id());
@@ -158,7 +169,11 @@ fn a_sparse_1tib_cache_serves_and_restarts_within_its_memory_bound() {
     s.kill9();
     let mut s = ServeProc::start(&cache, &sock, &log);
     let mut c = NbdClient::connect(&sock).unwrap();
-    assert_eq!(c.read(5 << 20, 1 << 20).unwrap().unwrap(), block, "data survived");
+    assert_eq!(
+        c.read(5 << 20, 1 << 20).unwrap().unwrap(),
+        block,
+        "data survived"
+    );
     drop(c);
     let restart_peak = vm_hwm(s.child.id());
     s.kill9();

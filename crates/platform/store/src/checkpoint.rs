@@ -441,7 +441,10 @@ mod tests {
             let n = layout.slots.min(3000);
             let table = sample(&layout, n);
             let entry = layout.checkpoint_entry_bytes();
-            assert!(table.mapped() * entry > 4 * 1000, "the body spans many pieces");
+            assert!(
+                table.mapped() * entry > 4 * 1000,
+                "the body spans many pieces"
+            );
             // Pieces of ~1000 bytes for writing, of other sizes for reading.
             write_chunked(&dev, &layout, &uuid, [3, 0, 0], table.iter(), 1000).unwrap();
             for chunk in [1, entry, 999, 4096, CHUNK_BYTES] {
@@ -513,7 +516,10 @@ mod tests {
         let mut t = SlotTable::new(layout.slots, layout.sub_blocks());
         let why = read_body(&d, &layout, 0, &hd, &mut t).unwrap().unwrap_err();
         assert!(why.contains("appears twice"), "{why}");
-        assert!(verify_body(&d, &layout, 0, &hd).unwrap().unwrap_err().contains("appears twice"));
+        assert!(verify_body(&d, &layout, 0, &hd)
+            .unwrap()
+            .unwrap_err()
+            .contains("appears twice"));
     }
 
     #[test]
@@ -529,7 +535,11 @@ mod tests {
             class: 0,
         };
         let e = write(&dev, &layout, &uuid, 1, 0, 0, vec![(0, m), (1, m)]).unwrap_err();
-        assert!(e.to_string().contains("line 5 is mapped by more than one slot"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("line 5 is mapped by more than one slot"),
+            "{e}"
+        );
         assert!(dev.image() == before, "nothing written");
     }
 }

@@ -10,8 +10,8 @@ use crate::foreign::detect_foreign;
 use crate::layout::{layout, Layout, BLOCK};
 use crate::log::{self, LogEnd};
 use crate::record::{LineMeta, Record, Slot};
-use crate::table::{SlotMap, SlotTable};
 use crate::superblock::{BackingIdentity, State, Superblock};
+use crate::table::{SlotMap, SlotTable};
 
 /// What `format` needs besides the device.
 #[derive(Clone, Debug)]
@@ -780,7 +780,9 @@ impl<D: MetaDevice> Store<D> {
 pub fn drop_clean_copies<T: SlotMap + ?Sized>(table: &mut T) -> u64 {
     let mut n = 0;
     for s in 0..table.slot_count() as Slot {
-        let Some(mut m) = table.get_slot(s) else { continue };
+        let Some(mut m) = table.get_slot(s) else {
+            continue;
+        };
         if m.valid.minus(m.dirty).is_empty() {
             continue;
         }
@@ -801,7 +803,9 @@ pub fn drop_clean_copies<T: SlotMap + ?Sized>(table: &mut T) -> u64 {
 pub fn dirty_all_valid<T: SlotMap + ?Sized>(table: &mut T) -> u64 {
     let mut n = 0;
     for s in 0..table.slot_count() as Slot {
-        let Some(mut m) = table.get_slot(s) else { continue };
+        let Some(mut m) = table.get_slot(s) else {
+            continue;
+        };
         if !m.valid.minus(m.dirty).is_empty() {
             m.dirty = m.valid;
             table.set_slot(s, Some(m));

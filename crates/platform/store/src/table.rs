@@ -223,7 +223,8 @@ impl SlotMap for SlotTable {
 
 impl PartialEq<Vec<Option<LineMeta>>> for SlotTable {
     fn eq(&self, other: &Vec<Option<LineMeta>>) -> bool {
-        self.len() == other.len() && (0..self.len() as Slot).all(|s| self.get(s) == other[s as usize])
+        self.len() == other.len()
+            && (0..self.len() as Slot).all(|s| self.get(s) == other[s as usize])
     }
 }
 

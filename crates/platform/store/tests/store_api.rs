@@ -270,7 +270,11 @@ fn invalid_records_and_tables_are_refused() {
         class: 0,
     };
     let e = store.checkpoint(vec![(0, m), (1, m)]).unwrap_err();
-    assert!(e.to_string().contains("line 5 is mapped by more than one slot"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("line 5 is mapped by more than one slot"),
+        "{e}"
+    );
     let bad = LineMeta {
         dirty: bits(2),
         ..m

@@ -59,8 +59,8 @@ pub fn format_cache(
         };
         size
     } else {
-        let f = std::fs::File::open(cache)
-            .with_context(|| format!("opening {}", cache.display()))?;
+        let f =
+            std::fs::File::open(cache).with_context(|| format!("opening {}", cache.display()))?;
         tiercache_store::MetaDevice::len(&f)
             .with_context(|| format!("sizing {}", cache.display()))?
     };

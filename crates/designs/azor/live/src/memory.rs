@@ -100,7 +100,12 @@ pub fn check_fits(cfg: &CacheConfig, dev_size: u64) -> Result<()> {
         return Ok(());
     }
     let fix = fitting_line_size(cfg, dev_size, allowance)
-        .map(|l| format!("--line-size {} would fit", human_bytes(l as u64).replace(' ', "")))
+        .map(|l| {
+            format!(
+                "--line-size {} would fit",
+                human_bytes(l as u64).replace(' ', "")
+            )
+        })
         .unwrap_or_else(|| "no line size up to 1 MiB fits; use a smaller cache".into());
     let what = format!(
         "a {} cache with {} lines ({:.0} B per line)",
@@ -137,7 +142,9 @@ pub fn check_addressable(cfg: &CacheConfig, dev_size: u64) -> Result<()> {
 fn fitting_line_size(cfg: &CacheConfig, dev_size: u64, allowance: u64) -> Option<u32> {
     (cfg.line_bytes.trailing_zeros() + 1..=20)
         .map(|s| 1u32 << s)
-        .filter(|&line| line / cfg.sub_block_bytes.max(1) <= tiercache_store::layout::MAX_SUB_BLOCKS)
+        .filter(|&line| {
+            line / cfg.sub_block_bytes.max(1) <= tiercache_store::layout::MAX_SUB_BLOCKS
+        })
         .find(|&line| {
             let c = CacheConfig {
                 line_bytes: line,
@@ -206,9 +213,12 @@ mod tests {
 
     #[test]
     fn the_readme_states_this_bound() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../../README.md"))
-            .unwrap()
-            .replace("\n  ", " ");
+        let readme = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../../README.md"
+        ))
+        .unwrap()
+        .replace("\n  ", " ");
         let cfg = CacheConfig::default();
         let per_line = format!("at most {:.0} B per line", bytes_per_slot(&cfg));
         let per_gib = format!(

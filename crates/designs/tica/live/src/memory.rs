@@ -70,7 +70,7 @@ pub fn check_fits(verb: &str, ssd_bytes: u64, dram_bytes: u64) -> Result<()> {
     }
     let left = allowance.saturating_sub(metadata_bytes(0, dram_bytes));
     let fit_pages = (left as f64 / bytes_per_page()) as u64;
-    let fit = fit_pages * PAGE >> 30 << 30;
+    let fit = ((fit_pages * PAGE) >> 30) << 30;
     let fix = if fit > 0 {
         format!(
             "SSDs of up to {} each would fit (pages are 4 KiB)",
@@ -96,14 +96,20 @@ mod tests {
     fn a_page_costs_a_few_hundred_bytes_and_dram_counts_whole() {
         let b = bytes_per_page();
         assert!(b > 150.0 && b < 400.0, "{b}");
-        assert_eq!(metadata_bytes(0, 64 << 20), (64 << 20) + (64 << 20) / 4096 * 128);
+        assert_eq!(
+            metadata_bytes(0, 64 << 20),
+            (64 << 20) + (64 << 20) / 4096 * 128
+        );
     }
 
     #[test]
     fn the_readme_states_this_bound() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../../README.md"))
-            .unwrap()
-            .replace("\n  ", " ");
+        let readme = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../../README.md"
+        ))
+        .unwrap()
+        .replace("\n  ", " ");
         let per_page = format!("at most {:.0} B per page", bytes_per_page());
         let per_gib = format!(
             "about {:.0} MiB per GiB of SSD",

@@ -466,18 +466,20 @@ impl Ssd {
     }
 
     /// The table for a checkpoint, streamed from the map (no copy of it).
-    fn table(map: &FxHashMap<Page, MapEntry>) -> impl Iterator<Item = (Slot, LineMeta)> + Clone + '_ {
+    fn table(
+        map: &FxHashMap<Page, MapEntry>,
+    ) -> impl Iterator<Item = (Slot, LineMeta)> + Clone + '_ {
         map.iter().map(|(&p, e)| {
-                (
-                    e.slot,
-                    LineMeta {
-                        line: p,
-                        valid: one(),
-                        dirty: if e.dirty { one() } else { SubBlocks::default() },
-                        class: 0,
-                    },
-                )
-            })
+            (
+                e.slot,
+                LineMeta {
+                    line: p,
+                    valid: one(),
+                    dirty: if e.dirty { one() } else { SubBlocks::default() },
+                    class: 0,
+                },
+            )
+        })
     }
 
     /// Checkpoint the whole table (`Ok(true)`, as a commit that checkpointed).

@@ -55,7 +55,8 @@ impl LiveCache {
                 .iter()
                 .filter(|(_, bs)| bs.iter().any(|w| w.0.contains(&op.id)))
                 .filter_map(|(&s, _)| {
-                    c.view.get(s)
+                    c.view
+                        .get(s)
                         .filter(|v| !v.dirty.is_empty())
                         .map(|v| (s, v.line))
                 })

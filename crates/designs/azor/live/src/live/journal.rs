@@ -27,9 +27,10 @@ impl LiveCache {
     pub(super) fn append(core: &mut Core, rec: Record) {
         let withdraws = match rec {
             Record::Unmap { .. } => true,
-            Record::Valid { slot, bitmap } => {
-                core.view.get(slot).is_some_and(|v| !v.valid.minus(bitmap).is_empty())
-            }
+            Record::Valid { slot, bitmap } => core
+                .view
+                .get(slot)
+                .is_some_and(|v| !v.valid.minus(bitmap).is_empty()),
             _ => false,
         };
         rec.apply(&mut core.view);
@@ -183,7 +184,9 @@ impl LiveCache {
             };
         // Sub-blocks the log already has dirty for this line need no new record
         // (rewriting dirty data in place, rule 2 of tiercache-store).
-        let logged_dirty = c.view.get(slot)
+        let logged_dirty = c
+            .view
+            .get(slot)
             .filter(|v| v.line == line)
             .map(|v| v.dirty)
             .unwrap_or_default();
