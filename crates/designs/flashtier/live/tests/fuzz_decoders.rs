@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tiercache_fuzz::Rng;
 use tiercache_io::MemDev;
-use tiercache_log_structured::checkpoint::{Checkpoint, JournalRecord};
+use tiercache_log_structured::checkpoint::{Checkpoint, CheckpointHead, JournalRecord};
 use tiercache_log_structured::segment::{entry, Geometry, Summary, EMPTY};
 use tiercache_log_structured::{format, open_with_devices, FormatOptions, Superblock, BLOCK};
 
@@ -165,12 +165,14 @@ fn summary_sample(g: &Geometry) -> Vec<u8> {
 
 fn checkpoint_sample() -> Vec<u8> {
     Checkpoint {
-        epoch: 4,
-        next_seq: 12,
-        open_seg: 1,
-        open_seq: 11,
-        open_count: 3,
-        seg_seqs: vec![10, 11, 0, 5],
+        head: CheckpointHead {
+            epoch: 4,
+            next_seq: 12,
+            open_seg: 1,
+            open_seq: 11,
+            open_count: 3,
+            seg_seqs: vec![10, 11, 0, 5],
+        },
         entries: (0..40).map(|i| (i * 3, i % 2 == 0, i as u32)).collect(),
     }
     .encode()

@@ -59,7 +59,7 @@ fn real_structures_stay_within_the_stated_bound() {
     let half = sb.backing_blocks() / 2;
     assert!(half.is_power_of_two());
     let lba = |i: u64| {
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             i
         } else {
             (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % half) * 2 + 1

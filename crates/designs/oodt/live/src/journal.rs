@@ -352,7 +352,7 @@ fn read_table(
     let mut at = 0u64;
     let mut crc = 0u32;
     let mut io_err = None;
-    let parsed = MappingTable::read_checkpoint(|buf| {
+    let parsed = MappingTable::read_checkpoint(h.len, |buf| {
         let fail = |m: String| tiercache_tiering::TierError::Corrupt(m);
         if at + buf.len() as u64 > h.len {
             return Err(fail("truncated".into()));

@@ -471,7 +471,7 @@ impl MappingTable {
     /// allocators are derived from the entries, so no slot leaks.
     pub fn from_checkpoint(bytes: &[u8]) -> Result<Self, TierError> {
         let mut at = 0usize;
-        let t = Self::read_checkpoint(|buf: &mut [u8]| {
+        let t = Self::read_checkpoint(bytes.len() as u64, |buf: &mut [u8]| {
             let s = bytes
                 .get(at..at + buf.len())
                 .ok_or_else(|| TierError::Corrupt("truncated".into()))?;
@@ -488,8 +488,11 @@ impl MappingTable {
     /// Rebuild a table from a checkpoint read in order by `read` (each call
     /// fills its buffer with the next bytes; at most [`CHECKPOINT_CHUNK`] at
     /// a time), so that only the table is held in memory. The CRC32C at its
-    /// end is checked incrementally; a damaged checkpoint is an error.
+    /// end is checked incrementally; a damaged checkpoint is an error. `len`
+    /// is the checkpoint's length: a block count that disagrees with it is
+    /// refused before anything is allocated for it.
     pub fn read_checkpoint(
+        len: u64,
         mut read: impl FnMut(&mut [u8]) -> Result<(), TierError>,
     ) -> Result<Self, TierError> {
         let bad = |m: &str| TierError::Corrupt(m.to_string());
@@ -518,6 +521,12 @@ impl MappingTable {
             ));
         }
         let blocks = u64::from_le_bytes(take(8, &mut crc)?.try_into().expect("8 bytes"));
+        let expect = blocks
+            .checked_mul(4)
+            .and_then(|b| b.checked_add(8 + 4 + 1 + 8 * nalloc as u64 + 8 + 4));
+        if expect != Some(len) {
+            return Err(bad("length does not match the block count"));
+        }
         let mut t = if homes {
             MappingTable::new(block_bytes, blocks, &slots)?
         } else {
@@ -667,7 +676,7 @@ mod tests {
         assert_eq!(whole.len() as u64, t.checkpoint_len());
         let read = |bytes: &[u8]| {
             let mut at = 0;
-            MappingTable::read_checkpoint(|buf| {
+            MappingTable::read_checkpoint(bytes.len() as u64, |buf| {
                 assert!(buf.len() <= CHECKPOINT_CHUNK);
                 buf.copy_from_slice(&bytes[at..at + buf.len()]);
                 at += buf.len();
