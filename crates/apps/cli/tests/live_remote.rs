@@ -894,7 +894,11 @@ fn assert_backing_errors_in_stats(p: &ServeProc) {
     let st = p.stats();
     let status = st["status"].as_str().unwrap_or("");
     assert!(status.starts_with("degraded"), "status: {status}\n{st}");
-    let role = if st["mode"] == "tier" { "slow" } else { "backing" };
+    let role = if st["mode"] == "tier" {
+        "slow"
+    } else {
+        "backing"
+    };
     let reads = st["device_errors"][role]["read"].as_u64().unwrap_or(0);
     assert!(reads > 0, "no {role} read errors counted: {st}");
     let human = tiercache(&["stats", "--cache", p.cache.to_str().unwrap()]);
@@ -906,7 +910,11 @@ fn assert_backing_errors_in_stats(p: &ServeProc) {
         .lines()
         .find(|l| l.starts_with("device errors"))
         .unwrap_or_else(|| panic!("no device errors line: {human}"));
-    let label = if role == "slow" { "slow tier" } else { "backing device" };
+    let label = if role == "slow" {
+        "slow tier"
+    } else {
+        "backing device"
+    };
     assert!(
         line.contains(label) && !line.contains(&format!("{label} 0 read")),
         "{line}"
@@ -983,11 +991,17 @@ fn failed_detach_says_its_cause_once() {
     assert!(!out.status.success(), "detach succeeded: {err}");
     assert_eq!(err.matches("detach failed").count(), 1, "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.starts_with("tiercache: error: detach failed: "), "{err}");
+    assert!(
+        err.starts_with("tiercache: error: detach failed: "),
+        "{err}"
+    );
     // The server's own last word says it once too.
     p.wait_exit();
     let served = std::fs::read_to_string(&log).unwrap();
-    let last = served.lines().rfind(|l| l.contains("detach failed")).unwrap();
+    let last = served
+        .lines()
+        .rfind(|l| l.contains("detach failed"))
+        .unwrap();
     assert_eq!(last.matches("detach failed").count(), 1, "{last}");
 }
 

@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().expect("run tiercache")
+    Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run tiercache")
 }
 
 fn s(p: &Path) -> &str {
@@ -229,20 +232,43 @@ fn every_design_warns_of_a_cache_larger_than_its_backing() {
     let p = |f: &str| d.path().join(f).to_str().unwrap().to_string();
     init_backing(&d.path().join("backing.img"), 256); // 1 MiB
     let runs: [Vec<String>; 4] = [
-        vec!["--cache", &p("c1.img"), "--backing", &p("backing.img"), "--size", "16MiB"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        [
-            "--cache", &p("c2.img"), "--backing", &p("backing.img"), "--size", "16MiB",
-            "--layout", "log-structured",
+        vec![
+            "--cache",
+            &p("c1.img"),
+            "--backing",
+            &p("backing.img"),
+            "--size",
+            "16MiB",
         ]
         .into_iter()
         .map(String::from)
         .collect(),
         [
-            "--mode", "tica", "--ro-ssd", &p("ro.img"), "--wo-ssd", &p("wo.img"), "--backing",
-            &p("backing.img"), "--size", "16MiB", "--dram-size", "1MiB",
+            "--cache",
+            &p("c2.img"),
+            "--backing",
+            &p("backing.img"),
+            "--size",
+            "16MiB",
+            "--layout",
+            "log-structured",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect(),
+        [
+            "--mode",
+            "tica",
+            "--ro-ssd",
+            &p("ro.img"),
+            "--wo-ssd",
+            &p("wo.img"),
+            "--backing",
+            &p("backing.img"),
+            "--size",
+            "16MiB",
+            "--dram-size",
+            "1MiB",
         ]
         .into_iter()
         .map(String::from)

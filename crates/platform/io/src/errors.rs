@@ -80,7 +80,8 @@ impl BlockDev for CountErrors {
         self.errors.track(true, self.inner.write_at(buf, offset))
     }
     fn write_at_fua(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.errors.track(true, self.inner.write_at_fua(buf, offset))
+        self.errors
+            .track(true, self.inner.write_at_fua(buf, offset))
     }
     fn flush(&self) -> io::Result<()> {
         self.errors.track(true, self.inner.flush())
@@ -89,7 +90,8 @@ impl BlockDev for CountErrors {
         self.errors.track(true, self.inner.trim(offset, len))
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.errors.track(true, self.inner.write_zeroes(offset, len))
+        self.errors
+            .track(true, self.inner.write_zeroes(offset, len))
     }
     fn name(&self) -> &str {
         self.inner.name()

@@ -227,10 +227,18 @@ mod tests {
             assert!(parse_size(big).unwrap_err().contains("too large"), "{big}");
         }
         for neg in ["-1", "-1GiB", "-0.5MiB", "-3%"] {
-            assert!(parse_bytes(neg).unwrap_err().contains("must be positive"), "{neg}");
-            assert!(parse_size(neg).unwrap_err().contains("must be positive"), "{neg}");
+            assert!(
+                parse_bytes(neg).unwrap_err().contains("must be positive"),
+                "{neg}"
+            );
+            assert!(
+                parse_size(neg).unwrap_err().contains("must be positive"),
+                "{neg}"
+            );
         }
-        assert!(parse_offset("-4KiB").unwrap_err().contains("must be positive"));
+        assert!(parse_offset("-4KiB")
+            .unwrap_err()
+            .contains("must be positive"));
         assert!(parse_bytes("0GiB").unwrap_err().contains("at least 1 byte"));
     }
 }

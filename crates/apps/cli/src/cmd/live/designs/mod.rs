@@ -135,7 +135,12 @@ pub fn print_device_errors(v: &serde_json::Value) {
 /// is larger than its backing device (`backing_role`: "backing device",
 /// "slow tier"): the difference is never used, as a cache holds at most the
 /// backing device's data. The same warning for every design.
-pub fn warn_if_larger_than_backing(cache: &str, data_bytes: u64, backing_role: &str, backing: &Path) {
+pub fn warn_if_larger_than_backing(
+    cache: &str,
+    data_bytes: u64,
+    backing_role: &str,
+    backing: &Path,
+) {
     let Ok(dev) = tiercache_io::FileDev::open(backing, Default::default()) else {
         return;
     };
