@@ -133,3 +133,31 @@ def test_ray_sweep_equals_local(msr_trace, tmp_path):
     finally:
         ray.shutdown()
     pd.testing.assert_frame_equal(on_ray, local)
+
+
+def test_a_plain_script_sweeps_twice(msr_trace, tmp_path):
+    """Two sweeps in a script without an ``if __name__ == "__main__"`` guard,
+    with the progress bar on (its monitor thread outlives the first sweep):
+    the second must run like the first (it used to end in BrokenProcessPool)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path, _ = msr_trace
+    script = tmp_path / "two_sweeps.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import tiercache
+            grid = {{"cache_size": ["5%", "20%"], "format": "msr"}}
+            a = tiercache.sweep({str(path)!r}, grid, workers=2, cache_dir=False)
+            b = tiercache.sweep({str(path)!r}, grid, workers=2, cache_dir=False)
+            assert a["hit_ratio"].tolist() == b["hit_ratio"].tolist()
+            print("two sweeps", len(a), len(b))
+            """
+        )
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "two sweeps 2 2" in r.stdout
+    assert "Error" not in r.stderr, r.stderr

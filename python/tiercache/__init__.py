@@ -5,7 +5,7 @@ The simulator is the same Rust code as the ``tiercache`` command:
 - :func:`simulate` runs one configuration and returns the dict that
   ``tiercache sim --json`` prints (same keys, same numbers);
 - :func:`sweep` runs the cross product of traces and option values on local
-  processes or Ray tasks, caching every run in Parquet (see :mod:`tiercache.sweeps`);
+  threads or Ray tasks, caching every run in Parquet (see :mod:`tiercache.sweeps`);
 - :func:`trace_stats` and :func:`read_trace` inspect traces;
 - :mod:`tiercache.plot` draws sweep results, :mod:`tiercache.specs` holds the
   papers' experiments as named sweeps.

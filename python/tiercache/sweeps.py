@@ -1,4 +1,4 @@
-"""Sweeps: many (trace, configuration) runs, on local processes or Ray.
+"""Sweeps: many (trace, configuration) runs, on local threads or Ray.
 
 :func:`sweep` takes the cross product of traces and a grid of options and
 returns one DataFrame row per run: ``trace``, the configuration columns
@@ -20,11 +20,9 @@ import concurrent.futures as cf
 import hashlib
 import itertools
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -161,14 +159,6 @@ def _read_cache(path: Path) -> str | None:
         return None
 
 
-def _start_method() -> str:
-    """``fork`` (no interpreter start-up per worker) when the process has no
-    other thread, which forking could leave in a broken state; else ``spawn``."""
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
-        return "fork"
-    return "spawn"
-
-
 def _ray_active(ray_address: str | None):
     if ray_address is not None:
         try:
@@ -204,7 +194,7 @@ def sweep(
     Runs go to Ray tasks when ``ray_address`` is given (``"auto"``, or
     ``"ray://host:10001"``; Ray is initialised with it if needed) or when
     ``ray.init()`` has already been called; otherwise to ``workers`` local
-    processes (default: the number of CPUs). On Ray, the trace paths must be
+    threads (default: the number of CPUs; each run releases the GIL). On Ray, the trace paths must be
     readable by the workers.
 
     ``cache_dir`` (default :func:`default_cache_dir`; ``False`` disables
@@ -250,7 +240,6 @@ def sweep(
     todo = [i for i, r in enumerate(results) if r is None]
     n_cached = len(jobs) - len(todo)
 
-    start_method = _start_method()  # before the progress bar starts its monitor thread
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -277,9 +266,13 @@ def sweep(
                     for ref in done:
                         finished(pending.pop(ref), ray.get(ref))
             else:
+                # Threads, not processes: the native run releases the GIL,
+                # and threads need no pickling and never import the
+                # caller's script again (a process pool started with
+                # ``spawn`` does, which breaks a script without an
+                # ``if __name__ == "__main__"`` guard).
                 n = workers or os.cpu_count() or 1
-                ctx = multiprocessing.get_context(start_method)
-                with cf.ProcessPoolExecutor(max_workers=min(n, len(todo)), mp_context=ctx) as ex:
+                with cf.ThreadPoolExecutor(max_workers=min(n, len(todo)), thread_name_prefix="tiercache-sweep") as ex:
                     futs = {ex.submit(_run_one, *jobs[i]): i for i in todo}
                     try:
                         for f in cf.as_completed(futs):

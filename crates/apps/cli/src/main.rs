@@ -71,6 +71,7 @@ fn main() {
     let cli = Cli::parse();
     log::init(cli.verbose, cli.quiet);
     tiercache_runtime::panic::install();
+    quiet_on_closed_output();
     let r = match cli.command {
         Command::Sim(a) => cmd::sim::run(*a),
         Command::Trace(t) => cmd::trace::run(t),
@@ -87,16 +88,71 @@ fn main() {
         Command::Plot(a) => cmd::plot_cmd::run(a),
         Command::Completions { shell } => {
             let mut c = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut c, "tiercache", &mut std::io::stdout());
-            Ok(())
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut c, "tiercache", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script).map_err(Into::into)
         }
         Command::Man { dir } => man_pages(&dir),
         Command::Replay(a) => cmd::replay::run(*a),
     };
     if let Err(e) = r {
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        }) && output_closed()
+        {
+            die_of_sigpipe();
+        }
         eprintln!("tiercache: error: {}", render_error(&e));
         std::process::exit(1);
     }
+}
+
+/// End the command as any Unix tool ends when the reader of its output goes
+/// away (`tiercache stats | head -3`): killed by SIGPIPE, without a message.
+/// Rust ignores SIGPIPE so that writes to a closed socket fail with EPIPE
+/// instead of killing the process, which `serve` relies on (its NBD and
+/// control sockets); that stays. Printing to a closed stdout then panics
+/// ("failed printing to stdout: Broken pipe"): this hook catches exactly
+/// that panic, when stdout or stderr is a pipe without a reader, before the
+/// runtime's hook reports a bug. A write error returned instead of a panic
+/// is handled the same way in `main`.
+fn quiet_on_closed_output() {
+    let next = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info
+            .payload_as_str()
+            .is_some_and(|m| m.contains("Broken pipe"))
+            && output_closed()
+        {
+            die_of_sigpipe();
+        }
+        next(info)
+    }));
+}
+
+/// Whether stdout or stderr is a pipe or socket whose reader is gone.
+fn output_closed() -> bool {
+    [1, 2].into_iter().any(|fd| {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+    })
+}
+
+/// Die of SIGPIPE (exit status 141 in a shell), as `yes | head -1` does.
+fn die_of_sigpipe() -> ! {
+    // SAFETY: restoring the default action and raising a signal.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    std::process::exit(128 + libc::SIGPIPE)
 }
 
 /// The error and its causes on one line, each cause said once: a cause whose

@@ -153,9 +153,11 @@ fn failed_cache_reads_of_clean_data_are_served_from_backing() {
     let st = f.stats();
     assert_eq!(u(&st["live"], "cache_errors"), 3);
     assert_eq!(
-        st["status"], "ok",
-        "three isolated errors do not degrade the cache"
+        st["status"], "degraded: device errors: 3 read errors on the cache device",
+        "the errors are reported, and only they: the cache still caches"
     );
+    assert_eq!(st["device_errors"]["cache"]["read"], 3, "{st}");
+    assert_eq!(st["device_errors"]["backing"]["read"], 0, "{st}");
     assert!(
         u(&st, "read_hits") >= hits0 + 3,
         "the reads were cache hits"
@@ -337,7 +339,11 @@ fn backing_read_error_is_eio_for_that_request_and_the_server_keeps_serving() {
         read_latest(&mut c, &ledger, bad - 1).unwrap();
     }
     assert_eq!(u(&f.stats()["live"], "backing_errors"), 3);
-    assert_eq!(status(&f), "ok", "backing errors do not degrade the cache");
+    assert_eq!(
+        status(&f),
+        "degraded: device errors: 3 read errors on the backing device",
+        "backing errors are reported (the cache still serves)"
+    );
     // Once the device recovers, the block reads correctly (the failed fill left nothing behind).
     f.backing_fault.clear_rules();
     read_latest(&mut c, &ledger, bad).unwrap();

@@ -807,6 +807,7 @@ fn remote_errors(mode: ErrMode) {
         hs.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
     });
     assert!(eio > 0);
+    assert_backing_errors_in_stats(&p);
     // Writes: to cached blocks, to missing blocks, partial blocks.
     let mut rng = Rng(0xe110 + mode as u64);
     let (mut ok, mut failed) = (0, 0);
@@ -884,6 +885,124 @@ fn remote_errors(mode: ErrMode) {
         );
     }
     rc.disconnect();
+}
+
+/// `stats` of a server whose backing device (or slow tier) failed reads:
+/// the status says degraded, and the device's read errors are counted, in
+/// the JSON and in the text, the same for every design.
+fn assert_backing_errors_in_stats(p: &ServeProc) {
+    let st = p.stats();
+    let status = st["status"].as_str().unwrap_or("");
+    assert!(status.starts_with("degraded"), "status: {status}\n{st}");
+    let role = if st["mode"] == "tier" {
+        "slow"
+    } else {
+        "backing"
+    };
+    let reads = st["device_errors"][role]["read"].as_u64().unwrap_or(0);
+    assert!(reads > 0, "no {role} read errors counted: {st}");
+    let human = tiercache(&["stats", "--cache", p.cache.to_str().unwrap()]);
+    assert!(
+        human.contains("status            degraded"),
+        "the status line: {human}"
+    );
+    let line = human
+        .lines()
+        .find(|l| l.starts_with("device errors"))
+        .unwrap_or_else(|| panic!("no device errors line: {human}"));
+    let label = if role == "slow" {
+        "slow tier"
+    } else {
+        "backing device"
+    };
+    assert!(
+        line.contains(label) && !line.contains(&format!("{label} 0 read")),
+        "{line}"
+    );
+}
+
+/// The tiered volume whose slow tier (a remote) fails reads: misses are EIO,
+/// and `stats` reports the slow tier's read errors with a degraded status.
+#[test]
+fn tiered_slow_tier_errors_in_stats() {
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        cache,
+        sock,
+        log,
+        ..
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=error"],
+        &["error=EIO", "error-rate=1", "error-file={dir}/inject"],
+        Over::Tiered,
+    )
+    else {
+        return;
+    };
+    let p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    assert_eq!(p.stats()["status"], "ok");
+    std::fs::write(dir.path().join("inject"), b"").unwrap();
+    let mut c = NbdClient::connect(&sock).unwrap();
+    let eio = (0..16u64)
+        .filter(|b| c.read(b * 65536, 4096).unwrap() == Err(NBD_EIO))
+        .count();
+    assert!(eio > 0, "no read of the slow tier failed\n{}", tail(&log));
+    assert_backing_errors_in_stats(&p);
+    let _ = std::fs::remove_file(dir.path().join("inject"));
+}
+
+/// A detach that fails (the remote refuses every write while dirty data
+/// waits) says why once: "detach failed" appears once in its message.
+#[test]
+fn failed_detach_says_its_cause_once() {
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        cache,
+        sock,
+        log,
+        ..
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=error"],
+        &["error=EIO", "error-rate=1", "error-file={dir}/inject"],
+        Over::SsdCache("write-back"),
+    )
+    else {
+        return;
+    };
+    let mut p = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    for b in 0..32 {
+        c.write(b * 4096, &make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
+    }
+    c.flush().unwrap().unwrap();
+    drop(c);
+    std::fs::write(dir.path().join("inject"), b"").unwrap();
+    let out = Command::new(bin())
+        .args(["detach", "--cache", cache.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "detach succeeded: {err}");
+    assert_eq!(err.matches("detach failed").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("tiercache: error: detach failed: "),
+        "{err}"
+    );
+    // The server's own last word says it once too.
+    p.wait_exit();
+    let served = std::fs::read_to_string(&log).unwrap();
+    let last = served
+        .lines()
+        .rfind(|l| l.contains("detach failed"))
+        .unwrap();
+    assert_eq!(last.matches("detach failed").count(), 1, "{last}");
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -49,6 +49,7 @@ mod aligned;
 mod crash;
 mod emulated_hdd;
 mod engine;
+mod errors;
 mod faulty;
 mod file;
 mod mem;
@@ -64,6 +65,7 @@ pub use aligned::AlignedBuf;
 pub use crash::{CrashDev, CrashMode, CrashReport};
 pub use emulated_hdd::EmulatedHdd;
 pub use engine::{Completion, Engine, IoOp, RunFuture};
+pub use errors::{role_label, CountErrors, DeviceErrors, IoErrors, ROLES};
 pub use faulty::{FaultCounts, FaultRule, FaultyDev, OpKinds};
 pub use file::{FileDev, FileDevOptions};
 pub use mem::MemDev;
@@ -75,6 +77,9 @@ pub use uring::{UringEngine, UringStats};
 
 /// Open the file or block device at `path` as the design's `what` (the
 /// role goes into the error, e.g. "opening the backing device /dev/sdb: ...").
+/// The checks every design's devices pass, by `serve` and `format` alike:
+/// a regular file or block device (not a character device such as
+/// `/dev/null`), opened read-write (not on a read-only file system), not empty.
 /// An NBD URI (`nbd://HOST[:PORT]/EXPORT`, `nbd+unix:///EXPORT?socket=PATH`)
 /// opens an [`NbdDev`] with the options of [`nbd_defaults`].
 pub fn open_device(
@@ -96,6 +101,10 @@ pub fn open_device(
         ..Default::default()
     };
     match FileDev::open(path, o) {
+        Ok(d) if d.is_empty() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("the {what} {} is empty (0 bytes)", path.display()),
+        )),
         Ok(d) => Ok(Arc::new(d)),
         Err(e) => Err(io::Error::new(
             e.kind(),
@@ -273,6 +282,13 @@ pub trait BlockDev: Send + Sync {
     fn raw_target(&self) -> Option<RawTarget> {
         None
     }
+
+    /// Count a failed read (`write == false`) or write done on this
+    /// device's raw descriptor, outside its methods ([`write_buffered`]);
+    /// devices that count errors ([`CountErrors`]) record it, others ignore it.
+    fn note_error(&self, write: bool) {
+        let _ = write;
+    }
 }
 
 /// Keep a buffered device's page cache in 4 KiB folios, for a cache that
@@ -363,12 +379,17 @@ pub fn write_buffered(dev: &dyn BlockDev, buf: &[u8], offset: u64) -> Option<io:
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(t.fd) };
     let mut done = 0;
     while done < buf.len() {
-        match rustix::io::pwrite(fd, &buf[done..], offset + done as u64) {
-            Ok(0) => return Some(Err(io::Error::from(io::ErrorKind::WriteZero))),
-            Ok(n) => done += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Some(Err(e.into())),
-        }
+        let e = match rustix::io::pwrite(fd, &buf[done..], offset + done as u64) {
+            Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
+            Ok(n) => {
+                done += n;
+                continue;
+            }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => e.into(),
+        };
+        dev.note_error(true);
+        return Some(Err(e));
     }
     Some(Ok(()))
 }
@@ -405,15 +426,18 @@ pub fn write_vectored(dev: &dyn BlockDev, bufs: &[&[u8]], offset: u64) -> io::Re
     let mut at = offset;
     while !rest.is_empty() {
         let n = rest.len().min(1024); // IOV_MAX
-        match rustix::io::pwritev(fd, &rest[..n], at) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+        let e = match rustix::io::pwritev(fd, &rest[..n], at) {
+            Ok(0) => io::Error::from(io::ErrorKind::WriteZero),
             Ok(w) => {
                 at += w as u64;
                 io::IoSlice::advance_slices(&mut rest, w);
+                continue;
             }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => e.into(),
+        };
+        dev.note_error(true);
+        return Err(e);
     }
     Ok(())
 }
@@ -462,6 +486,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     }
     fn raw_target(&self) -> Option<RawTarget> {
         (**self).raw_target()
+    }
+    fn note_error(&self, write: bool) {
+        (**self).note_error(write)
     }
 }
 

@@ -601,7 +601,7 @@ impl ServerHandle {
     /// An NBD URI for the default export, e.g. `nbd+unix:///?socket=/tmp/s`.
     pub fn uri(&self) -> String {
         match &self.addr {
-            ListenAddr::Unix(p) => format!("nbd+unix:///?socket={}", p.display()),
+            ListenAddr::Unix(p) => unix_uri(false, p),
             ListenAddr::Tcp(a) => format!("nbd://{a}/"),
         }
     }
@@ -634,5 +634,40 @@ impl ServerHandle {
         self.stop_accepting().await;
         self.tracker.close();
         self.tracker.wait().await;
+    }
+}
+
+/// The NBD URI of the default export on the Unix socket `socket`
+/// (`nbd+unix:///?socket=PATH`, `nbds+unix` with `tls`), the path
+/// percent-encoded as a URI query value (RFC 3986): every byte but the
+/// unreserved characters and `/` is written `%XX`, so a space, `%`, `&`,
+/// `#` or `+` in the path reaches the client as itself.
+pub fn unix_uri(tls: bool, socket: &std::path::Path) -> String {
+    use std::fmt::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = format!("nbd{}+unix:///?socket=", if tls { "s" } else { "" });
+    for &b in socket.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            uri.push(b as char);
+        } else {
+            let _ = write!(uri, "%{b:02X}");
+        }
+    }
+    uri
+}
+
+#[cfg(test)]
+mod uri_tests {
+    #[test]
+    fn unix_socket_paths_are_percent_encoded() {
+        let p = std::path::Path::new("/tmp/my dir/a%b&c#d+e.sock");
+        assert_eq!(
+            super::unix_uri(false, p),
+            "nbd+unix:///?socket=/tmp/my%20dir/a%25b%26c%23d%2Be.sock"
+        );
+        assert_eq!(
+            super::unix_uri(true, std::path::Path::new("/run/t-1_x~.sock")),
+            "nbds+unix:///?socket=/run/t-1_x~.sock"
+        );
     }
 }

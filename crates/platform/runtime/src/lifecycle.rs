@@ -263,10 +263,11 @@ async fn finish_detach(
         Ok(()) => "the dirty data is kept in the cache device, which is closed clean; serve it again to retry".to_string(),
         Err(e) => format!("closing the cache also failed ({e}); the next start recovers as after a crash"),
     };
-    let msg = format!("detach failed: {failure}; {kept}");
+    // The answer's error is the cause: the client says which command failed.
+    let msg = format!("{failure}; {kept}");
     let _ = tx.send(json!({"ok": false, "error": msg}));
     ctl.stop(CONTROL_GRACE).await;
-    anyhow::bail!("{msg}")
+    anyhow::bail!("detach failed: {msg}")
 }
 
 fn plural(n: u64, unit: &str) -> String {

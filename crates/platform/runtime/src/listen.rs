@@ -162,13 +162,14 @@ impl Bound {
     /// Start the NBD server on this socket. The URI says `nbds` when the
     /// server requires TLS.
     pub fn serve(self, server: &tiercache_nbd::Server) -> Result<Listening> {
-        let s = match server.tls().map(|t| t.mode()) {
-            Some(tiercache_nbd::TlsMode::Require) => "s",
-            _ => "",
-        };
+        let tls = matches!(
+            server.tls().map(|t| t.mode()),
+            Some(tiercache_nbd::TlsMode::Require)
+        );
+        let s = if tls { "s" } else { "" };
         Ok(match self {
             Bound::Unix(l, p) => {
-                let uri = format!("nbd{s}+unix:///?socket={}", p.display());
+                let uri = tiercache_nbd::unix_uri(tls, &p);
                 Listening {
                     handle: server.serve_unix_listener(l)?,
                     uri,
@@ -181,7 +182,7 @@ impl Bound {
                     .ok()
                     .and_then(|a| a.as_pathname().map(|p| p.to_owned()))
                 {
-                    Some(p) => format!("nbd{s}+unix:///?socket={}", p.display()),
+                    Some(p) => tiercache_nbd::unix_uri(tls, &p),
                     None => format!("nbd{s}+unix (inherited socket)"),
                 };
                 Listening {

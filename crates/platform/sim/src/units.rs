@@ -37,7 +37,7 @@ impl fmt::Display for SizeSpec {
     }
 }
 
-const UNITS: [(&str, u64); 13] = [
+const UNITS: [(&str, u64); 19] = [
     ("b", 1),
     ("k", 1 << 10),
     ("kb", 1000),
@@ -51,7 +51,41 @@ const UNITS: [(&str, u64); 13] = [
     ("t", 1 << 40),
     ("tb", 1_000_000_000_000),
     ("tib", 1 << 40),
+    ("p", 1 << 50),
+    ("pb", 1_000_000_000_000_000),
+    ("pib", 1 << 50),
+    ("e", 1 << 60),
+    ("eb", 1_000_000_000_000_000_000),
+    ("eib", 1 << 60),
 ];
+
+/// `v` bytes of `s` as a whole number of bytes, or why not (negative, too
+/// large for 64 bits, a fraction of a byte). `min` is the smallest allowed.
+fn whole_bytes(s: &str, v: f64, min: u64) -> Result<u64, String> {
+    if v.is_nan() || v < 0.0 || (v == 0.0 && min > 0) {
+        return Err(format!("invalid size '{s}': must be positive"));
+    }
+    // 2^64 bytes (16 EiB) and more do not fit.
+    if v >= u64::MAX as f64 {
+        return Err(format!("invalid size '{s}': too large (at most 16 EiB)"));
+    }
+    if v.fract() != 0.0 {
+        return Err(format!("invalid size '{s}': not a whole number of bytes"));
+    }
+    if (v as u64) < min {
+        return Err(format!("invalid size '{s}': must be at least {min} byte"));
+    }
+    Ok(v as u64)
+}
+
+/// Whether `t` is a negative number (with or without a unit), refused with
+/// a clear message instead of "not understood".
+fn negative(s: &str, t: &str) -> Result<(), String> {
+    if t.starts_with('-') && t[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err(format!("invalid size '{s}': must be positive"));
+    }
+    Ok(())
+}
 
 /// Parse a size: bytes with a unit, a plain integer (lines) or a percentage.
 pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
@@ -59,6 +93,7 @@ pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
     let err = || {
         format!("invalid size '{s}' (allowed: a number with a unit such as 512B, 4KiB, 10GiB, 1.5GB; a plain integer number of cache lines; or a percentage of the trace footprint such as 10%)")
     };
+    negative(s, t)?;
     if let Some(p) = t.strip_suffix('%') {
         let v: f64 = p.trim().parse().map_err(|_| err())?;
         if !(v > 0.0 && v.is_finite()) {
@@ -83,14 +118,7 @@ pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
         .find(|(u, _)| *u == unit)
         .map(|(_, m)| *m)
         .ok_or_else(err)?;
-    let b = v * mul as f64;
-    if !(b >= 1.0 && b.is_finite() && b < u64::MAX as f64) {
-        return Err(format!("invalid size '{s}': must be at least 1 byte"));
-    }
-    if b.fract() != 0.0 {
-        return Err(format!("invalid size '{s}': not a whole number of bytes"));
-    }
-    Ok(SizeSpec::Bytes(b as u64))
+    Ok(SizeSpec::Bytes(whole_bytes(s, v * mul as f64, 1)?))
 }
 
 /// Parse a size that must be in bytes (line and sub-block sizes): a number
@@ -114,6 +142,7 @@ fn parse_byte_count(s: &str) -> Result<u64, String> {
     let err = || {
         format!("invalid size '{s}' (allowed: a number of bytes, with a unit such as 512B, 4KiB, 10GiB, 1.5GB or without one)")
     };
+    negative(s, t)?;
     if t.ends_with('%') {
         return Err(format!(
             "invalid size '{s}': a percentage is not allowed here (allowed: a number of bytes such as 4KiB)"
@@ -131,14 +160,10 @@ fn parse_byte_count(s: &str) -> Result<u64, String> {
         .find(|(u, _)| *u == unit)
         .map(|(_, m)| *m)
         .ok_or_else(err)?;
-    let b = v * mul as f64;
-    if !(b >= 0.0 && b.is_finite() && b < u64::MAX as f64) {
+    if !v.is_finite() {
         return Err(err());
     }
-    if b.fract() != 0.0 {
-        return Err(format!("invalid size '{s}': not a whole number of bytes"));
-    }
-    Ok(b as u64)
+    whole_bytes(s, v * mul as f64, 0)
 }
 
 /// Human-readable binary size: `4 KiB`, `1.5 GiB`.
@@ -188,5 +213,32 @@ mod tests {
         assert_eq!(SizeSpec::Lines(3).bytes(512, 0), 1536);
         assert_eq!(format_bytes(4096), "4 KiB");
         assert_eq!(format_bytes(1536 << 20), "1.50 GiB");
+    }
+
+    #[test]
+    fn petabytes_negative_sizes_and_overflow_say_what_is_wrong() {
+        assert_eq!(parse_bytes("2PiB"), Ok(2 << 50));
+        assert_eq!(parse_bytes("1PB"), Ok(1_000_000_000_000_000));
+        assert_eq!(parse_size("3PiB"), Ok(SizeSpec::Bytes(3 << 50)));
+        assert_eq!(parse_bytes("1EiB"), Ok(1 << 60));
+        assert_eq!(parse_bytes("15EB"), Ok(15_000_000_000_000_000_000));
+        for big in ["16EiB", "20EB", "99999EiB"] {
+            assert!(parse_bytes(big).unwrap_err().contains("too large"), "{big}");
+            assert!(parse_size(big).unwrap_err().contains("too large"), "{big}");
+        }
+        for neg in ["-1", "-1GiB", "-0.5MiB", "-3%"] {
+            assert!(
+                parse_bytes(neg).unwrap_err().contains("must be positive"),
+                "{neg}"
+            );
+            assert!(
+                parse_size(neg).unwrap_err().contains("must be positive"),
+                "{neg}"
+            );
+        }
+        assert!(parse_offset("-4KiB")
+            .unwrap_err()
+            .contains("must be positive"));
+        assert!(parse_bytes("0GiB").unwrap_err().contains("at least 1 byte"));
     }
 }

@@ -162,6 +162,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         )
     };
     let live = cache.stats.snapshot();
+    let live_stats = &cache.stats;
     let levels: Vec<&str> = [
         cfg.admission.twolbs_metadata.then_some("metadata"),
         cfg.admission.twolbs_frequency.then_some("frequency"),
@@ -170,11 +171,12 @@ pub fn stats_json(cache: &LiveCache) -> Value {
     .flatten()
     .collect();
     json!({
-        "status": match (cache.metadata_failure(), degraded) {
+        "status": live_stats.device_errors.status(match (cache.metadata_failure(), degraded) {
             (Some(_), _) => "degraded: cache metadata store failed, FLUSH and FUA fail until the cache is reopened",
             (None, true) => "degraded: cache device failing, not caching new data",
             (None, false) => "ok",
-        },
+        }),
+        "device_errors": live_stats.device_errors.json(),
         // Why the metadata store went fail-stop in write-back mode (null while it works).
         "metadata_error": cache.metadata_failure(),
         "policy": {

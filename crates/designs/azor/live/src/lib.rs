@@ -202,15 +202,7 @@ pub fn open_cache(o: &OpenOptions) -> Result<Opened> {
     let cache_dev: Arc<dyn BlockDev> = Arc::new(
         FileDev::open(&o.cache, fo).with_context(|| format!("opening {}", o.cache.display()))?,
     );
-    let mut backing: Arc<dyn BlockDev> =
-        if backing_path.to_str().is_some_and(tiercache_io::is_nbd_uri) {
-            tiercache_io::open_device(&backing_path, o.direct, "backing device")?
-        } else {
-            Arc::new(
-                FileDev::open(&backing_path, fo)
-                    .with_context(|| format!("opening {}", backing_path.display()))?,
-            )
-        };
+    let mut backing = tiercache_io::open_device(&backing_path, o.direct, "backing device")?;
     if o.emulate_hdd {
         backing = Arc::new(EmulatedHdd::default_disk(backing).map_err(|e| anyhow::anyhow!("{e}"))?);
     }

@@ -19,6 +19,12 @@ pub struct LiveStats {
     bytes_written: AtomicU64,
     pub(crate) cache_errors: AtomicU64,
     pub(crate) backing_errors: AtomicU64,
+    /// Failed reads and writes of the cache device and the backing device
+    /// (`device_errors` in `stats`), counted per device op where its result
+    /// comes back, whatever engine ran it.
+    pub(crate) device_errors: tiercache_io::DeviceErrors,
+    cache_io_errors: std::sync::Arc<tiercache_io::IoErrors>,
+    backing_io_errors: std::sync::Arc<tiercache_io::IoErrors>,
     pub(crate) cleaned_lines: AtomicU64,
     /// Lines cleaned by requests under eviction pressure (part of `cleaned_lines`).
     pub(crate) pressure_cleaned_lines: AtomicU64,
@@ -105,9 +111,29 @@ pub struct LiveSnapshot {
 }
 
 impl LiveStats {
+    /// Count a failed op on `dev` in `device_errors` (a read, or a write,
+    /// trim or flush).
+    pub(crate) fn device_error(&self, dev: Dev, kind: IoKind) {
+        let e = match dev {
+            Dev::Cache => &self.cache_io_errors,
+            Dev::Backing => &self.backing_io_errors,
+        };
+        e.record(kind != IoKind::Read);
+    }
+
     pub fn new(recovery: Duration) -> Self {
         let h = || Mutex::new(Histogram::new(3).expect("histogram"));
+        let (cache_io_errors, backing_io_errors) = <(
+            std::sync::Arc<tiercache_io::IoErrors>,
+            std::sync::Arc<tiercache_io::IoErrors>,
+        )>::default();
+        let mut device_errors = tiercache_io::DeviceErrors::new();
+        device_errors.add("cache", std::sync::Arc::clone(&cache_io_errors));
+        device_errors.add("backing", std::sync::Arc::clone(&backing_io_errors));
         LiveStats {
+            device_errors,
+            cache_io_errors,
+            backing_io_errors,
             started: Instant::now(),
             recovery,
             reads: AtomicU64::new(0),

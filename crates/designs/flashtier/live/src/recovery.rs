@@ -590,7 +590,11 @@ pub fn check(path: &Path) -> Result<CheckReport> {
             {
                 Some((l, _, _)) if l == lba => {}
                 other => rep.problems.push(format!(
-                    "block {lba} is mapped to segment {seg} slot {k}, whose summary says {other:?}"
+                    "block {lba} is mapped to segment {seg} slot {k}, whose summary says {}",
+                    match other {
+                        Some((l, _, _)) => format!("block {l}"),
+                        None => "nothing".to_string(),
+                    }
                 )),
             }
         }

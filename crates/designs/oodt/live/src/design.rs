@@ -156,6 +156,8 @@ fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
         "degraded",
         "1 when migrations stopped after a device error.",
         &[],
-        (s["status"] != "ok") as u8 as f64,
+        s["status"]
+            .as_str()
+            .is_some_and(|x| x.starts_with("degraded: migrations stopped")) as u8 as f64,
     );
 }

@@ -44,6 +44,12 @@ pub struct Loc {
     pub slot: u64,
 }
 
+impl std::fmt::Display for Loc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tier {} slot {}", self.tier, self.slot)
+    }
+}
+
 impl Loc {
     /// Byte offset of the slot on its tier's device.
     pub fn byte_offset(&self, block_bytes: u32) -> u64 {
@@ -66,7 +72,7 @@ pub enum TierError {
     Empty(u64),
     #[error("tier {0} has no free slot")]
     TierFull(TierId),
-    #[error("block {block} is not at {expected:?} (it is at {actual:?})")]
+    #[error("block {block} is not at {expected} (it is at {actual})")]
     Moved {
         block: BlockId,
         expected: Loc,
@@ -379,7 +385,7 @@ impl MappingTable {
         } else {
             match self.fast.get(dst.tier as usize) {
                 Some(b) if dst.slot < b.slots => (u32::from(dst.tier) << 30) | dst.slot as u32,
-                _ => return Err(TierError::Corrupt(format!("no slot {dst:?}"))),
+                _ => return Err(TierError::Corrupt(format!("no slot {dst}"))),
             }
         };
         self.entries[block as usize] = e;
@@ -559,7 +565,7 @@ impl MappingTable {
                 t.set_entry(b, loc)?;
                 if let Some(bm) = t.fast.get_mut(loc.tier as usize) {
                     if bm.is_set(loc.slot) {
-                        return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+                        return Err(TierError::Corrupt(format!("slot {loc} mapped twice")));
                     }
                     bm.set(loc.slot);
                 }
@@ -584,7 +590,7 @@ impl MappingTable {
             let loc = self.decode(i as u64, e);
             if let Some(bm) = self.fast.get_mut(loc.tier as usize) {
                 if bm.is_set(loc.slot) {
-                    return Err(TierError::Corrupt(format!("slot {loc:?} mapped twice")));
+                    return Err(TierError::Corrupt(format!("slot {loc} mapped twice")));
                 }
                 bm.set(loc.slot);
             }

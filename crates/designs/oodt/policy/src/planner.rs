@@ -159,6 +159,21 @@ pub struct Move {
     pub score: f32,
 }
 
+impl std::fmt::Display for Move {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "block {} from tier {} to tier {}",
+            self.block, self.from, self.to
+        )?;
+        if self.rank == u32::MAX {
+            write!(f, " (not ranked: no recent accesses)")
+        } else {
+            write!(f, " (rank {}, score {})", self.rank, self.score)
+        }
+    }
+}
+
 /// `cells[from][to]`: the blocks to move from tier `from` to tier `to`, in
 /// logical-address order.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +249,12 @@ impl MigrationMatrix {
 pub struct Pair {
     pub up: Move,
     pub down: Move,
+}
+
+impl std::fmt::Display for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exchange of {} with {}", self.up, self.down)
+    }
 }
 
 impl MigrationMatrix {
@@ -350,6 +371,30 @@ pub fn plan(table: &MappingTable, candidates: &mut Vec<Candidate>) -> MigrationM
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migrations_read_as_text_in_logs() {
+        let up = Move {
+            block: 3,
+            from: 1,
+            to: 0,
+            rank: 0,
+            score: 2.5,
+        };
+        // A demotion of a block outside the ranking (no recent accesses).
+        let down = Move {
+            block: 9,
+            from: 0,
+            to: 1,
+            rank: u32::MAX,
+            score: f32::NEG_INFINITY,
+        };
+        assert_eq!(
+            Pair { up, down }.to_string(),
+            "exchange of block 3 from tier 1 to tier 0 (rank 0, score 2.5) with \
+             block 9 from tier 0 to tier 1 (not ranked: no recent accesses)"
+        );
+    }
 
     fn cand(block: BlockId, score: f32, without_read: f32) -> Candidate {
         Candidate {

@@ -84,9 +84,9 @@ fn check_pair(ro: &PairInfo, wo: &PairInfo) -> Result<()> {
     refuse_if_degraded(wo)?;
     if ro.role != Role::RoSsd || wo.role != Role::WoSsd {
         bail!(
-            "the devices' roles are {:?} and {:?}: expected an RO-SSD and a WO-SSD",
-            ro.role,
-            wo.role
+            "the devices' roles are {} and {}: expected an RO-SSD and a WO-SSD",
+            ro.role.label(),
+            wo.role.label()
         );
     }
     if ro.pair != wo.pair {
@@ -122,6 +122,10 @@ pub fn open_with_devices(
     check_pair(&ro_info, &wo_info)?;
     let largest = ro_sb.layout.dev_size.max(wo_sb.layout.dev_size);
     crate::memory::check_fits("this", largest, wo_info.dram_bytes)?;
+    let mut device_errors = tiercache_io::DeviceErrors::new();
+    let ro_dev = device_errors.count("ro_ssd", ro_dev);
+    let wo_dev = device_errors.count("wo_ssd", wo_dev);
+    let backing = device_errors.count("backing", backing);
     let policy = wo_info.policy()?;
     let id = tiercache_io::probe_identity(backing_path)?;
     if backing.len() != id.size || id.size % PAGE != 0 {
@@ -168,6 +172,7 @@ pub fn open_with_devices(
     let dram_pages = (wo_info.dram_bytes / PAGE) as usize;
     let tica = Tica::new(TicaConfig::new(dram_pages, policy_ssd_pages(slots), policy));
     let mut s = State::new(tica, ro, wo, backing);
+    s.device_errors = device_errors;
     let info = recover(&mut s, clean)?;
     // From here the RO-SSD's table is written at close only: recovery
     // drops it after any unclean shutdown (see `Ssd::set_volatile_meta`).

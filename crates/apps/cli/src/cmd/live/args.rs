@@ -10,10 +10,10 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 pub struct PolicyArgs {
     /// Cache line size: a power of two from 4KiB to 1MiB.
-    #[arg(long, default_value = "4KiB")]
+    #[arg(long, allow_hyphen_values = true, default_value = "4KiB")]
     pub line_size: String,
     /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub sub_block: Option<String>,
     /// Associativity: direct, N-way (e.g. 8-way), full.
     #[arg(long, default_value = "full")]
@@ -31,7 +31,7 @@ pub struct PolicyArgs {
     #[arg(long, default_value = "always")]
     pub admission: String,
     /// Sequential cutoff threshold.
-    #[arg(long, default_value = "4MiB")]
+    #[arg(long, allow_hyphen_values = true, default_value = "4MiB")]
     pub seq_cutoff: String,
     /// n-hit: admit a line on its n-th access.
     #[arg(long, default_value_t = 3)]
@@ -72,7 +72,7 @@ pub struct FormatArgs {
     #[arg(long, required_unless_present = "tiers")]
     pub backing: Option<PathBuf>,
     /// Size of a cache file to create (e.g. 1GiB).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub size: Option<String>,
     /// Overwrite an existing tiercache cache or a device holding a filesystem.
     #[arg(long)]
@@ -113,7 +113,7 @@ pub struct TierFormatArgs {
     #[arg(long, default_value = "sum")]
     pub capacity: String,
     /// Tiered volume: block size, a power of two from 4KiB to 4MiB.
-    #[arg(long, default_value = "1MiB")]
+    #[arg(long, allow_hyphen_values = true, default_value = "1MiB")]
     pub block_size: String,
     /// Tiered volume: placement policy: oodt, frequency, hystor, raf.
     #[arg(long, default_value = "oodt")]
@@ -133,7 +133,7 @@ pub struct TierFormatArgs {
     #[arg(long, default_value_t = 64)]
     pub moves_per_round: usize,
     /// Tiered volume: most bytes migrated per second.
-    #[arg(long, default_value = "64MiB")]
+    #[arg(long, allow_hyphen_values = true, default_value = "64MiB")]
     pub migrate_rate: String,
 }
 
@@ -147,7 +147,7 @@ pub struct TicaFormatArgs {
     #[arg(long)]
     pub wo_ssd: Option<PathBuf>,
     /// Three-level cache: size of the DRAM level (e.g. 64MiB).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub dram_size: Option<String>,
     /// Three-level cache: TICA policy: adaptive, ef or wed.
     #[arg(long, default_value = "adaptive")]
@@ -169,7 +169,7 @@ pub struct LsFormatArgs {
     #[arg(long, default_value = "in-place")]
     pub layout: String,
     /// Log-structured layout: segment size (erase-block sized), 64KiB to 64MiB.
-    #[arg(long, default_value = "1MiB")]
+    #[arg(long, allow_hyphen_values = true, default_value = "1MiB")]
     pub segment_size: String,
     /// Log-structured layout: compress cached blocks (lz4, zstd, zstd:LEVEL
     /// or off): variable-size records with a checksum, up to 4 times more
@@ -356,7 +356,7 @@ pub struct SetArgs {
     #[arg(long, value_name = "PCT")]
     pub dirty_target: Option<String>,
     /// New sequential cutoff (e.g. 8MiB; the cache's admission must be seq-cutoff).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, allow_hyphen_values = true, value_name = "SIZE")]
     pub seq_cutoff: Option<String>,
     /// New eviction policy (refused by every design while serving; shown
     /// so the refusal can say why).

@@ -52,14 +52,59 @@ pub fn format(a: FormatArgs) -> Result<()> {
         .map(|(_, p)| p.to_path_buf())
         .collect();
     let existing: Vec<(&str, &Path)> = named.into_iter().filter(|(_, p)| p.exists()).collect();
-    let _claims = Claims::acquire(existing, Access::Exclusive)?;
+    let _claims = Claims::acquire(existing.iter().copied(), Access::Exclusive)?;
+    // The device that holds the data must pass the checks `serve` makes
+    // when it opens it, before anything is written or created.
+    for (role, p) in &existing {
+        if matches!(*role, "backing device" | "slow tier") {
+            tiercache_io::open_device(p, false, role)?;
+        }
+    }
     let r = format_design(&a);
     if r.is_err() {
         for p in created.iter().filter(|p| p.exists()) {
             let _ = std::fs::remove_file(p);
         }
+    } else {
+        for p in &created {
+            warn_if_larger_than_free_space(p);
+        }
     }
     r
+}
+
+/// Say so when a file `format` created (sparse, of the declared `--size`)
+/// is larger than what its file system can still give it: writes to the
+/// cache then fail with ENOSPC once the file system fills.
+fn warn_if_larger_than_free_space(file: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::metadata(file) else {
+        return;
+    };
+    if !md.is_file() {
+        return;
+    }
+    let Ok(c) = std::ffi::CString::new(file.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path and a zeroed statvfs to fill.
+    let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut v) } != 0 {
+        return;
+    }
+    let free = (v.f_bavail as u64).saturating_mul(v.f_frsize as u64);
+    // The space the file holds already is its own.
+    let room = free.saturating_add(md.blocks().saturating_mul(512));
+    if md.len() > room {
+        eprintln!(
+            "tiercache: warning: {} is {} but its file system has only {} free: \
+             writes to it will fail once the file system is full",
+            file.display(),
+            tiercache_sim::units::format_bytes(md.len()),
+            tiercache_sim::units::format_bytes(free)
+        );
+    }
 }
 
 fn format_design(a: &FormatArgs) -> Result<()> {

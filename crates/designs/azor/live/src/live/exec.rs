@@ -192,11 +192,14 @@ impl LiveCache {
                 Dev::Backing => self.stats.backing_errors.fetch_add(1, Ordering::Relaxed),
             };
             tracing::warn!(
-                "writeback {:?} of {} bytes at {} on the {:?} device failed ({e}): retry {attempt} of {WRITEBACK_RETRIES}",
-                op.kind,
+                "writeback {} of {} bytes at {} on the {} failed ({e}): retry {attempt} of {WRITEBACK_RETRIES}",
+                if op.kind == IoKind::Read { "read" } else { "write" },
                 op.len,
                 op.offset,
-                op.dev
+                match op.dev {
+                    Dev::Cache => "cache device",
+                    Dev::Backing => "backing device",
+                }
             );
             tokio::time::sleep(std::time::Duration::from_millis(1 << attempt)).await;
             res = self.run_io(op, None, payload.clone()).await;
@@ -245,6 +248,9 @@ impl LiveCache {
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
             self.stats.record_op(op.dev, started.elapsed());
+            if res.is_err() {
+                self.stats.device_error(op.dev, kind);
+            }
             return res;
         }
         // A small buffered write (no FUA) of client data to a file or block
@@ -296,6 +302,9 @@ impl LiveCache {
             self.device_io(dev, off, op, payload).await
         };
         self.stats.record_op(op.dev, started.elapsed());
+        if res.is_err() && !missing_source {
+            self.stats.device_error(op.dev, kind);
+        }
         res
     }
 

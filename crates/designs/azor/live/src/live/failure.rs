@@ -82,7 +82,11 @@ impl LiveCache {
                 c.engine.invalidate(s, f, l);
             }
         }
-        tracing::error!("backing device error ({:?} at {}): {e}", op.kind, op.offset);
+        tracing::error!(
+            "backing device error ({} at byte {}): {e}",
+            op_name(op.kind),
+            op.offset
+        );
         Err(LiveError(format!("backing device I/O error: {e}")))
     }
 
@@ -197,7 +201,11 @@ impl LiveCache {
         if let (IoKind::Write, Some(line), Some(b)) = (op.kind, line, buf) {
             self.poison_failed_write(op, slot, (f, l), line, b);
         }
-        tracing::warn!("cache device error ({:?} at {}): {e}", op.kind, op.offset);
+        tracing::warn!(
+            "cache device error ({} at byte {}): {e}",
+            op_name(op.kind),
+            op.offset
+        );
         if errors >= DEGRADE_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
             tracing::error!("cache device failing ({errors} errors in a row): no longer caching new data; dirty data is kept and cleaned");
             self.core.lock().expect("core").engine.degrade();
@@ -277,6 +285,7 @@ impl LiveCache {
     /// failed data ops do.
     pub(super) fn note_metadata_error(&self) {
         self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.device_error(Dev::Cache, IoKind::Write);
         let errors = {
             let mut c = self.core.lock().expect("core");
             c.cache_errors += 1;
@@ -307,6 +316,7 @@ impl LiveCache {
             "cache metadata store failed ({why}): write-back cache degraded; FLUSH, FUA and writes that need a metadata commit fail with EIO until the cache is reopened"
         );
         self.stats.cache_errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.device_error(Dev::Cache, IoKind::Write);
         self.degraded.store(true, Ordering::Relaxed);
         {
             let mut c = self.core.lock().expect("core");
@@ -412,5 +422,15 @@ impl LiveCache {
                 c.engine.invalidate(slot, i, i);
             }
         }
+    }
+}
+
+/// An op's kind in a log line.
+fn op_name(kind: IoKind) -> &'static str {
+    match kind {
+        IoKind::Read => "read",
+        IoKind::Write => "write",
+        IoKind::Trim => "trim",
+        IoKind::Flush => "flush",
     }
 }

@@ -313,6 +313,8 @@ pub struct LogCache {
     /// The fast path is on, and its counters (`fast`).
     fast_on: std::sync::atomic::AtomicBool,
     fast: fast::FastCounters,
+    /// Failed reads and writes of the cache and backing devices (`stats`).
+    device_errors: tiercache_io::DeviceErrors,
 }
 
 impl LogCache {
@@ -325,6 +327,9 @@ impl LogCache {
     ) -> LogCache {
         let geo = st.sb.geometry();
         let gens = fast::Generations::new(&st);
+        let mut device_errors = tiercache_io::DeviceErrors::new();
+        let cache = device_errors.count("cache", cache);
+        let backing = device_errors.count("backing", backing);
         LogCache {
             geo,
             data_blocks: geo.data_blocks(),
@@ -341,6 +346,7 @@ impl LogCache {
             gens,
             fast_on: std::sync::atomic::AtomicBool::new(true),
             fast: Default::default(),
+            device_errors,
         }
     }
 

@@ -50,7 +50,8 @@ impl LogCache {
         let m = st.map.memory_bytes() as f64;
         json!({
             "mode": "log-structured",
-            "status": match (&st.degraded, st.closed) { (_, true) => "closed", (Some(_), _) => "degraded", _ => "ok" },
+            "status": self.device_errors.status(match (&st.degraded, st.closed) { (_, true) => "closed", (Some(_), _) => "degraded", _ => "ok" }),
+            "device_errors": self.device_errors.json(),
             "degraded_reason": st.degraded,
             "write_policy": self.policy.to_string(),
             "backing": tiercache_runtime::remote::backing_json(self.backing.as_ref()),

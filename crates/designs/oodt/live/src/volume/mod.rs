@@ -130,6 +130,8 @@ pub struct TieredVolume {
     sb: Superblock,
     cfg: VolumeConfig,
     devs: Vec<Arc<dyn BlockDev>>,
+    /// Failed reads and writes of each tier's device (`stats`).
+    device_errors: tiercache_io::DeviceErrors,
     core: Mutex<Core>,
     /// Signalled when a migrating block's last request finished.
     drained: Condvar,
@@ -292,7 +294,8 @@ impl TieredVolume {
         let r = &self.recovery;
         json!({
             "mode": "tier",
-            "status": match &failed { None => "ok".to_string(), Some(w) => format!("migrations stopped: {w}") },
+            "status": match &failed { None => self.device_errors.status("ok"), Some(w) => format!("degraded: migrations stopped: {w}") },
+            "device_errors": self.device_errors.json(),
             "uuid": self.sb.uuid_string(),
             "capacity": self.sb.capacity,
             "policy": self.cfg,

@@ -89,6 +89,12 @@ impl TieredVolume {
         if devs.len() != 2 {
             bail!("{} tiers given (a volume has 2)", devs.len());
         }
+        let mut device_errors = tiercache_io::DeviceErrors::new();
+        let devs: Vec<Arc<dyn BlockDev>> = devs
+            .into_iter()
+            .zip(["fast", "slow"])
+            .map(|(d, role)| device_errors.count(role, d))
+            .collect();
         let slow_needed = match sb.capacity {
             Capacity::Slow => sb.volume_bytes,
             Capacity::Sum => sb.layout.slow_slots * u64::from(sb.block_bytes),
@@ -120,7 +126,7 @@ impl TieredVolume {
             let (dev, off) = Self::locate_in(&devs, &sb, *loc);
             let len = bs.min(dev.len().saturating_sub(off));
             dev.trim(off, len)
-                .with_context(|| format!("trimming {loc:?} after recovery"))?;
+                .with_context(|| format!("trimming {loc} after recovery"))?;
         }
         for d in &devs {
             d.flush()?;
@@ -152,6 +158,7 @@ impl TieredVolume {
             sb,
             cfg,
             devs,
+            device_errors,
             drained: Condvar::new(),
             unlocked: tokio::sync::Notify::new(),
             journal: Mutex::new(journal),

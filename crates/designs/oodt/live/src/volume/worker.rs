@@ -22,6 +22,15 @@ pub(super) enum Job {
     Pair(Pair),
 }
 
+impl std::fmt::Display for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Job::Move(m) => write!(f, "move of {m}"),
+            Job::Pair(p) => p.fmt(f),
+        }
+    }
+}
+
 impl TieredVolume {
     /// Start the migration worker.
     pub fn start_background(self: &Arc<Self>) {
@@ -73,7 +82,7 @@ impl TieredVolume {
                         self.counters
                             .migration_errors
                             .fetch_add(1, Ordering::Relaxed);
-                        tracing::error!("{job:?}: {e}");
+                        tracing::error!("migration ({job}) failed: {e}");
                         break;
                     }
                 }

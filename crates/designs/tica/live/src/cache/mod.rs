@@ -176,6 +176,9 @@ pub(crate) struct State {
     slow: Arc<AtomicUsize>,
     /// When the background thread last synced the RO-SSD (`background`).
     ro_synced: std::time::Instant,
+    /// Failed reads and writes of each device (`stats`), counted by the
+    /// wrappers `open_with_devices` puts around them.
+    pub(crate) device_errors: tiercache_io::DeviceErrors,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -215,6 +218,7 @@ impl State {
             flusher: FlushScheduler::new(Default::default()),
             slow: Arc::new(AtomicUsize::new(0)),
             ro_synced: std::time::Instant::now(),
+            device_errors: tiercache_io::DeviceErrors::new(),
         }
     }
 

@@ -41,7 +41,7 @@ impl ThreeLevel {
         let reads = st.read_pages.max(1);
         let c = s.counters;
         let status = match &s.degraded {
-            None => "ok".to_string(),
+            None => s.device_errors.status("ok"),
             Some(d) => format!(
                 "degraded: {} failed ({}); write-through to the backing device, {} dirty pages written back{}",
                 d.failed.label(),
@@ -93,6 +93,7 @@ impl ThreeLevel {
             "backing_writes": c.backing_writes,
             "flushes": c.flushes,
             "errors": c.errors,
+            "device_errors": s.device_errors.json(),
             "inline_requests": {"reads": c.inline_reads, "writes": c.inline_writes},
             "degraded_io": {"dram_reads": c.degraded_dram_reads, "backing_reads": c.degraded_backing_reads, "writes": c.degraded_writes},
             "dram": {"pages": s.dram.len(), "read_pages": dram.read_len(), "write_pages": dram.write_len(), "write_cap": dram.write_cap()},

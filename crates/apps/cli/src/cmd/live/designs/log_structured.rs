@@ -100,7 +100,7 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
             backing.display()
         );
     }
-    super::warn_if_larger_than_backing(data, backing);
+    super::warn_if_larger_than_backing("cache", data, "backing device", backing);
     Ok(())
 }
 
@@ -166,10 +166,7 @@ fn print_stats(v: &serde_json::Value) {
         f(&m["bytes_per_block_full"]),
         m["entry_bytes"]
     );
-    println!(
-        "errors            cache {}, backing {}",
-        v["errors"]["cache"], v["errors"]["backing"]
-    );
+    super::print_device_errors(v);
     println!(
         "recovery          {:.1} ms, clean shutdown {}, {} blocks ({} dirty), {} segments replayed",
         f(&r["ms"]),

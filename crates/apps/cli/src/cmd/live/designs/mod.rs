@@ -111,16 +111,43 @@ impl CheckOutput<'_> {
     }
 }
 
-/// Say so when a cache's data region is larger than its backing device: the
-/// difference is never used (a cache holds at most the backing device's data).
-pub fn warn_if_larger_than_backing(data_bytes: u64, backing: &Path) {
+/// The `device errors` line of `tiercache stats`, the same for every
+/// design: failed reads and writes per device (`device_errors`).
+pub fn print_device_errors(v: &serde_json::Value) {
+    let Some(m) = v["device_errors"].as_object() else {
+        return;
+    };
+    let parts: Vec<String> = m
+        .iter()
+        .map(|(role, e)| {
+            format!(
+                "{} {} read, {} write",
+                tiercache_io::role_label(role),
+                e["read"].as_u64().unwrap_or(0),
+                e["write"].as_u64().unwrap_or(0)
+            )
+        })
+        .collect();
+    println!("device errors     {}", parts.join("; "));
+}
+
+/// Say so when a cache's data region (`cache`: "cache", "fast tier", ...)
+/// is larger than its backing device (`backing_role`: "backing device",
+/// "slow tier"): the difference is never used, as a cache holds at most the
+/// backing device's data. The same warning for every design.
+pub fn warn_if_larger_than_backing(
+    cache: &str,
+    data_bytes: u64,
+    backing_role: &str,
+    backing: &Path,
+) {
     let Ok(dev) = tiercache_io::FileDev::open(backing, Default::default()) else {
         return;
     };
     let bsize = tiercache_io::BlockDev::len(&dev);
     if data_bytes > bsize {
         eprintln!(
-            "tiercache: warning: the cache holds {} of data but the backing device {} has only {}: \
+            "tiercache: warning: the {cache} holds {} of data but the {backing_role} {} has only {}: \
              the difference is never used (format a smaller --size)",
             tiercache_sim::units::format_bytes(data_bytes),
             backing.display(),

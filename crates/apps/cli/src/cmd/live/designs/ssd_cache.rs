@@ -70,7 +70,12 @@ pub fn format(a: &FormatArgs) -> Result<()> {
         cfg.admission.kind,
         backing.display()
     );
-    super::warn_if_larger_than_backing(layout.slots as u64 * cfg.line_bytes as u64, backing);
+    super::warn_if_larger_than_backing(
+        "cache",
+        layout.slots as u64 * cfg.line_bytes as u64,
+        "backing device",
+        backing,
+    );
     Ok(())
 }
 
@@ -240,10 +245,7 @@ impl super::LiveDesign for SsdCache {
             "backing latency   p50 {} µs, p99 {} µs",
             l["backing_latency"]["p50_us"], l["backing_latency"]["p99_us"]
         );
-        println!(
-            "errors            cache {}, backing {}",
-            l["cache_errors"], l["backing_errors"]
-        );
+        super::print_device_errors(v);
         if let Some(line) = tiercache_runtime::remote::backing_line(&v["backing"]) {
             println!("{line}");
         }

@@ -73,6 +73,9 @@ fn format_tica(
         o.policy,
         backing.display()
     );
+    // The policy caches as many pages as the smaller SSD holds.
+    let pages = u64::from(r.ro_slots.min(r.wo_slots));
+    super::warn_if_larger_than_backing("cache", pages * three::PAGE, "backing device", backing);
     Ok(())
 }
 
@@ -115,6 +118,7 @@ fn print_stats(v: &serde_json::Value) {
         "backing           {} page reads, {} page writes ({} writebacks)",
         v["backing_reads"], v["backing_writes"], v["writebacks"]
     );
+    super::print_device_errors(v);
     let r = &v["recovery"];
     println!(
         "recovery          {:.1} ms, clean shutdown {}, {} WO-SSD / {} RO-SSD pages, {} written back",
@@ -184,7 +188,7 @@ impl super::LiveDesign for Tica {
         let r = cache.stats_json();
         eprintln!(
             "tiercache: opened three-level cache: RO-SSD {}, WO-SSD {}, DRAM {} pages, policy {} (backing {}{}); \
-             recovered in {:.1} ms: {}",
+             recovered in {:.1} ms: clean shutdown {}, {} WO-SSD / {} RO-SSD pages, {} written back",
             info.ro_ssd,
             info.wo_ssd,
             r["policy"]["dram_pages"],
@@ -192,7 +196,10 @@ impl super::LiveDesign for Tica {
             cache.backing_path().display(),
             if a.emulate_hdd { ", emulated HDD" } else { "" },
             r["recovery"]["duration_ms"].as_f64().unwrap_or(0.0),
-            r["recovery"]
+            r["recovery"]["clean_shutdown"],
+            r["recovery"]["wo_pages"],
+            r["recovery"]["ro_pages"],
+            r["recovery"]["written_back"]
         );
         Ok(Arc::new(three::Tica::with_threads(
             cache,

@@ -66,6 +66,15 @@ fn format_tiered(
         slow.display(),
         policy
     );
+    if capacity == Capacity::Slow {
+        // The slow tier is the home of every block: the fast tier caches it.
+        super::warn_if_larger_than_backing(
+            "fast tier",
+            sb.layout.fast_slots * u64::from(block),
+            "slow tier",
+            slow,
+        );
+    }
     Ok(())
 }
 
@@ -106,6 +115,7 @@ fn print_stats(v: &serde_json::Value) {
         format_bytes(v["migrated_bytes"].as_u64().unwrap_or(0)),
         v["planner_rounds"]
     );
+    super::print_device_errors(v);
     let r = &v["recovery"];
     println!(
         "recovery          {:.1} ms: {} completed ({} after the switch), {} rolled back",
