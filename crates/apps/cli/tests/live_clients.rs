@@ -186,7 +186,11 @@ fn small_reads_fill_the_whole_line_and_then_hit() {
     let mut again = vec![];
     for &(l, sec) in &lines {
         for k in (0..8).filter(|&k| k != sec) {
-            again.push(format!("read -P {:#x} {} 512", l % 251 + 1, l * 4096 + k * 512));
+            again.push(format!(
+                "read -P {:#x} {} 512",
+                l % 251 + 1,
+                l * 4096 + k * 512
+            ));
         }
     }
     io(&again);

@@ -764,7 +764,15 @@ fn traces_that_hold_no_requests_are_refused() {
     for (trace, format) in [(empty, "msr"), (empty, "cloudphysics"), (noise, "blkparse")] {
         let want = format!("tiercache: error: trace {trace} holds no requests (format {format})");
         for cmd in [
-            &["sim", "--trace", trace, "--format", format, "--cache-size", "4"][..],
+            &[
+                "sim",
+                "--trace",
+                trace,
+                "--format",
+                format,
+                "--cache-size",
+                "4",
+            ][..],
             &["trace", "stats", trace, "--format", format][..],
         ] {
             let e = fail(cmd);
@@ -773,12 +781,23 @@ fn traces_that_hold_no_requests_are_refused() {
     }
     // Random bytes read as a binary format: one line naming the format.
     for (format, says) in [
-        ("cloudphysics", "not a cloudphysics trace: its first 4096 block ids"),
+        (
+            "cloudphysics",
+            "not a cloudphysics trace: its first 4096 block ids",
+        ),
         ("vscsi", "not a vscsi trace"),
         ("native", "native"),
     ] {
         for extra in [&[][..], &["--skip-bad"][..]] {
-            let mut cmd = vec!["sim", "--trace", noise, "--format", format, "--cache-size", "4"];
+            let mut cmd = vec![
+                "sim",
+                "--trace",
+                noise,
+                "--format",
+                format,
+                "--cache-size",
+                "4",
+            ];
             cmd.extend_from_slice(extra);
             let e = fail(&cmd);
             assert_eq!(e.trim().lines().count(), 1, "{e}");
@@ -804,7 +823,8 @@ fn traces_that_hold_no_requests_are_refused() {
         "--skip-bad",
     ]);
     assert!(
-        e.contains("not a msr trace: 10 of its 11 records are malformed") && e.contains("junk.csv:2"),
+        e.contains("not a msr trace: 10 of its 11 records are malformed")
+            && e.contains("junk.csv:2"),
         "{e}"
     );
 }
@@ -842,10 +862,22 @@ fn truncated_real_traces_are_refused_or_read_whole() {
     // A native trace cut inside its records: an error, not a shorter trace.
     let t = msr_trace(d.path());
     let native = d.path().join("t.tct");
-    ok(&["trace", "convert", t.to_str().unwrap(), "-o", native.to_str().unwrap()]);
+    ok(&[
+        "trace",
+        "convert",
+        t.to_str().unwrap(),
+        "-o",
+        native.to_str().unwrap(),
+    ]);
     let bytes = std::fs::read(&native).unwrap();
     std::fs::write(&native, &bytes[..bytes.len() - 7]).unwrap();
-    let e = fail(&["trace", "stats", native.to_str().unwrap(), "--format", "native"]);
+    let e = fail(&[
+        "trace",
+        "stats",
+        native.to_str().unwrap(),
+        "--format",
+        "native",
+    ]);
     assert!(e.starts_with("tiercache: error: "), "{e}");
     assert_eq!(e.trim().lines().count(), 1, "{e}");
 }

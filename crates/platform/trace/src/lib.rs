@@ -227,7 +227,9 @@ impl TraceReader {
             format!("record {total} of the first {BINARY_BAD_AT_START} is malformed")
         } else if (at_end || bad >= BAD_EARLY) && bad * 100 > total * MAX_BAD_PERCENT {
             let whose = if at_end { "its" } else { "the first" };
-            format!("{bad} of {whose} {total} records are malformed (more than {MAX_BAD_PERCENT} %)")
+            format!(
+                "{bad} of {whose} {total} records are malformed (more than {MAX_BAD_PERCENT} %)"
+            )
         } else {
             return None;
         };

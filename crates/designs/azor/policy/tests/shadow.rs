@@ -310,7 +310,8 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
             _ => vec![0; (span / SECTOR) as usize],
         };
         w.req_bufs.insert(id, buf);
-        w.req_skip.insert(id, ((req.offset - start) / SECTOR) as usize);
+        w.req_skip
+            .insert(id, ((req.offset - start) / SECTOR) as usize);
         let floor = (0..c.sectors)
             .map(|s| shadow.get(&(c.sector + s)).copied().unwrap_or(0))
             .collect();

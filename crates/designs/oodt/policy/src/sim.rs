@@ -345,7 +345,8 @@ fn build_state(cfg: &TierSimConfig) -> Result<(State<'_>, u64, u64), SimError> {
     }
     cfg.planner.validate()?;
     let blocks = cfg.volume_bytes.div_ceil(u64::from(bs)).max(1);
-    let fast_slots = usable_fast_tier_bytes(cfg.fast_tier_bytes, cfg.volume_bytes, bs) / u64::from(bs);
+    let fast_slots =
+        usable_fast_tier_bytes(cfg.fast_tier_bytes, cfg.volume_bytes, bs) / u64::from(bs);
     let table = if cfg.capacity_sum && fast_slots >= 2 {
         // As the live volume: blocks 0.. on the slow tier, the tail fast.
         MappingTable::new_sum(

@@ -36,7 +36,10 @@ pub(crate) fn looks_random(ids: &[u32]) -> bool {
         return false;
     }
     let distinct: rustc_hash::FxHashSet<u32> = ids.iter().copied().collect();
-    let near = ids.windows(2).filter(|w| w[0].abs_diff(w[1]) <= NEAR).count();
+    let near = ids
+        .windows(2)
+        .filter(|w| w[0].abs_diff(w[1]) <= NEAR)
+        .count();
     distinct.len() == ids.len() && near * 100 < ids.len()
 }
 

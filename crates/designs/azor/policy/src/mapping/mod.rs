@@ -17,8 +17,8 @@ pub mod full;
 
 use crate::config::{Assoc, Geometry};
 use crate::eviction::{Slot, NIL};
-use bits::SubBits;
 use crate::lazy::Paged;
+use bits::SubBits;
 use full::FullIndex;
 
 /// Largest line number the fully associative table can hold (40 bits).
