@@ -152,7 +152,7 @@ fn small_reads_fill_the_whole_line_and_then_hit() {
         chunk.fill((k % 251 + 1) as u8);
     }
     write_file(&backing, &data);
-    let s = Setup::with_backing(dir, backing, "1MiB", &["--line-size", "4KiB"]);
+    let s = Setup::with_backing(dir, backing, "8MiB", &["--line-size", "4KiB"]);
     let srv = s.serve(&[]);
     let n = |v: &serde_json::Value, k: &str| {
         v[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {v}"))
