@@ -137,6 +137,69 @@ fn qemu_img_info_compare_convert() {
         .arg(&uri));
 }
 
+/// 512-byte reads through a cache of 4 KiB lines: a read miss reads and
+/// fills its whole line, so the other sectors of the line then hit, and
+/// every read returns the backing file's bytes.
+#[test]
+fn small_reads_fill_the_whole_line_and_then_hit() {
+    require_tools!("qemu-io");
+    let size = 4 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("backing.img");
+    // 4 KiB chunk k holds the byte k % 251 + 1 (so each chunk is checkable with -P).
+    let mut data = vec![0u8; size as usize];
+    for (k, chunk) in data.chunks_mut(4096).enumerate() {
+        chunk.fill((k % 251 + 1) as u8);
+    }
+    write_file(&backing, &data);
+    let s = Setup::with_backing(dir, backing, "8MiB", &["--line-size", "4KiB"]);
+    let srv = s.serve(&[]);
+    let n = |v: &serde_json::Value, k: &str| {
+        v[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {v}"))
+    };
+    let io = |cmds: &[String]| {
+        let mut c = Command::new("qemu-io");
+        c.args(["-f", "raw"]);
+        for cmd in cmds {
+            c.arg("-c").arg(cmd);
+        }
+        let out = output(c.arg(srv.uri()));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !text.contains("fail") && !text.contains("rror"),
+            "qemu-io {cmds:?}: {text}"
+        );
+    };
+    let before = s.stats();
+    // Lines 5, 6 and 7: one 512-byte read inside each (sector 1, 3, 7).
+    let lines = [(5u64, 1u64), (6, 3), (7, 7)];
+    io(&lines
+        .iter()
+        .map(|&(l, sec)| format!("read -P {:#x} {} 512", l % 251 + 1, l * 4096 + sec * 512))
+        .collect::<Vec<_>>());
+    let st = s.stats();
+    assert_eq!(n(&st, "fills") - n(&before, "fills"), 3, "{st}");
+    assert_eq!(n(&st, "read_misses") - n(&before, "read_misses"), 3, "{st}");
+    assert_eq!(n(&st, "occupied_lines"), 3, "{st}");
+    // Every other sector of those lines now hits, with the line's bytes.
+    let mut again = vec![];
+    for &(l, sec) in &lines {
+        for k in (0..8).filter(|&k| k != sec) {
+            again.push(format!(
+                "read -P {:#x} {} 512",
+                l % 251 + 1,
+                l * 4096 + k * 512
+            ));
+        }
+    }
+    io(&again);
+    let after = s.stats();
+    assert_eq!(n(&after, "read_hits") - n(&st, "read_hits"), 21, "{after}");
+    assert_eq!(n(&after, "read_misses"), n(&st, "read_misses"), "{after}");
+    assert_eq!(n(&after, "fills"), n(&st, "fills"), "{after}");
+}
+
 /// qemu-io commands at unaligned offsets and odd lengths, mirrored into a
 /// reference buffer; reads verify the pattern and the detached backing file
 /// must equal the reference.

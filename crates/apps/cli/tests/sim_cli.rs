@@ -573,3 +573,311 @@ fn sweep_svg_follows_the_plot_rules() {
     }
     assert!(!svg.to_uppercase().contains("#F0E442"));
 }
+
+/// An MSR trace of the given `(offset, len)` reads, 1 ms apart.
+fn msr_reads(dir: &Path, name: &str, reads: &[(u64, u64)]) -> PathBuf {
+    let p = dir.join(name);
+    let mut s = String::new();
+    for (i, (off, len)) in reads.iter().enumerate() {
+        s.push_str(&format!(
+            "{},hm,0,Read,{off},{len},100\n",
+            128166372000000000u64 + i as u64 * 10_000
+        ));
+    }
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+#[test]
+fn small_reads_fill_their_whole_line() {
+    let d = tempfile::tempdir().unwrap();
+    // 512 B reads, default 4 KiB lines (and sub-blocks):
+    //   0      miss, fills line 0      4608   miss, fills line 1
+    //   512    hit                     4096   hit
+    //   1024   hit                     0      hit
+    //   11776  miss, fills line 2      8192   hit
+    // 8 accesses, 3 misses, 5 hits: 62.5 %; 3 fills of 4 KiB from the HDD.
+    let t = msr_reads(
+        d.path(),
+        "small.csv",
+        &[
+            (0, 512),
+            (512, 512),
+            (1024, 512),
+            (4608, 512),
+            (4096, 512),
+            (0, 512),
+            (11776, 512),
+            (8192, 512),
+        ],
+    );
+    for timing in [&["--no-timing"][..], &[][..]] {
+        let mut args = vec![
+            "sim",
+            "--trace",
+            t.to_str().unwrap(),
+            "--cache-size",
+            "1MiB",
+            "--json",
+        ];
+        args.extend_from_slice(timing);
+        let v: serde_json::Value = serde_json::from_str(&ok(&args)).unwrap();
+        assert_eq!(v["block_accesses"], 8, "{v}");
+        assert_eq!(v["hits"], 5, "{v}");
+        assert_eq!(v["fills"], 3, "{v}");
+        assert_eq!(v["hit_ratio"].as_f64().unwrap(), 0.625, "{v}");
+    }
+}
+
+/// Peak resident memory of `tiercache args`, in KiB, measured by
+/// /usr/bin/time (`None` without it).
+fn peak_rss_kib(args: &[&str]) -> Option<u64> {
+    if !Path::new("/usr/bin/time").exists() {
+        return None;
+    }
+    let o = Command::new("/usr/bin/time")
+        .arg("-f")
+        .arg("maxrss %M")
+        .arg(env!("CARGO_BIN_EXE_tiercache"))
+        .args(args)
+        .output()
+        .expect("run /usr/bin/time");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "tiercache {args:?} failed: {err}");
+    let line = err.lines().rev().find(|l| l.starts_with("maxrss "))?;
+    line["maxrss ".len()..].trim().parse().ok()
+}
+
+#[test]
+// The flash modes (ssd, ssc, ssc-v) still size their flash model by the
+// cache; `--ftl log` refuses a data area this large (its map entries).
+fn memory_follows_the_trace_not_the_cache_size() {
+    let d = tempfile::tempdir().unwrap();
+    let t = msr_trace(d.path());
+    let t = t.to_str().unwrap();
+    const LIMIT_KIB: u64 = 200 << 10;
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["--mode", "cache", "--assoc", "full"],
+        vec!["--mode", "cache", "--assoc", "direct"],
+        vec!["--mode", "cache", "--assoc", "8-way", "--eviction", "arc"],
+        vec!["--mode", "cache", "--assoc", "full", "--eviction", "s3fifo"],
+        vec!["--mode", "tica", "--dram-size", "1MiB"],
+        vec!["--mode", "ucache", "--dram-size", "1MiB"],
+        vec!["--mode", "srac", "--dram-size", "1MiB"],
+    ];
+    for size in ["1TiB", "16TiB"] {
+        for mode in &runs {
+            let mut args = vec!["sim", "--trace", t, "--cache-size", size, "--json"];
+            // 16 TiB of 4 KiB lines is more lines than a cache may have.
+            if size == "16TiB" && mode[1] == "cache" {
+                args.extend_from_slice(&["--line-size", "64KiB"]);
+            }
+            args.extend_from_slice(mode);
+            let Some(kib) = peak_rss_kib(&args) else {
+                eprintln!("skipped: /usr/bin/time is not installed");
+                return;
+            };
+            assert!(
+                kib < LIMIT_KIB,
+                "{args:?}: peak RSS {kib} KiB, limit {LIMIT_KIB} KiB"
+            );
+        }
+        let args = [
+            "sim",
+            "--trace",
+            t,
+            "--mode",
+            "tier",
+            "--fast-tier-size",
+            size,
+            "--json",
+        ];
+        let kib = peak_rss_kib(&args).unwrap();
+        assert!(kib < LIMIT_KIB, "{args:?}: peak RSS {kib} KiB");
+    }
+}
+
+#[test]
+fn tier_shares_stay_within_the_footprint() {
+    let d = tempfile::tempdir().unwrap();
+    let t = msr_trace(d.path());
+    // A fast tier far larger than the volume (64 blocks of 4 KiB, 256 KiB):
+    // it can use the volume's blocks plus one scratch block, and every
+    // share is at most 100 %.
+    let out = ok(&[
+        "sim",
+        "--trace",
+        t.to_str().unwrap(),
+        "--mode",
+        "tier",
+        "--fast-tier-size",
+        "1TiB",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fast_tier_blocks"], 65, "{v}");
+    assert_eq!(v["fast_tier_bytes"], 65 * 4096, "{v}");
+    let share = v["fast_tier_block_share"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&share), "{v}");
+    let text = ok(&[
+        "sim",
+        "--trace",
+        t.to_str().unwrap(),
+        "--mode",
+        "tier",
+        "--fast-tier-size",
+        "1TiB",
+    ]);
+    // The row: fast, policy, mean, p50, p99, blocks%, ...
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.contains(" oodt "))
+        .expect(&text)
+        .split_whitespace()
+        .collect();
+    let at = row.iter().position(|&w| w == "oodt").unwrap();
+    let blocks_pct: f64 = row[at + 4].parse().unwrap();
+    assert!((0.0..=100.0).contains(&blocks_pct), "{text}");
+}
+
+/// `n` bytes of a fixed pseudo-random sequence.
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn traces_that_hold_no_requests_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let empty = d.path().join("empty.csv");
+    std::fs::write(&empty, "").unwrap();
+    let noise = d.path().join("noise.bin");
+    std::fs::write(&noise, random_bytes(100_000)).unwrap();
+    let (empty, noise) = (empty.to_str().unwrap(), noise.to_str().unwrap());
+    for (trace, format) in [(empty, "msr"), (empty, "cloudphysics"), (noise, "blkparse")] {
+        let want = format!("tiercache: error: trace {trace} holds no requests (format {format})");
+        for cmd in [
+            &[
+                "sim",
+                "--trace",
+                trace,
+                "--format",
+                format,
+                "--cache-size",
+                "4",
+            ][..],
+            &["trace", "stats", trace, "--format", format][..],
+        ] {
+            let e = fail(cmd);
+            assert_eq!(e.trim(), want, "{cmd:?}");
+        }
+    }
+    // Random bytes read as a binary format: one line naming the format.
+    for (format, says) in [
+        (
+            "cloudphysics",
+            "not a cloudphysics trace: its first 4096 block ids",
+        ),
+        ("vscsi", "not a vscsi trace"),
+        ("native", "native"),
+    ] {
+        for extra in [&[][..], &["--skip-bad"][..]] {
+            let mut cmd = vec![
+                "sim",
+                "--trace",
+                noise,
+                "--format",
+                format,
+                "--cache-size",
+                "4",
+            ];
+            cmd.extend_from_slice(extra);
+            let e = fail(&cmd);
+            assert_eq!(e.trim().lines().count(), 1, "{e}");
+            assert!(e.starts_with("tiercache: error: "), "{e}");
+            assert!(e.contains(says), "{format}: {e}");
+        }
+    }
+    // Text mostly malformed, read with --skip-bad: refused, naming the first bad line.
+    let junk = d.path().join("junk.csv");
+    let mut s = String::from("128166372000000000,hm,0,Read,0,4096,100\n");
+    for _ in 0..10 {
+        s.push_str("not,a,record\n");
+    }
+    std::fs::write(&junk, s).unwrap();
+    let e = fail(&[
+        "sim",
+        "--trace",
+        junk.to_str().unwrap(),
+        "--format",
+        "msr",
+        "--cache-size",
+        "4",
+        "--skip-bad",
+    ]);
+    assert!(
+        e.contains("not a msr trace: 10 of its 11 records are malformed")
+            && e.contains("junk.csv:2"),
+        "{e}"
+    );
+}
+
+/// A vscsi v1 trace of `n` 4 KiB READ(10)s (32-byte little-endian records).
+fn vscsi_v1(n: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.extend_from_slice(&(i as u32).to_le_bytes()); // serial
+        v.extend_from_slice(&4096u32.to_le_bytes()); // length
+        v.extend_from_slice(&1u32.to_le_bytes()); // nSG
+        v.extend_from_slice(&0x28u16.to_le_bytes()); // READ(10)
+        v.extend_from_slice(&0x0100u16.to_le_bytes()); // version 1
+        v.extend_from_slice(&(i * 8).to_le_bytes()); // LBN
+        v.extend_from_slice(&(1000 + i).to_le_bytes()); // time, µs
+    }
+    v
+}
+
+#[test]
+fn truncated_real_traces_are_refused_or_read_whole() {
+    let d = tempfile::tempdir().unwrap();
+    // A vscsi trace cut inside its 10th record: an error naming the record;
+    // cut at a record boundary, it reads 9.
+    let data = vscsi_v1(12);
+    let cut = d.path().join("cut.vscsi");
+    let cut_s = cut.to_str().unwrap();
+    std::fs::write(&cut, &data[..9 * 32 + 20]).unwrap();
+    let e = fail(&["trace", "stats", cut_s, "--format", "vscsi"]);
+    assert!(e.contains("record 10") && e.contains("truncated"), "{e}");
+    std::fs::write(&cut, &data[..9 * 32]).unwrap();
+    let out = ok(&["trace", "stats", cut_s, "--format", "vscsi", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["requests"], 9, "{v}");
+    // A native trace cut inside its records: an error, not a shorter trace.
+    let t = msr_trace(d.path());
+    let native = d.path().join("t.tct");
+    ok(&[
+        "trace",
+        "convert",
+        t.to_str().unwrap(),
+        "-o",
+        native.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(&native).unwrap();
+    std::fs::write(&native, &bytes[..bytes.len() - 7]).unwrap();
+    let e = fail(&[
+        "trace",
+        "stats",
+        native.to_str().unwrap(),
+        "--format",
+        "native",
+    ]);
+    assert!(e.starts_with("tiercache: error: "), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+}

@@ -62,6 +62,22 @@ pub enum TraceError {
     /// unsupported version, ...).
     #[error("{}: {msg}", path.display())]
     Invalid { path: PathBuf, msg: String },
+    /// The trace yielded no request at all (empty, every line ignored, or
+    /// every request filtered out).
+    #[error("trace {} holds no requests (format {format}{})", path.display(), volume.as_ref().map(|v| format!(", volume {v}")).unwrap_or_default())]
+    Empty {
+        path: PathBuf,
+        format: String,
+        volume: Option<String>,
+    },
+    /// The file is mostly (or, for a binary format, from its start) not
+    /// records of the format: it is refused rather than replayed as garbage.
+    #[error("{}: not a {format} trace: {msg}", path.display())]
+    NotFormat {
+        path: PathBuf,
+        format: String,
+        msg: String,
+    },
     /// A caller-supplied parameter is out of range.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

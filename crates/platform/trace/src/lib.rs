@@ -102,8 +102,14 @@ enum Inner {
 pub struct TraceReader {
     inner: Inner,
     format: Format,
+    path: std::path::PathBuf,
+    volume: Option<String>,
     skip_bad: bool,
     skipped: u64,
+    /// Records returned so far.
+    yielded: u64,
+    /// The first malformed record skipped, for the error when most are.
+    first_bad: Option<String>,
     /// Raw time of the first record, the zero of normalised times.
     base: Option<u64>,
     done: bool,
@@ -136,6 +142,7 @@ impl Iterator for TraceReader {
         if let Inner::Native(r) = &mut self.inner {
             // Fast path: native records are stored as read, no normalisation.
             if let Some(rec) = r.next_buffered() {
+                self.yielded += 1;
                 return Some(Ok(rec));
             }
         }
@@ -157,21 +164,81 @@ impl TraceReader {
             match item {
                 None => {
                     self.done = true;
-                    return None;
+                    return self.at_end().map(Err);
                 }
                 Some(Ok(mut rec)) => {
                     if let Inner::Other(_) = self.inner {
                         let base = *self.base.get_or_insert(rec.time_ns);
                         rec.time_ns = rec.time_ns.saturating_sub(base);
                     }
+                    self.yielded += 1;
                     return Some(Ok(rec));
                 }
                 Some(Err(e)) if self.skip_bad && e.is_bad_record() => {
                     self.skipped += 1;
+                    if self.first_bad.is_none() {
+                        self.first_bad = Some(e.to_string());
+                    }
+                    if let Some(e) = self.mostly_bad(false) {
+                        return self.fail(e);
+                    }
                 }
                 Some(Err(e)) => return self.fail(e),
             }
         }
+    }
+}
+
+/// With `--skip-bad`, a binary trace with a malformed record among its first
+/// this many is refused (a binary format read from another kind of file
+/// yields garbage from the start).
+const BINARY_BAD_AT_START: u64 = 64;
+
+/// With `--skip-bad`, a trace is refused when most of its records (more
+/// than [`MAX_BAD_PERCENT`]) are malformed: at its end, or as soon as this
+/// many malformed ones are.
+const BAD_EARLY: u64 = 1000;
+
+/// Largest share of malformed records (in percent) a trace read with
+/// `--skip-bad` may hold.
+pub const MAX_BAD_PERCENT: u64 = 50;
+
+impl TraceReader {
+    /// The error that ends a trace which held nothing or mostly garbage.
+    fn at_end(&self) -> Option<TraceError> {
+        if let Some(e) = self.mostly_bad(true) {
+            return Some(e);
+        }
+        (self.yielded == 0).then(|| TraceError::Empty {
+            path: self.path.clone(),
+            format: self.format.to_string(),
+            volume: self.volume.clone(),
+        })
+    }
+
+    /// Whether the malformed records skipped so far make the trace garbage.
+    fn mostly_bad(&self, at_end: bool) -> Option<TraceError> {
+        let (bad, total) = (self.skipped, self.skipped + self.yielded);
+        let binary = matches!(
+            self.format,
+            Format::Cloudphysics | Format::Vscsi | Format::Native
+        );
+        let why = if binary && bad > 0 && total <= BINARY_BAD_AT_START {
+            format!("record {total} of the first {BINARY_BAD_AT_START} is malformed")
+        } else if (at_end || bad >= BAD_EARLY) && bad * 100 > total * MAX_BAD_PERCENT {
+            let whose = if at_end { "its" } else { "the first" };
+            format!(
+                "{bad} of {whose} {total} records are malformed (more than {MAX_BAD_PERCENT} %)"
+            )
+        } else {
+            return None;
+        };
+        let first = self.first_bad.as_deref().unwrap_or("");
+        Some(TraceError::NotFormat {
+            path: self.path.clone(),
+            format: self.format.to_string(),
+            msg: format!("{why}; the first: {first}"),
+        })
     }
 }
 
@@ -216,8 +283,12 @@ pub fn open(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<T
     Ok(TraceReader {
         inner,
         format,
+        path: path.to_path_buf(),
+        volume: opts.volume.clone(),
         skip_bad: opts.skip_bad,
         skipped: 0,
+        yielded: 0,
+        first_bad: None,
         base: None,
         done: false,
     })

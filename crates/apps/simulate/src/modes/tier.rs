@@ -120,7 +120,11 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     };
     let mut rows = Vec::new();
     for &size in &sizes {
-        let bytes = size.bytes(u64::from(tier_block), stats.footprint_bytes);
+        let bytes = tiercache_tiering::sim::usable_fast_tier_bytes(
+            size.bytes(u64::from(tier_block), stats.footprint_bytes),
+            volume_bytes,
+            tier_block,
+        );
         for &p in &policies {
             let r = tiercache_tiering::sim::run(open()?, &base(p, bytes))?;
             rows.push((size, r));

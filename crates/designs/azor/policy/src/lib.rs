@@ -11,6 +11,7 @@ pub mod cleaning;
 pub mod config;
 pub mod engine;
 pub mod eviction;
+pub mod lazy;
 pub mod mapping;
 pub mod ops;
 pub mod stats;
@@ -18,6 +19,6 @@ pub mod types;
 
 pub use config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
 pub use engine::{Engine, RestoredSlot, SlotBits, SlotState};
-pub use ops::{Dev, Op, OpId, Purpose, ReqId, Request, Source};
+pub use ops::{buffer_span, Dev, Op, OpId, Purpose, ReqId, Request, Source};
 pub use stats::Stats;
 pub use types::*;

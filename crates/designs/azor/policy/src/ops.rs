@@ -23,6 +23,23 @@ pub struct Request {
     pub fua: bool,
 }
 
+/// The byte range `(start, len)` of the backing address space that the
+/// buffer of `req` covers, with sub-blocks of `sub_block_bytes`: every op's
+/// `buf_off` is relative to `start`. A read's buffer is the request widened
+/// to whole sub-blocks, since a read miss on part of a sub-block reads and
+/// fills the whole sub-block (the client's bytes are at `req.offset -
+/// start`); it exceeds the request by less than two sub-blocks. A write's or
+/// trim's buffer is the request itself.
+pub fn buffer_span(req: &Request, sub_block_bytes: u64) -> (u64, u64) {
+    if req.kind != IoKind::Read || req.len == 0 {
+        return (req.offset, req.len);
+    }
+    let mask = sub_block_bytes - 1;
+    let start = req.offset & !mask;
+    let end = (req.offset + req.len).saturating_add(mask) & !mask;
+    (start, end - start)
+}
+
 /// Which device an operation targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -82,7 +99,9 @@ pub struct Op {
     pub len: u64,
     /// The request this op serves or takes its data from (0: none).
     pub req: ReqId,
-    /// Offset of this op's bytes in the request buffer.
+    /// Offset of this op's bytes in the request's buffer, which covers
+    /// [`buffer_span`] (for a read, the request widened to
+    /// whole sub-blocks).
     pub buf_off: u64,
     pub src: Source,
     /// Ops that must complete before this one starts (0: none).

@@ -145,6 +145,108 @@ fn read_miss_fills_asynchronously_and_hit_reads_cache() {
 }
 
 #[test]
+fn small_read_miss_fills_its_whole_sub_block() {
+    let mut t = T::new(cfg(4, Assoc::Full, WritePolicy::WriteBack));
+    // 512 B at 0 of line 0 (4 KiB line, 4 KiB sub-block): the backing read
+    // covers the whole sub-block, 0..4096, into the read's buffer (which
+    // spans 0..4096), and the fill writes those 4096 bytes to the slot.
+    let req = Request {
+        id: 100,
+        kind: IoKind::Read,
+        offset: 512,
+        len: 512,
+        class: Class::Data,
+        fua: false,
+    };
+    assert_eq!(t.e.buffer_span(&req), (0, L));
+    let ops = t.io(IoKind::Read, 0, 512, Class::Data);
+    let slot = t.e.mapping().lookup(0).unwrap() as u64;
+    let got: Vec<_> = ops
+        .iter()
+        .map(|o| (o.dev, o.purpose, o.offset, o.len, o.buf_off, o.foreground))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Dev::Backing, Purpose::ReadMiss, 0, L, 0, true),
+            (Dev::Cache, Purpose::Fill, slot * L, L, 0, false),
+        ]
+    );
+    // 512 B at 512 and at 1024: hits, each one cache read of its 512 bytes,
+    // landing at its offset in the read's buffer (which starts at 0).
+    for off in [512, 1024] {
+        let ops = t.io(IoKind::Read, off, 512, Class::Data);
+        let got: Vec<_> = ops
+            .iter()
+            .map(|o| (o.dev, o.purpose, o.offset, o.len, o.buf_off))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(Dev::Cache, Purpose::ReadHit, slot * L + off, 512, off)]
+        );
+    }
+    // 1 miss, 2 hits out of 3 accesses; one fill; 4096 bytes read from the HDD.
+    let s = t.e.stats();
+    assert_eq!((s.read_accesses, s.read_hits, s.fills), (3, 2, 1));
+    assert_eq!(s.hdd_read_bytes, L);
+}
+
+#[test]
+fn small_read_miss_reads_only_its_sub_blocks_of_a_long_line() {
+    // 16 KiB lines of four 4 KiB sub-blocks.
+    let mut c = cfg(4, Assoc::Full, WritePolicy::WriteBack);
+    c.line_bytes = 16384;
+    c.cache_bytes = 4 * 16384;
+    let mut t = T::new(c);
+    // 1 KiB at 7680 (straddling sub-blocks 1 and 2): one backing read of
+    // 4096..12288 (both whole), one fill of the same 8 KiB; the buffer spans
+    // 4096..12288, so the client's bytes are at 3584.
+    let ops = t.io(IoKind::Read, 7680, 1024, Class::Data);
+    let slot = t.e.mapping().lookup(0).unwrap() as u64;
+    let got: Vec<_> = ops
+        .iter()
+        .map(|o| (o.dev, o.purpose, o.offset, o.len, o.buf_off))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Dev::Backing, Purpose::ReadMiss, 4096, 8192, 0),
+            (Dev::Cache, Purpose::Fill, slot * 16384 + 4096, 8192, 0),
+        ]
+    );
+    // Sub-block 0 was not read: 512 B at 0 misses and fills sub-block 0 alone;
+    // 512 B at 11000 (sub-block 2) hits.
+    let h = t.e.stats().read_hits;
+    let ops = t.io(IoKind::Read, 0, 512, Class::Data);
+    assert!(ops
+        .iter()
+        .any(|o| o.dev == Dev::Backing && (o.offset, o.len) == (0, 4096)));
+    t.io(IoKind::Read, 11000, 512, Class::Data);
+    assert_eq!(t.e.stats().read_hits, h + 1);
+}
+
+#[test]
+fn small_read_miss_not_admitted_reads_only_the_request() {
+    // Sequential cutoff at 4 KiB: the stream has run 8192 bytes after the
+    // second of two contiguous 4 KiB reads, 8704 after the 512 B read that
+    // follows: past the cutoff, it bypasses the cache and reads only its
+    // own bytes.
+    let mut c = cfg(4, Assoc::Full, WritePolicy::WriteBack);
+    c.admission = AdmissionConfig {
+        kind: AdmissionKind::SeqCutoff,
+        seq_cutoff_bytes: 4096,
+        ..Default::default()
+    };
+    let mut t = T::new(c);
+    t.io(IoKind::Read, 0, 4096, Class::Data);
+    t.io(IoKind::Read, 4096, 4096, Class::Data);
+    let ops = t.io(IoKind::Read, 8192, 512, Class::Data);
+    assert!(!t.cached(2));
+    let got: Vec<_> = ops.iter().map(|o| (o.dev, o.offset, o.len)).collect();
+    assert_eq!(got, vec![(Dev::Backing, 8192, 512)]);
+}
+
+#[test]
 fn write_back_writes_cache_only_and_cleans_later() {
     let mut t = T::new(cfg(2, Assoc::Full, WritePolicy::WriteBack));
     let ops = t.write(7);

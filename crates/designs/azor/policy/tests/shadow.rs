@@ -103,6 +103,9 @@ struct World {
     cache: FxHashMap<u64, u64>,
     backing: FxHashMap<u64, u64>,
     req_bufs: HashMap<u64, Vec<u64>>,
+    /// Sectors of a request's buffer before its first byte (a read's buffer
+    /// starts at the request's first sub-block).
+    req_skip: HashMap<u64, usize>,
     op_bufs: HashMap<u64, Vec<u64>>,
     pending: Vec<Op>,
     done: HashSet<u64>,
@@ -239,9 +242,10 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
             match c.kind {
                 IoKind::Read => {
                     let buf = &w.req_bufs[&id];
+                    let skip = w.req_skip[&id];
                     for s in 0..c.sectors {
                         let sector = c.sector + s;
-                        let (floor, got) = (f.floor[s as usize], buf[s as usize]);
+                        let (floor, got) = (f.floor[s as usize], buf[skip + s as usize]);
                         let newest = sent.get(&sector).copied().unwrap_or(0);
                         // A trim sent since makes the content undefined.
                         let trimmed = trims.get(&sector).is_some_and(|&t| t > floor);
@@ -299,11 +303,15 @@ fn check(cfg: CacheConfig, cmds: Vec<Cmd>, seed: u64) -> Result<(), TestCaseErro
             class: if c.meta { Class::Metadata } else { Class::Data },
             fua: false,
         };
+        // A read's buffer spans the request widened to whole sub-blocks.
+        let (start, span) = eng.buffer_span(&req);
         let buf: Vec<u64> = match c.kind {
             IoKind::Write => vec![id; c.sectors as usize],
-            _ => vec![0; c.sectors as usize],
+            _ => vec![0; (span / SECTOR) as usize],
         };
         w.req_bufs.insert(id, buf);
+        w.req_skip
+            .insert(id, ((req.offset - start) / SECTOR) as usize);
         let floor = (0..c.sectors)
             .map(|s| shadow.get(&(c.sector + s)).copied().unwrap_or(0))
             .collect();

@@ -10,6 +10,7 @@
 use crate::FlashError;
 use serde::Serialize;
 use std::collections::BTreeSet;
+use tiercache_core::lazy::Paged;
 
 /// Physical page state marker: never programmed since the last erase.
 pub const FREE: u64 = u64::MAX;
@@ -188,10 +189,10 @@ pub struct Block {
 pub struct Flash {
     geo: Geometry,
     timing: Timing,
-    blocks: Vec<Block>,
+    blocks: Paged<Block>,
     /// Reverse map: logical page held by each physical page, or FREE/INVALID.
-    owner: Vec<u64>,
-    dirty: Vec<bool>,
+    owner: Paged<u64>,
+    dirty: Paged<bool>,
     free: BTreeSet<(u32, u32)>,
     clock: u64,
     /// Operation counters.
@@ -207,9 +208,9 @@ impl Flash {
         Ok(Flash {
             geo,
             timing,
-            blocks: vec![Block::default(); n],
-            owner: vec![FREE; pages],
-            dirty: vec![false; pages],
+            blocks: Paged::new(n, Block::default()),
+            owner: Paged::new(pages, FREE),
+            dirty: Paged::new(pages, false),
             free: (0..geo.blocks()).map(|b| (0, b)).collect(),
             clock: 0,
             stats: FlashStats::default(),
@@ -396,15 +397,17 @@ impl Flash {
     /// Logical pages of all valid physical pages.
     pub fn valid_owners(&self) -> Vec<u64> {
         self.owner
-            .iter()
-            .copied()
+            .touched()
+            .map(|i| self.owner[i])
             .filter(|&o| o < INVALID)
             .collect()
     }
 
     /// Per-block erase counts.
     pub fn erase_counts(&self) -> Vec<u32> {
-        self.blocks.iter().map(|b| b.erases).collect()
+        (0..self.blocks.len())
+            .map(|b| self.blocks[b].erases)
+            .collect()
     }
 
     /// Count metadata pages written to the dedicated log/checkpoint region

@@ -14,6 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use tiercache_core::lazy::Paged;
 
 /// Host bytes per tracked block (Table VI accounting).
 pub const HOST_BYTES_PER_BLOCK: u64 = 22;
@@ -278,13 +279,17 @@ const NIL: u32 = u32::MAX;
 pub struct Native {
     kind: ManagerKind,
     map: FxHashMap<u64, u32>,
-    slot_block: Vec<u64>,
-    slot_dirty: Vec<bool>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    slot_block: Paged<u64>,
+    slot_dirty: Paged<bool>,
+    prev: Paged<u32>,
+    next: Paged<u32>,
     head: u32,
     tail: u32,
+    /// Slots released, reused last-released first.
     free: Vec<u32>,
+    /// Slots `high..` were never used (taken in order once `free` is empty).
+    high: u32,
+    slots: u32,
     dirty: DirtyTable,
     limit: usize,
     meta_base: u64,
@@ -309,13 +314,15 @@ impl Native {
         Ok(Native {
             kind,
             map: FxHashMap::default(),
-            slot_block: vec![u64::MAX; n],
-            slot_dirty: vec![false; n],
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
+            slot_block: Paged::new(n, u64::MAX),
+            slot_dirty: Paged::new(n, false),
+            prev: Paged::new(n, NIL),
+            next: Paged::new(n, NIL),
             head: NIL,
             tail: NIL,
-            free: (0..slots as u32).rev().collect(),
+            free: Vec::new(),
+            high: 0,
+            slots: slots as u32,
             dirty: DirtyTable::default(),
             limit,
             meta_base: slots,
@@ -375,8 +382,14 @@ impl Native {
     /// A slot for `block`: a free one or the LRU victim (written back first
     /// when dirty).
     fn slot_for(&mut self, dev: &mut Device, block: u64) -> Result<u32, FlashError> {
-        let s = match self.free.pop() {
-            Some(s) => s,
+        let fresh = (self.high < self.slots).then_some(self.high);
+        let s = match self.free.pop().or(fresh) {
+            Some(s) => {
+                if Some(s) == fresh {
+                    self.high += 1;
+                }
+                s
+            }
             None => {
                 let s = self.tail;
                 let old = self.slot_block[s as usize];

@@ -103,7 +103,7 @@ pub struct TierReport {
     pub max_response_us: f64,
     /// First arrival to last completion, simulated.
     pub elapsed_s: f64,
-    /// Footprint blocks resident on the fast tier at the end.
+    /// Share of the footprint blocks resident on the fast tier at the end (0 to 1).
     pub fast_tier_block_share: f64,
     /// Block accesses (request parts) served by the fast tier.
     pub fast_tier_access_share: f64,
@@ -323,6 +323,15 @@ where
     Ok(r.report())
 }
 
+/// The part of a fast tier of `fast_tier_bytes` a volume of `volume_bytes`
+/// can use, in blocks of `block_bytes`: at most the volume's blocks plus the
+/// one scratch slot a migration needs; the rest could never hold data.
+pub fn usable_fast_tier_bytes(fast_tier_bytes: u64, volume_bytes: u64, block_bytes: u32) -> u64 {
+    let bs = u64::from(block_bytes.max(1));
+    let cap = (volume_bytes.div_ceil(bs).max(1) + 1) * bs;
+    (fast_tier_bytes / bs * bs).min(cap)
+}
+
 /// Check the block size and planner, then build the mapping table, policy
 /// and device models; returns the state with the volume and fast-tier sizes
 /// in blocks.
@@ -336,7 +345,8 @@ fn build_state(cfg: &TierSimConfig) -> Result<(State<'_>, u64, u64), SimError> {
     }
     cfg.planner.validate()?;
     let blocks = cfg.volume_bytes.div_ceil(u64::from(bs)).max(1);
-    let fast_slots = cfg.fast_tier_bytes / u64::from(bs);
+    let fast_slots =
+        usable_fast_tier_bytes(cfg.fast_tier_bytes, cfg.volume_bytes, bs) / u64::from(bs);
     let table = if cfg.capacity_sum && fast_slots >= 2 {
         // As the live volume: blocks 0.. on the slow tier, the tail fast.
         MappingTable::new_sum(
@@ -530,6 +540,19 @@ impl Replayer<'_> {
         let end = st.busy_until.max(self.last_issue);
         let elapsed = end.saturating_sub(self.first.unwrap_or(0));
         let footprint: u64 = self.touched.iter().map(|w| u64::from(w.count_ones())).sum();
+        // Footprint blocks on the fast tier (a `sum` volume starts blocks
+        // there that the trace may never touch: they are not counted).
+        let fast_footprint: u64 = self
+            .touched
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| {
+                (0..64u64)
+                    .filter(move |b| bits >> b & 1 == 1)
+                    .map(move |b| w as u64 * 64 + b)
+            })
+            .filter(|&b| st.table.tier_of(b) == Some(0))
+            .count() as u64;
         let util = |d: &dyn DeviceModel| {
             if elapsed > 0 {
                 d.busy_ns() as f64 / elapsed as f64
@@ -557,7 +580,7 @@ impl Replayer<'_> {
             max_response_us: us(hist.max()),
             elapsed_s: elapsed as f64 / 1e9,
             fast_tier_block_share: if footprint > 0 {
-                st.table.used_slots(0) as f64 / footprint as f64
+                fast_footprint as f64 / footprint as f64
             } else {
                 0.0
             },

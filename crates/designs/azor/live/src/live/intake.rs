@@ -192,15 +192,6 @@ impl LiveCache {
             }
         }
         let id = self.next_req.fetch_add(1, Ordering::Relaxed);
-        let buf = Arc::new(ReqBuf {
-            offset,
-            data: Mutex::new(match (kind, data) {
-                (IoKind::Write, Some(d)) => d.into_owned(),
-                (IoKind::Read, _) => vec![0; len as usize],
-                _ => Vec::new(),
-            }),
-            zeroes,
-        });
         let req = Request {
             id,
             kind,
@@ -209,6 +200,19 @@ impl LiveCache {
             class,
             fua,
         };
+        // A read's buffer spans the request widened to whole sub-blocks: a
+        // read miss reads and fills whole sub-blocks (less than two
+        // sub-blocks more than the request).
+        let (start, span) = tiercache_core::buffer_span(&req, self.sub);
+        let buf = Arc::new(ReqBuf {
+            offset: start,
+            data: Mutex::new(match (kind, data) {
+                (IoKind::Write, Some(d)) => d.into_owned(),
+                (IoKind::Read, _) => vec![0; span as usize],
+                _ => Vec::new(),
+            }),
+            zeroes,
+        });
         let (ops, need_commit) = loop {
             if let Some(r) = self.submit(&req) {
                 break r;
@@ -261,12 +265,14 @@ impl LiveCache {
             self.commit(true).await?;
         }
         self.stats.count_request(kind, len);
-        let out = if kind == IoKind::Read && shared_buf {
-            buf.data.lock().expect("buf").clone()
-        } else if kind == IoKind::Read {
-            std::mem::take(&mut *buf.data.lock().expect("buf"))
-        } else {
+        // The client's bytes of a read's (possibly widened) buffer.
+        let skip = (offset - start) as usize;
+        let out = if kind != IoKind::Read {
             Vec::new()
+        } else if shared_buf || span != len {
+            buf.data.lock().expect("buf")[skip..skip + len as usize].to_vec()
+        } else {
+            std::mem::take(&mut *buf.data.lock().expect("buf"))
         };
         Ok(out)
     }

@@ -101,6 +101,8 @@ const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Buffer of one request, shared by its op tasks.
 struct ReqBuf {
+    /// Backing offset of `data[0]`: the request's offset, or for a read the
+    /// start of its first sub-block ([`tiercache_core::buffer_span`]).
     offset: u64,
     data: Mutex<Vec<u8>>,
     /// A WRITE_ZEROES: `data` is zeros, and backing writes of it are sent as

@@ -491,6 +491,12 @@ impl Engine {
             / cache
     }
 
+    /// The span of a request's buffer in this cache's geometry: see
+    /// [`crate::ops::buffer_span`].
+    pub fn buffer_span(&self, req: &Request) -> (u64, u64) {
+        crate::ops::buffer_span(req, self.geo.sub_block_bytes as u64)
+    }
+
     /// Handle one request: update the cache state and append the device ops it needs to `out`.
     pub fn submit(&mut self, req: &Request, out: &mut Vec<Op>) {
         self.stats.requests += 1;

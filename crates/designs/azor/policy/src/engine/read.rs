@@ -1,4 +1,10 @@
 //! Read requests: hits, partial hits and misses with their fills.
+//!
+//! The fill unit is the sub-block: a miss on part of a sub-block reads the
+//! whole sub-block from the backing device (as bcache and dm-cache read the
+//! whole block) and fills it, so small requests populate the cache. A read's
+//! buffer therefore spans the request widened to whole sub-blocks
+//! ([`Engine::buffer_span`]).
 
 use super::Engine;
 use crate::eviction::Slot;
@@ -26,7 +32,7 @@ impl Engine {
         if let Some(t) = &mut self.two_level {
             t.record(line);
         }
-        let buf0 = (line << self.line_shift) + in_line - req.offset;
+        let buf0 = (line << self.line_shift) + in_line - self.buffer_span(req).0;
         let (first, last) = self.sub_range(in_line, n);
         let slot = self.map.lookup(line);
         if let Some(s) = slot {
@@ -58,9 +64,10 @@ impl Engine {
     }
 
     /// Miss (whole or partial): valid sub-blocks from the cache, the rest from
-    /// the backing device, filling the slot with the whole sub-blocks read.
-    /// Allocates only when at least one sub-block is read whole (partial ones
-    /// cannot be filled).
+    /// the backing device. With a slot (found, or allocated when admission
+    /// allows), each missing sub-block is read whole, even where the request
+    /// covers only part of it, and filled; contiguous ones merge into one
+    /// backing read. Without a slot only the requested bytes are read.
     fn read_miss(
         &mut self,
         req: &Request,
@@ -70,19 +77,17 @@ impl Engine {
         slot: Option<Slot>,
         meta: bool,
     ) {
-        let buf0 = (line << self.line_shift) + in_line - req.offset;
+        let base = self.buffer_span(req).0;
+        let line_start = line << self.line_shift;
         let (first, last) = self.sub_range(in_line, n);
         let slot = match slot {
             Some(s) => Some(s),
-            None if (first..=last).any(|i| self.sub_piece(i, in_line, n).2) => {
-                self.allocate(line, meta)
-            }
-            None => None,
+            None => self.allocate(line, meta),
         };
+        let sb = self.geo.sub_block_bytes as u64;
         let mut filled = false;
         for i in first..=last {
-            let (s, len, whole) = self.sub_piece(i, in_line, n);
-            let buf = buf0 + (s - in_line);
+            let (s, len, _) = self.sub_piece(i, in_line, n);
             match slot {
                 Some(sl) if self.map.bits.valid(sl, i) => {
                     self.emit_cache(
@@ -91,7 +96,7 @@ impl Engine {
                         s,
                         len,
                         req.id,
-                        buf,
+                        line_start + s - base,
                         Source::None,
                         0,
                         true,
@@ -99,12 +104,16 @@ impl Engine {
                         false,
                     );
                 }
-                _ => {
+                Some(sl) => {
+                    // The whole sub-block: its bytes beyond the request land
+                    // in the widened buffer and go into the cache with the rest.
+                    let s = i as u64 * sb;
+                    let buf = line_start + s - base;
                     let rd = self.emit_backing(
                         line,
                         IoKind::Read,
                         s,
-                        len,
+                        sb,
                         req.id,
                         buf,
                         Source::None,
@@ -112,23 +121,35 @@ impl Engine {
                         Purpose::ReadMiss,
                         false,
                     );
-                    if let (Some(sl), true) = (slot, whole) {
-                        self.map.bits.set_valid(sl, i, i, true);
-                        self.emit_cache(
-                            sl,
-                            IoKind::Write,
-                            s,
-                            len,
-                            req.id,
-                            buf,
-                            Source::Request,
-                            rd,
-                            false,
-                            Purpose::Fill,
-                            false,
-                        );
-                        filled = true;
-                    }
+                    self.map.bits.set_valid(sl, i, i, true);
+                    self.emit_cache(
+                        sl,
+                        IoKind::Write,
+                        s,
+                        sb,
+                        req.id,
+                        buf,
+                        Source::Request,
+                        rd,
+                        false,
+                        Purpose::Fill,
+                        false,
+                    );
+                    filled = true;
+                }
+                None => {
+                    self.emit_backing(
+                        line,
+                        IoKind::Read,
+                        s,
+                        len,
+                        req.id,
+                        line_start + s - base,
+                        Source::None,
+                        true,
+                        Purpose::ReadMiss,
+                        false,
+                    );
                 }
             }
         }

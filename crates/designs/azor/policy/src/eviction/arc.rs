@@ -22,6 +22,7 @@
 
 use super::links::{Ends, Ghosts, Links};
 use super::{Eviction, Slot};
+use crate::lazy::Paged;
 
 /// Which ghost list the pending miss was found in.
 const PENDING_NONE: u8 = 0;
@@ -33,16 +34,16 @@ pub struct Arc {
     ways: u32,
     links: Links,
     /// Per slot: 1 when the line is in T2, 0 in T1.
-    in_t2: Vec<u8>,
-    t1: Vec<Ends>,
-    t2: Vec<Ends>,
+    in_t2: Paged<u8>,
+    t1: Paged<Ends>,
+    t2: Paged<Ends>,
     /// Ghost lists: B1 of set s is list 2s, B2 is list 2s+1.
     ghosts: Ghosts,
     /// Target size of T1, per set.
-    p: Vec<f64>,
+    p: Paged<f64>,
     /// Ghost-hit state of the miss being handled, per set (from `on_miss`
     /// until `on_insert`).
-    pending: Vec<u8>,
+    pending: Paged<u8>,
 }
 
 impl Arc {
@@ -52,12 +53,12 @@ impl Arc {
         Arc {
             ways,
             links: Links::new(n * ways as usize),
-            in_t2: vec![0; n * ways as usize],
-            t1: vec![Ends::EMPTY; n],
-            t2: vec![Ends::EMPTY; n],
+            in_t2: Paged::new(n * ways as usize, 0),
+            t1: Paged::new(n, Ends::EMPTY),
+            t2: Paged::new(n, Ends::EMPTY),
             ghosts: Ghosts::new(2 * n),
-            p: vec![0.0; n],
-            pending: vec![PENDING_NONE; n],
+            p: Paged::new(n, 0.0),
+            pending: Paged::new(n, PENDING_NONE),
         }
     }
 

@@ -3,12 +3,13 @@
 
 use super::links::{Ends, Links};
 use super::{Eviction, Slot};
+use crate::lazy::Paged;
 
 /// FIFO over `sets × ways` slots.
 pub struct Fifo {
     links: Links,
     /// Per set: head = newest insertion, tail = next victim.
-    queues: Vec<Ends>,
+    queues: Paged<Ends>,
 }
 
 impl Fifo {
@@ -16,7 +17,7 @@ impl Fifo {
     pub fn new(sets: u32, ways: u32) -> Self {
         Fifo {
             links: Links::new(sets as usize * ways as usize),
-            queues: vec![Ends::EMPTY; sets as usize],
+            queues: Paged::new(sets as usize, Ends::EMPTY),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! `tail` the oldest; `next` points towards the tail, `prev` towards the head.
 
 use super::NIL;
+use crate::lazy::Paged;
 use rustc_hash::FxHashMap;
+use std::ops::{Index, IndexMut};
 
 /// Ends and length of one list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,26 +25,71 @@ impl Ends {
     };
 }
 
+/// Storage of list links: a growable `Vec` (ghost nodes) or a [`Paged`]
+/// array with one entry per slot (allocated where slots are used).
+pub(crate) trait Cells: Index<usize, Output = u32> + IndexMut<usize> {
+    fn push_cell(&mut self, v: u32);
+    fn cells(&self) -> usize;
+    /// Entries the storage is sized for (its metadata footprint).
+    fn cap(&self) -> usize;
+}
+
+impl Cells for Vec<u32> {
+    fn push_cell(&mut self, v: u32) {
+        self.push(v)
+    }
+    fn cells(&self) -> usize {
+        self.len()
+    }
+    fn cap(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl Cells for Paged<u32> {
+    fn push_cell(&mut self, v: u32) {
+        self.push(v)
+    }
+    fn cells(&self) -> usize {
+        self.len()
+    }
+    fn cap(&self) -> usize {
+        self.capacity()
+    }
+}
+
 /// `prev`/`next` tables over node indices; lists are described by [`Ends`].
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Links {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+#[derive(Clone, Debug)]
+pub(crate) struct Links<V: Cells = Paged<u32>> {
+    prev: V,
+    next: V,
 }
 
 impl Links {
+    /// Links of `n` slots, all unlinked (memory taken as slots are linked).
     pub fn new(n: usize) -> Self {
         Links {
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
+            prev: Paged::new(n, NIL),
+            next: Paged::new(n, NIL),
         }
     }
+}
 
+impl Default for Links<Vec<u32>> {
+    fn default() -> Self {
+        Links {
+            prev: Vec::new(),
+            next: Vec::new(),
+        }
+    }
+}
+
+impl<V: Cells> Links<V> {
     /// Add node `n` (unlinked) to the table, returning its index.
     pub fn push_node(&mut self) -> u32 {
-        self.prev.push(NIL);
-        self.next.push(NIL);
-        (self.prev.len() - 1) as u32
+        self.prev.push_cell(NIL);
+        self.next.push_cell(NIL);
+        (self.prev.cells() - 1) as u32
     }
 
     /// Insert unlinked node `i` at the head of `e`.
@@ -92,7 +139,7 @@ impl Links {
     }
 
     pub fn bytes(&self) -> usize {
-        (self.prev.capacity() + self.next.capacity()) * std::mem::size_of::<u32>()
+        (self.prev.cap() + self.next.cap()) * std::mem::size_of::<u32>()
     }
 }
 
@@ -102,15 +149,15 @@ impl Links {
 /// A line number lives in at most one list: in a set-associative cache a
 /// line maps to exactly one set, so one index serves all sets. Nodes are
 /// recycled through a free list, so memory follows the peak ghost count.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Ghosts {
-    links: Links,
+    links: Links<Vec<u32>>,
     keys: Vec<u64>,
     /// Which list each node is in (`u32::MAX` when free).
     list_of: Vec<u32>,
     free: u32,
     index: FxHashMap<u64, u32>,
-    lists: Vec<Ends>,
+    lists: Paged<Ends>,
 }
 
 impl Ghosts {
@@ -122,7 +169,7 @@ impl Ghosts {
             list_of: Vec::new(),
             free: NIL,
             index: FxHashMap::default(),
-            lists: vec![Ends::EMPTY; n_lists],
+            lists: Paged::new(n_lists, Ends::EMPTY),
         }
     }
 

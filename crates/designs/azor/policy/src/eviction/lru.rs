@@ -2,16 +2,17 @@
 //! tables (prev, next) indexed by slot.
 
 use super::{Eviction, Slot, NIL};
+use crate::lazy::Paged;
 
 /// LRU over `sets × ways` slots.
 pub struct Lru {
     ways: u32,
-    prev: Vec<Slot>,
-    next: Vec<Slot>,
+    prev: Paged<Slot>,
+    next: Paged<Slot>,
     /// Most recently used slot of each set.
-    head: Vec<Slot>,
+    head: Paged<Slot>,
     /// Least recently used slot of each set.
-    tail: Vec<Slot>,
+    tail: Paged<Slot>,
 }
 
 impl Lru {
@@ -19,10 +20,10 @@ impl Lru {
         let n = sets as usize * ways as usize;
         Lru {
             ways,
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
-            head: vec![NIL; sets as usize],
-            tail: vec![NIL; sets as usize],
+            prev: Paged::new(n, NIL),
+            next: Paged::new(n, NIL),
+            head: Paged::new(sets as usize, NIL),
+            tail: Paged::new(sets as usize, NIL),
         }
     }
 

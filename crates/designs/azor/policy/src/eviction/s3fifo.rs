@@ -22,6 +22,7 @@
 
 use super::links::{Ends, Ghosts, Links};
 use super::{Eviction, Slot, NIL};
+use crate::lazy::Paged;
 
 /// Accesses since insertion at which a line leaves small for main.
 const MOVE_TO_MAIN_THRESHOLD: u8 = 2;
@@ -37,17 +38,17 @@ pub struct S3Fifo {
     ghost_cap: u32,
     links: Links,
     /// Per slot: 1 when the line is in main, 0 in small.
-    in_main: Vec<u8>,
+    in_main: Paged<u8>,
     /// Per slot: accesses since insertion (saturating; only 0..=3 matter).
-    freq: Vec<u8>,
-    small: Vec<Ends>,
-    main: Vec<Ends>,
+    freq: Paged<u8>,
+    small: Paged<Ends>,
+    main: Paged<Ends>,
     /// Ghost FIFO of set s is list s.
     ghosts: Ghosts,
     /// Per set: whether the set has evicted at least once.
-    has_evicted: Vec<bool>,
+    has_evicted: Paged<bool>,
     /// Per set: the miss being handled was found in the ghost.
-    pending_ghost: Vec<bool>,
+    pending_ghost: Paged<bool>,
 }
 
 impl S3Fifo {
@@ -62,13 +63,13 @@ impl S3Fifo {
             main_cap: ways - small_cap,
             ghost_cap: (ways as f64 * GHOST_RATIO) as u32,
             links: Links::new(slots),
-            in_main: vec![0; slots],
-            freq: vec![0; slots],
-            small: vec![Ends::EMPTY; n],
-            main: vec![Ends::EMPTY; n],
+            in_main: Paged::new(slots, 0),
+            freq: Paged::new(slots, 0),
+            small: Paged::new(n, Ends::EMPTY),
+            main: Paged::new(n, Ends::EMPTY),
             ghosts: Ghosts::new(n),
-            has_evicted: vec![false; n],
-            pending_ghost: vec![false; n],
+            has_evicted: Paged::new(n, false),
+            pending_ghost: Paged::new(n, false),
         }
     }
 

@@ -1,11 +1,12 @@
 //! Packed per-slot valid and dirty bitmaps.
 
 use crate::eviction::Slot;
+use crate::lazy::Paged;
 
 /// `subs` valid bits then `subs` dirty bits per slot, packed in `u64` words.
 pub struct SubBits {
     subs: u32,
-    words: Vec<u64>,
+    words: Paged<u64>,
 }
 
 impl SubBits {
@@ -13,7 +14,7 @@ impl SubBits {
         let bits = slots as usize * 2 * subs as usize;
         SubBits {
             subs,
-            words: vec![0; bits.div_ceil(64)],
+            words: Paged::new(bits.div_ceil(64), 0),
         }
     }
 

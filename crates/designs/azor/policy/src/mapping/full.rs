@@ -5,16 +5,30 @@
 use crate::eviction::{Slot, NIL};
 
 /// Hash index from line number to slot.
+///
+/// Its tables grow with the slots used, not with the cache's size: slots
+/// are handed out from a high-water mark (`0, 1, 2, ...`) once the free
+/// list of released slots is empty, which is exactly the order a free list
+/// of every slot would give, and the bucket table doubles (rehashing) as
+/// the slots in use pass its size, up to one bucket per slot.
 pub struct FullIndex {
-    /// Bucket heads (one per slot, rounded up to a power of two).
+    /// Bucket heads (a power of two, at most the slots rounded up).
     heads: Vec<Slot>,
     /// Next slot in the same bucket chain, or in the free list for free slots.
     next: Vec<Slot>,
     lo: Vec<u32>,
     hi: Vec<u8>,
+    /// Head of the list of released slots (below `high`).
     free: Slot,
     mask: u64,
+    /// Slots of the cache.
+    slots: u32,
+    /// Slots `high..slots` were never used; the tables hold `0..high`.
+    high: u32,
 }
+
+/// Bucket table size a new index starts with (it grows as slots are used).
+const FIRST_BUCKETS: usize = 1024;
 
 const FREE_HI: u8 = 0xff;
 
@@ -28,18 +42,58 @@ fn hash(line: u64) -> u64 {
 
 impl FullIndex {
     pub fn new(slots: u32) -> Self {
-        let buckets = (slots as usize).next_power_of_two().max(1);
-        let mut next: Vec<Slot> = (1..=slots).collect();
-        if let Some(last) = next.last_mut() {
-            *last = NIL;
-        }
+        let buckets = Self::max_buckets(slots).min(FIRST_BUCKETS);
         FullIndex {
             heads: vec![NIL; buckets],
-            next,
-            lo: vec![u32::MAX; slots as usize],
-            hi: vec![FREE_HI; slots as usize],
-            free: if slots == 0 { NIL } else { 0 },
+            next: Vec::new(),
+            lo: Vec::new(),
+            hi: Vec::new(),
+            free: NIL,
             mask: buckets as u64 - 1,
+            slots,
+            high: 0,
+        }
+    }
+
+    /// Bucket table size of a full index: one bucket per slot, rounded up.
+    fn max_buckets(slots: u32) -> usize {
+        (slots as usize).next_power_of_two().max(1)
+    }
+
+    /// Slots `0..high_water()` have been used; the others never were.
+    pub fn high_water(&self) -> u32 {
+        self.high
+    }
+
+    /// Extend the tables to hold slots `0..=slot` (the new ones free but not
+    /// listed: the caller lists or takes them), doubling the bucket table
+    /// while the slots outnumber the buckets.
+    fn grow_to(&mut self, slot: Slot) {
+        let n = slot as usize + 1;
+        if n <= self.lo.len() {
+            return;
+        }
+        self.next.resize(n, NIL);
+        self.lo.resize(n, u32::MAX);
+        self.hi.resize(n, FREE_HI);
+        self.high = n as u32;
+        let max = Self::max_buckets(self.slots);
+        if n > self.heads.len() && self.heads.len() < max {
+            let buckets = n.next_power_of_two().min(max);
+            self.rehash(buckets);
+        }
+    }
+
+    /// Rebuild the chains over `buckets` buckets.
+    fn rehash(&mut self, buckets: usize) {
+        self.heads = vec![NIL; buckets];
+        self.mask = buckets as u64 - 1;
+        for s in 0..self.high {
+            if let Some(line) = self.line_of(s) {
+                let b = self.bucket(line);
+                self.next[s as usize] = self.heads[b];
+                self.heads[b] = s;
+            }
         }
     }
 
@@ -50,7 +104,7 @@ impl FullIndex {
 
     #[inline]
     pub fn line_of(&self, slot: Slot) -> Option<u64> {
-        let h = self.hi[slot as usize];
+        let h = *self.hi.get(slot as usize)?;
         (h != FREE_HI).then(|| (h as u64) << 32 | self.lo[slot as usize] as u64)
     }
 
@@ -67,8 +121,15 @@ impl FullIndex {
         None
     }
 
+    /// The next slot to use: the last released one, else the first never used.
     pub fn free_head(&self) -> Slot {
-        self.free
+        if self.free != NIL {
+            self.free
+        } else if self.high < self.slots {
+            self.high
+        } else {
+            NIL
+        }
     }
 
     /// Map `line` into `slot`, which must be free (it is taken off the free list).
@@ -82,6 +143,25 @@ impl FullIndex {
     }
 
     fn take_free(&mut self, slot: Slot) {
+        if slot >= self.high {
+            // A never used slot: slots skipped below it join the end of the
+            // free list, ahead of the never used ones, as in a full list.
+            let skipped = self.high..slot;
+            self.grow_to(slot);
+            let mut tail = self.free;
+            while tail != NIL && self.next[tail as usize] != NIL {
+                tail = self.next[tail as usize];
+            }
+            for s in skipped {
+                if tail == NIL {
+                    self.free = s;
+                } else {
+                    self.next[tail as usize] = s;
+                }
+                tail = s;
+            }
+            return;
+        }
         if self.free == slot {
             self.free = self.next[slot as usize];
             return;
@@ -102,6 +182,7 @@ impl FullIndex {
     /// Map `line` into `slot` while restoring a saved table: the free list is
     /// left alone and must be rebuilt with [`FullIndex::rebuild_free_list`].
     pub fn insert_restored(&mut self, slot: Slot, line: u64) {
+        self.grow_to(slot);
         self.lo[slot as usize] = line as u32;
         self.hi[slot as usize] = (line >> 32) as u8;
         let b = self.bucket(line);
@@ -141,8 +222,9 @@ impl FullIndex {
         self.free = slot;
     }
 
+    /// Bytes of the full index (every slot used): the design's footprint.
     pub fn metadata_bytes(&self) -> usize {
-        self.heads.len() * 4 + self.next.len() * 4 + self.lo.len() * 4 + self.hi.len()
+        Self::max_buckets(self.slots) * 4 + self.slots as usize * (4 + 4 + 1)
     }
 
     pub fn check_invariants(&self, used: u32) {

@@ -17,6 +17,7 @@ pub mod full;
 
 use crate::config::{Assoc, Geometry};
 use crate::eviction::{Slot, NIL};
+use crate::lazy::Paged;
 use bits::SubBits;
 use full::FullIndex;
 
@@ -30,7 +31,7 @@ pub struct Mapping {
     /// Valid and dirty bits per slot.
     pub bits: SubBits,
     /// Class bit per slot: set for metadata-like lines (2LBS level 1).
-    meta: Vec<u64>,
+    meta: Paged<u64>,
     /// Occupied slots.
     used: u32,
 }
@@ -38,7 +39,7 @@ pub struct Mapping {
 enum Index {
     /// Direct-mapped and set-associative: tag per slot, `EMPTY` when free.
     Sets {
-        tags: Vec<u32>,
+        tags: Paged<u32>,
     },
     Full(FullIndex),
 }
@@ -52,14 +53,14 @@ impl Mapping {
         let index = match assoc {
             Assoc::Full => Index::Full(FullIndex::new(geo.slots)),
             _ => Index::Sets {
-                tags: vec![EMPTY; n],
+                tags: Paged::new(n, EMPTY),
             },
         };
         Mapping {
             geo,
             index,
             bits: SubBits::new(geo.slots, geo.subs),
-            meta: vec![0; n.div_ceil(64)],
+            meta: Paged::new(n.div_ceil(64), 0),
             used: 0,
         }
     }
@@ -98,10 +99,9 @@ impl Mapping {
                 let tag = (line / sets) as u32;
                 let w = self.geo.ways as usize;
                 let base = set * w;
-                tags[base..base + w]
-                    .iter()
-                    .position(|&t| t == tag)
-                    .map(|i| (base + i) as Slot)
+                (base..base + w)
+                    .find(|&i| tags[i] == tag)
+                    .map(|i| i as Slot)
             }
         }
     }
@@ -114,10 +114,9 @@ impl Mapping {
             Index::Sets { tags } => {
                 let w = self.geo.ways as usize;
                 let base = set as usize * w;
-                tags[base..base + w]
-                    .iter()
-                    .position(|&t| t == EMPTY)
-                    .map(|i| (base + i) as Slot)
+                (base..base + w)
+                    .find(|&i| tags[i] == EMPTY)
+                    .map(|i| i as Slot)
             }
         }
     }
@@ -242,8 +241,13 @@ impl Mapping {
     }
 
     /// Every occupied slot with its line (for checkpoints and invariant checks).
+    /// Slots in ascending order; only those the table ever used are visited.
     pub fn iter(&self) -> impl Iterator<Item = (Slot, u64)> + '_ {
-        (0..self.geo.slots).filter_map(move |s| self.line_of(s).map(|l| (s, l)))
+        let candidates: Box<dyn Iterator<Item = usize> + '_> = match &self.index {
+            Index::Full(f) => Box::new(0..f.high_water() as usize),
+            Index::Sets { tags } => Box::new(tags.touched()),
+        };
+        candidates.filter_map(move |s| self.line_of(s as Slot).map(|l| (s as Slot, l)))
     }
 
     /// Check the table's invariants (debug builds and tests).
