@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::*;
 use tiercache_store::crash_sim::{CrashDevice, MemDevice, SplitMix, TearMode};
-use tiercache_store::{
+use tiercache_store::{SlotTable, 
     check, open, open_verified, BackingIdentity, LineMeta, MetaDevice, Record, Slot, State,
     StoreError, SubBlocks, Superblock, COLD_DETACHED,
 };
@@ -66,8 +66,8 @@ fn backing_dev() -> MemDevice {
     b
 }
 
-fn mapped(t: &[Option<LineMeta>]) -> usize {
-    t.iter().flatten().count()
+fn mapped(t: &SlotTable) -> usize {
+    t.mapped()
 }
 
 #[test]
@@ -255,5 +255,5 @@ fn a_changed_backing_device_with_dirty_data_is_refused_and_nothing_changes() {
     assert!(matches!(e, StoreError::BackingModified(_)), "{e}");
     // The original contents open warm, the dirty line intact.
     let o = open(&dev, &backing()).unwrap();
-    assert_eq!(o.table[0], Some(m));
+    assert_eq!(o.table.get(0), Some(m));
 }
