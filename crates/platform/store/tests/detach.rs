@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use common::*;
 use tiercache_store::crash_sim::{CrashDevice, MemDevice, SplitMix, TearMode};
-use tiercache_store::{SlotTable, 
-    check, open, open_verified, BackingIdentity, LineMeta, MetaDevice, Record, Slot, State,
-    StoreError, SubBlocks, Superblock, COLD_DETACHED,
+use tiercache_store::{
+    check, open, open_verified, BackingIdentity, LineMeta, MetaDevice, Record, Slot, SlotTable,
+    State, StoreError, SubBlocks, Superblock, COLD_DETACHED,
 };
 
 fn all(n: u32) -> SubBlocks {
