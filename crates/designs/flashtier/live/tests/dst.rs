@@ -11,7 +11,7 @@
 //!
 //! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-log-structured --test dst`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -65,7 +65,9 @@ fn open(devs: &[SimDev; 2], path: &std::path::Path) -> anyhow::Result<Arc<LogCac
 /// A formatted cache image (1 MiB: 16 segments of 64 KiB less metadata)
 /// and its backing holding version 0 of every unit (mixed compressibility
 /// for a compressed layout).
-fn images(policy: WritePolicy, compress: Codec) -> (Vec<u8>, Vec<u8>) {
+/// The backing file's directory comes back too: the cache recorded that file's
+/// identity, and every open compares the file at its path with it.
+fn images(policy: WritePolicy, compress: Codec) -> (Vec<u8>, Vec<u8>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let unit = if compress.is_on() {
         dst::unit_mixed
@@ -85,7 +87,11 @@ fn images(policy: WritePolicy, compress: Codec) -> (Vec<u8>, Vec<u8>) {
         compress,
     })
     .unwrap();
-    (std::fs::read(dir.path().join("cache")).unwrap(), backing)
+    (
+        std::fs::read(dir.path().join("cache")).unwrap(),
+        backing,
+        dir,
+    )
 }
 
 impl Ls {
@@ -142,13 +148,14 @@ impl System for Ls {
     }
 }
 
-fn system(cache: &[u8], backing: &[u8], seed: u64, compressed: bool) -> Ls {
-    system_counting(cache, backing, seed, compressed, Default::default())
+fn system(cache: &[u8], backing: &[u8], dir: &Path, seed: u64, compressed: bool) -> Ls {
+    system_counting(cache, backing, dir, seed, compressed, Default::default())
 }
 
 fn system_counting(
     cache: &[u8],
     backing: &[u8],
+    dir: &Path,
     seed: u64,
     compressed: bool,
     records: Arc<[AtomicU64; 2]>,
@@ -157,7 +164,7 @@ fn system_counting(
         SimDev::from_vec("cache", cache.to_vec(), seed),
         SimDev::from_vec("backing", backing.to_vec(), seed ^ 1),
     ];
-    let path = PathBuf::from("/backing");
+    let path = dir.join("backing");
     let lc = Some(open(&devs, &path).unwrap());
     Ls {
         devs,
@@ -169,11 +176,11 @@ fn system_counting(
 }
 
 fn run(policy: WritePolicy, compress: Codec, name: &str) {
-    let (cache, backing) = images(policy, compress);
+    let (cache, backing, dir) = images(policy, compress);
     let on = compress.is_on();
     let records: Arc<[AtomicU64; 2]> = Default::default();
     let t = dst::run(name, 12, 400, 40, |seed| {
-        system_counting(&cache, &backing, seed, on, records.clone())
+        system_counting(&cache, &backing, dir.path(), seed, on, records.clone())
     });
     assert!(
         t.crashes >= t.cases && t.failed_ops > 0 && t.writes > 0,
@@ -196,9 +203,9 @@ fn run(policy: WritePolicy, compress: Codec, name: &str) {
 /// journal index advances only past a durable record).
 #[test]
 fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
-    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
+    let (cache, backing, dir) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 45, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed, false)
+        system(&cache, &backing, dir.path(), seed, false)
     });
 }
 
@@ -211,9 +218,9 @@ fn dst_log_structured_write_back_case_45_degraded_then_power_loss() {
 /// backing device is flushed before a summary is written).
 #[test]
 fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data() {
-    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
+    let (cache, backing, dir) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 626, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed, false)
+        system(&cache, &backing, dir.path(), seed, false)
     });
 }
 
@@ -228,9 +235,9 @@ fn dst_log_structured_write_back_case_626_clean_fill_of_unflushed_backing_data()
 /// opened checkpoint first).
 #[test]
 fn dst_log_structured_write_back_case_3863_misdirected_after_torn_power_loss() {
-    let (cache, backing) = images(WritePolicy::WriteBack, Codec::Off);
+    let (cache, backing, dir) = images(WritePolicy::WriteBack, Codec::Off);
     dst::run_cases("log-structured-wb", 0xd57, 3863, 1, 400, 40, |seed| {
-        system(&cache, &backing, seed, false)
+        system(&cache, &backing, dir.path(), seed, false)
     });
 }
 
@@ -299,8 +306,10 @@ fn fault_matrix_log_structured() {
             "log-structured zstd (write-back)",
         ),
     ] {
-        let (cache, backing) = images(policy, compress);
+        let (cache, backing, dir) = images(policy, compress);
         let on = compress.is_on();
-        dst::fault_matrix(name, 150, |seed| system(&cache, &backing, seed, on));
+        dst::fault_matrix(name, 150, |seed| {
+            system(&cache, &backing, dir.path(), seed, on)
+        });
     }
 }
