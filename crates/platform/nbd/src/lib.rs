@@ -68,7 +68,8 @@ pub use error::{Errno, Error, Result};
 pub use file::FileBackend;
 pub use mem::MemBackend;
 pub use server::{
-    unix_uri, ConfigError, Limits, ListenAddr, Server, ServerHandle, DEFAULT_TCP_ADDR, MAX_NAME_LEN,
+    unix_export_uri, unix_uri, ConfigError, Limits, ListenAddr, Server, ServerHandle,
+    DEFAULT_TCP_ADDR, MAX_NAME_LEN,
 };
 pub use tls::{Tls, TlsError, TlsMode, CA_CERT, SERVER_CERT, SERVER_KEY};
 

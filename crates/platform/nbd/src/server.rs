@@ -643,16 +643,28 @@ impl ServerHandle {
 /// unreserved characters and `/` is written `%XX`, so a space, `%`, `&`,
 /// `#` or `+` in the path reaches the client as itself.
 pub fn unix_uri(tls: bool, socket: &std::path::Path) -> String {
+    unix_export_uri(tls, "", socket)
+}
+
+/// The NBD URI of the export named `export` on the Unix socket `socket`
+/// (`nbd+unix:///EXPORT?socket=PATH`), both percent-encoded as in
+/// [`unix_uri`].
+pub fn unix_export_uri(tls: bool, export: &str, socket: &std::path::Path) -> String {
     use std::fmt::Write;
     use std::os::unix::ffi::OsStrExt;
-    let mut uri = format!("nbd{}+unix:///?socket=", if tls { "s" } else { "" });
-    for &b in socket.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            uri.push(b as char);
-        } else {
-            let _ = write!(uri, "%{b:02X}");
+    let mut uri = format!("nbd{}+unix:///", if tls { "s" } else { "" });
+    let encode = |uri: &mut String, bytes: &[u8]| {
+        for &b in bytes {
+            if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+                uri.push(b as char);
+            } else {
+                let _ = write!(uri, "%{b:02X}");
+            }
         }
-    }
+    };
+    encode(&mut uri, export.as_bytes());
+    uri.push_str("?socket=");
+    encode(&mut uri, socket.as_os_str().as_bytes());
     uri
 }
 
@@ -668,6 +680,10 @@ mod uri_tests {
         assert_eq!(
             super::unix_uri(true, std::path::Path::new("/run/t-1_x~.sock")),
             "nbds+unix:///?socket=/run/t-1_x~.sock"
+        );
+        assert_eq!(
+            super::unix_export_uri(false, "hdd", std::path::Path::new("/tmp/a b/h.sock")),
+            "nbd+unix:///hdd?socket=/tmp/a%20b/h.sock"
         );
     }
 }

@@ -100,7 +100,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
         let _uri = rx.await.context("server did not start")?;
-        let uri = format!("nbd+unix:///?socket={}", sock.display());
+        let uri = tiercache_nbd::unix_uri(false, &sock);
         println!("running the same fio workload through tiercache...");
         let c = tokio::task::spawn_blocking({
             let (uri, s) = (uri.clone(), a.seconds);
@@ -146,7 +146,7 @@ pub async fn serve_emulated_hdd(
         .serve_unix(sock)
         .await
         .with_context(|| format!("serving the emulated HDD on {}", sock.display()))?;
-    Ok((handle, format!("nbd+unix:///hdd?socket={}", sock.display())))
+    Ok((handle, tiercache_nbd::unix_export_uri(false, "hdd", sock)))
 }
 
 /// fio's JSON report from its finished run (`--output-format=json`); fio may

@@ -889,7 +889,7 @@ struct Fio {
 }
 
 fn fio(sock: &Path, name: &str, runtime: u64, size: u64) -> Result<Fio> {
-    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let uri = tiercache_nbd::unix_uri(false, sock);
     let out = Command::new("fio")
         .args([
             &format!("--name={name}"),

@@ -200,7 +200,7 @@ pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Start
                 bail!("the {name} cache server did not start: {e:?}");
             }
             Ok(Started {
-                uri: format!("nbd+unix:///tiercache?socket={}", csock.display()),
+                uri: tiercache_nbd::unix_export_uri(false, "tiercache", &csock),
                 what: format!(
                     "tiercache {assoc}, {wp}{}, {} lines of 4 KiB",
                     if twolbs {
@@ -241,7 +241,7 @@ pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Start
             for _ in 0..100 {
                 if pid.exists() && psock.exists() {
                     return Ok(Started {
-                        uri: format!("nbd+unix:///?socket={}", psock.display()),
+                        uri: tiercache_nbd::unix_uri(false, &psock),
                         what: format!(
                             "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
                         ),
