@@ -1,4 +1,4 @@
-//! Conformance: the simulated policy is the deployed policy (issue 15).
+//! Conformance: the simulated policy is the deployed policy.
 //!
 //! A real trace (the MSR Cambridge sample in ../shared/traces/samples: 1000
 //! requests, reads and writes; the tests skip with a message when it is

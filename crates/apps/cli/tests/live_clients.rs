@@ -677,20 +677,20 @@ fn nbdfuse_loop_ext4_file_workload_and_fsck() {
     nbdfuse_loop_ext4(&["--line-size", "64KiB"]);
 }
 
-/// The same on the log-structured layout (issue 4: every test of the live
-/// server holds for it).
+/// The same on the log-structured layout (every test of the live server
+/// holds for it).
 #[test]
 fn nbdfuse_loop_ext4_file_workload_and_fsck_log_structured() {
     nbdfuse_loop_ext4(LS);
 }
 
-/// The same on the compressed log-structured layout (issue 22), lz4.
+/// The same on the compressed log-structured layout, lz4.
 #[test]
 fn nbdfuse_loop_ext4_file_workload_and_fsck_log_structured_lz4() {
     nbdfuse_loop_ext4(&[LS, &["--compress", "lz4"]].concat());
 }
 
-/// The same on the compressed log-structured layout (issue 22), zstd.
+/// The same on the compressed log-structured layout, zstd.
 #[test]
 fn nbdfuse_loop_ext4_file_workload_and_fsck_log_structured_zstd() {
     nbdfuse_loop_ext4(&[LS, &["--compress", "zstd"]].concat());
@@ -905,13 +905,13 @@ fn ext4_kill9_during_file_writes_log_structured() {
     ext4_kill9_during_file_writes(LS);
 }
 
-/// The same on the compressed layout (issue 22), lz4.
+/// The same on the compressed layout, lz4.
 #[test]
 fn ext4_kill9_during_file_writes_log_structured_lz4() {
     ext4_kill9_during_file_writes(&[LS, &["--compress", "lz4"]].concat());
 }
 
-/// The same on the compressed layout (issue 22), zstd.
+/// The same on the compressed layout, zstd.
 #[test]
 fn ext4_kill9_during_file_writes_log_structured_zstd() {
     ext4_kill9_during_file_writes(&[LS, &["--compress", "zstd"]].concat());

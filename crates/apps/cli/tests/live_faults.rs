@@ -4,7 +4,7 @@
 //! socket, and a small NBD client checks every block it reads against what it
 //! wrote (self-checking versioned blocks, see `common`).
 //!
-//! What a user relies on (issue 3, item 6): an error on the cache device never
+//! What a user relies on: an error on the cache device never
 //! loses data that is safe on the backing device (failed cache reads of clean
 //! data are served from the backing device; repeated errors degrade the
 //! cache, visibly in stats); an error on the backing device reaches the
@@ -584,8 +584,8 @@ fn writes_after_the_shutdown_started_get_eshutdown_not_eio() {
     );
 }
 
-/// A fault of the SSD cache's cells of the fault matrix (issue 17, item 3;
-/// the other designs' cells are `fault_matrix_*` in their `tests/dst.rs`).
+/// A fault of the SSD cache's cells of the fault matrix (the other
+/// designs' cells are `fault_matrix_*` in their `tests/dst.rs`).
 #[derive(Clone, Copy, Debug)]
 enum CacheFault {
     /// Every data write to the cache device fails with ENOSPC (a full

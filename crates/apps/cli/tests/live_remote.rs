@@ -1,4 +1,4 @@
-//! A remote NBD export as the backing device (issue 19), against three real
+//! A remote NBD export as the backing device, against three real
 //! servers: nbdkit (file plugin), qemu-nbd and nbd-server. Each test formats a
 //! cache over `nbd+unix://` or `nbd://`, then:
 //!

@@ -428,7 +428,7 @@ fn sum_volume(fast: u64, slow: u64, extra: &[&str]) -> (Volume, String) {
     (v, text)
 }
 
-/// Issue 20: a volume over a 128 MiB fast tier and a 256 MiB slow tier
+/// A volume over a 128 MiB fast tier and a 256 MiB slow tier
 /// exports both tiers minus metadata: 127 fast slots (1 MiB of metadata) and
 /// 256 slow slots, one scratch slot each: 381 MiB. fio writes the whole
 /// volume (larger than either tier) with crc32c checksums while a hot

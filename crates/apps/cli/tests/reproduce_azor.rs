@@ -1,4 +1,4 @@
-//! `tiercache reproduce azor` (issue 21): a bad `--traces` folder is a clear
+//! `tiercache reproduce azor`: a bad `--traces` folder is a clear
 //! error; on a folder holding only the MSR Cambridge sample the simulated
 //! studies run (the other traces skipped with a message), and their tables
 //! agree with `tiercache sim --json` of the same configuration; a tiny live

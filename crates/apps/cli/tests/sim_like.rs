@@ -1,4 +1,4 @@
-//! `tiercache sim --like DEVICE` beyond the SSD cache (issue 15): on a
+//! `tiercache sim --like DEVICE` beyond the SSD cache: on a
 //! freshly formatted log-structured cache, tiered volume and three-level
 //! cache, `sim --like` gives exactly what the explicit `sim` command of the
 //! device's configuration gives (same JSON), and refuses the options the

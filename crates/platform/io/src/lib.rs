@@ -298,7 +298,7 @@ pub trait BlockDev: Send + Sync {
 /// readahead (a sequential pass over the slots, as recovery or a warm-up
 /// read makes) fills the file's cache with large folios, and a 4 KiB `pwrite`
 /// into a large folio costs ext4 several times one into a 4 KiB folio
-/// (`bench/page_cache_folios.py`; docs/benchmarks.md, issue 16). Advisory
+/// (measured by `bench/page_cache_folios.py`). Advisory
 /// only: nothing changes what a read returns. A device without a raw
 /// descriptor or opened `O_DIRECT` is left alone, and a failure only costs
 /// speed (a failing device shows up at its first write or sync).
@@ -397,12 +397,11 @@ pub fn write_buffered(dev: &dyn BlockDev, buf: &[u8], offset: u64) -> Option<io:
 /// Write `bufs` one after another from `offset`: as `pwritev` calls on a
 /// file or block device opened without `O_DIRECT` (one system call and one
 /// pass through the file system for a run of adjacent pages, which costs
-/// about a third less per page than one `pwrite` each, `docs/benchmarks.md`,
-/// issue 16), else one [`BlockDev::write_at`] per buffer (wrappers that
-/// inject faults or model a volatile cache see every write). The bytes on
-/// the device are the same either way; a failure may leave any part of the
-/// range written. A range past the device's end fails before anything is
-/// written.
+/// about a third less per page than one `pwrite` each), else one
+/// [`BlockDev::write_at`] per buffer (wrappers that inject faults or model a
+/// volatile cache see every write). The bytes on the device are the same either
+/// way; a failure may leave any part of the range written. A range past the
+/// device's end fails before anything is written.
 pub fn write_vectored(dev: &dyn BlockDev, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
     let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
     check_range(dev.name(), dev.len(), Access::Write, offset, total)?;

@@ -1,5 +1,5 @@
-//! Deterministic simulation of the SSD cache's asynchronous request path
-//! (issue 17): the real `LiveCache` (the policy engine, intake, op
+//! Deterministic simulation of the SSD cache's asynchronous request path:
+//! the real `LiveCache` (the policy engine, intake, op
 //! execution, failure handling, cleaning, metadata commits and recovery)
 //! on an in-memory cache device and backing device, each behind a volatile
 //! write cache (`CrashDev`) and an error injector (`FaultyDev`). The
@@ -213,7 +213,7 @@ fn dst_ssd_cache_sub_blocks_set_associative() {
     assert!(t.crashes >= t.cases && t.writes > 0, "{t:?}");
 }
 
-/// Regression (issue 17): in write-back, an injected EIO fails a metadata
+/// Regression: in write-back, an injected EIO fails a metadata
 /// commit and the store goes fail-stop; a write that then waits for a
 /// commit (a write miss evicting a clean line needs its unmap committed
 /// first) used to wait forever in `wait_committed`. Now it fails with EIO,
@@ -320,7 +320,7 @@ fn write_back_metadata_store_failure_fails_waiting_writes_instead_of_hanging() {
     check(&mut sys, &model, false);
 }
 
-/// Regressions (issue 17, long run of 2026-11-26): a write-back write over
+/// Regressions (cases found by a long run): a write-back write over
 /// dirty sub-blocks whose cache write failed was rerouted to the backing
 /// device, and the sub-blocks dropped at once; when the backing write
 /// failed too, the older acknowledged (and flushed) version, whose only
@@ -342,7 +342,7 @@ fn dst_ssd_cache_failed_reroute_keeps_the_older_dirty_version() {
     });
 }
 
-/// Regression (issue 17, long run of 2026-11-26, case 337): a read miss of
+/// Regression (case 337 of a long run): a read miss of
 /// two sub-blocks failed on the backing device, so its fill was dropped; a
 /// read of the line submitted before the drop found them still valid, and
 /// its cache read waited on a fill of *another* sub-block (the slot's last
@@ -503,7 +503,7 @@ fn versions(sys: &mut CacheSys, u: u64) -> std::io::Result<Vec<u64>> {
     Ok(dst::parse_unit(u, &buf).unwrap().to_vec())
 }
 
-/// Regression (issue 17, long run of 2026-11-26, case 485 of
+/// Regression (case 485 of a long run of
 /// `dst_ssd_cache_sub_blocks_set_associative`): a read miss evicted a
 /// dirty, flushed line; the writeback's read of it from the cache failed
 /// (a transient EIO), so its backing write failed too, while the slot had
@@ -561,15 +561,14 @@ fn evicted_dirty_line_whose_writeback_fails_for_good_is_kept() {
     assert_eq!(versions(&mut sys, 0).unwrap(), vec![1; UNIT / 512]);
 }
 
-/// Regression (issue 17, long run of 2026-11-26 after the case-485 fix,
-/// case 725): a write-back write of line 94's sub-block 3 into a slot that
-/// had held line 214 failed (the metadata store had failed, so it could not
-/// pass its slot barrier); a cleaning writeback of that sub-block, queued
-/// behind it on the slot, read the slot's old bytes, line 214's, and wrote
-/// them to line 94 on the backing device: after a power loss unit 379 held
-/// unit 859's data. Writeback reads now take the bytes of a failed cache
-/// write queued before them from its payload (as read hits do). Timing
-/// decided it (about 3 replays in 8 failed), hence 10 replays.
+/// Regression (case 725 of a long run): a write-back write of line 94's
+/// sub-block 3 into a slot that had held line 214 failed (the metadata store
+/// had failed, so it could not pass its slot barrier); a cleaning writeback of
+/// that sub-block, queued behind it on the slot, read the slot's old bytes,
+/// line 214's, and wrote them to line 94 on the backing device: after a power
+/// loss unit 379 held unit 859's data. Writeback reads now take the bytes of a
+/// failed cache write queued before them from its payload (as read hits do).
+/// Timing decided it (about 3 replays in 8 failed), hence 10 replays.
 #[test]
 fn dst_ssd_cache_writeback_behind_a_failed_cache_write_of_a_reused_slot() {
     let cfg = config(WritePolicy::WriteBack, Assoc::Ways(4), 16384);
@@ -581,15 +580,14 @@ fn dst_ssd_cache_writeback_behind_a_failed_cache_write_of_a_reused_slot() {
     }
 }
 
-/// Rule 10 of the metadata store ("a line in one slot only", issue 17's
-/// open question of 2026-11-26): a dirty line evicted by a read miss keeps
-/// its old slot mapped in the log until its writeback lands on the backing
-/// device; a write of that line meanwhile caches it in another slot. Were
-/// the new slot's `Map` committed (by a FLUSH) before the old slot's
-/// `Unmap`, recovery after a power loss would find the line mapped twice
-/// and refuse to open the cache (it did before the fix). Now the write into
-/// the new slot waits for the old slot's writeback. The backing device
-/// holds that writeback; with `release`, it lets it go before the power
+/// Rule 10 of the metadata store ("a line in one slot only"): a dirty line
+/// evicted by a read miss keeps its old slot mapped in the log until its
+/// writeback lands on the backing device; a write of that line meanwhile caches
+/// it in another slot. Were the new slot's `Map` committed (by a FLUSH) before
+/// the old slot's `Unmap`, recovery after a power loss would find the line
+/// mapped twice and refuse to open the cache (it did before the fix). Now the
+/// write into the new slot waits for the old slot's writeback. The backing
+/// device holds that writeback; with `release`, it lets it go before the power
 /// loss, else the writeback never lands. Either way recovery must open, and
 /// unit 0 must read as its newest acknowledged and flushed version.
 fn rewrite_during_eviction_writeback(release: bool) {

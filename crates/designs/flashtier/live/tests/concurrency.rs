@@ -1,4 +1,4 @@
-//! The log-structured cache under concurrent requests (issue 16): many
+//! The log-structured cache under concurrent requests: many
 //! writers with FUA writes and FLUSHes sharing group commits while the
 //! background cleaner cleans segments and writes back, then power loss with
 //! torn writes (every write a FUA or a FLUSH covered survives, nothing is
@@ -279,7 +279,7 @@ fn cleaner_steps_keep_free_segments_and_a_crash_between_them_loses_nothing() {
     check(&c);
 }
 
-/// The fast path (issue 16) under concurrency: two writers overwrite a
+/// The fast path under concurrency: two writers overwrite a
 /// small set of blocks through `write_fast` (falling back to `write`), so
 /// segments are cleaned and reopened all the time (the background cleaner
 /// runs too), while two readers read through `read_fast` (falling back to
@@ -373,7 +373,7 @@ fn fast_path_reads_racing_with_cleaning_and_reuse_see_only_their_blocks() {
     c.shutdown(false).unwrap();
 }
 
-/// The background cleaner's write-back is paced (issue 16), as the SSD
+/// The background cleaner's write-back is paced, as the SSD
 /// cache's: a write burst between the dirty target and the hard limit is
 /// absorbed dirty (no request writes back), the requests never let the
 /// dirty count past the hard limit, and once the requests stop the cleaner

@@ -1,5 +1,5 @@
-//! Deterministic simulation of the log-structured cache's request path
-//! (issue 17, item 2): the real `LogCache` (write-back and write-through:
+//! Deterministic simulation of the log-structured cache's request path:
+//! the real `LogCache` (write-back and write-through:
 //! segment writes, summaries, journal, checkpoints, cleaning, destaging,
 //! recovery) on an in-memory cache device and backing device, each behind
 //! a volatile write cache (`CrashDev`) and an error injector (`FaultyDev`),
@@ -251,7 +251,7 @@ fn dst_log_structured_write_through() {
     run(WritePolicy::WriteThrough, Codec::Off, "log-structured-wt");
 }
 
-/// The compressed layout (issue 22): variable-size records (compressed in
+/// The compressed layout: variable-size records (compressed in
 /// 1-7 units of 512 bytes, or raw) packed back to back, so a torn power
 /// loss cuts records anywhere; lz4 and zstd, write-back and write-through.
 #[test]
@@ -273,7 +273,7 @@ fn dst_log_structured_compressed_write_through() {
     );
 }
 
-/// The fault matrix (issue 17, item 3): cache EIO on read, on write,
+/// The fault matrix: cache EIO on read, on write,
 /// ENOSPC, removal, slow; backing EIO on read and on write; write-back and
 /// write-through; raw and compressed (lz4, zstd) layouts. Acknowledged data
 /// lost: 0.

@@ -1,5 +1,5 @@
-//! Recovery time of a cache with at least a million mapped blocks (issue 4:
-//! goal under one second; FlashTier reports 2.4 s for 102 GB), and the
+//! Recovery time of a cache with at least a million mapped blocks (the
+//! goal: under one second; FlashTier reports 2.4 s for 102 GB), and the
 //! unified map's host memory per cached block (goal at most 8 bytes).
 //!
 //! Ignored by default (it writes 4 GiB); run with

@@ -12,7 +12,7 @@
 //! erases more than the SSD (docs/reproduction.md explains why; the test
 //! records it so a change of that direction is noticed).
 //!
-//! Issue 21's hit-ratio target (within a few points of the SSD cache):
+//! The hit-ratio target (within a few points of the SSD cache):
 //!
 //! - The prototype's page-mapped SSC (`page`, SSC-P) misses 9.6 and 11.5
 //!   points more: silent eviction drops every clean valid page of its victim

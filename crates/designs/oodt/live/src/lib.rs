@@ -1,4 +1,4 @@
-//! The live tiered volume of OODT tiering (issue 5, item 7).
+//! The live tiered volume of OODT tiering.
 //!
 //! The exported address space is split into fixed blocks; each block lives
 //! in one slot of the fast tier (an SSD, a file) or of the slow tier: the

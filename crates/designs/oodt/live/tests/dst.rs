@@ -194,7 +194,7 @@ fn dst_tiered_volume_sum() {
     run(Capacity::Sum, "tiered-sum");
 }
 
-/// The fault matrix (issue 17, item 3) on both capacity modes: fast tier
+/// The fault matrix on both capacity modes: fast tier
 /// ("cache") EIO on read, on write, ENOSPC, removal, slow; slow tier
 /// ("backing") EIO on read and on write. Acknowledged data lost: 0.
 #[test]

@@ -1,4 +1,4 @@
-//! CPU time per 4 KiB random write of the live cache, without NBD (issue 16):
+//! CPU time per 4 KiB random write of the live cache, without NBD:
 //! `cargo run --release -p tiercache-three-level --example write_cpu -- DIR [WRITES]`.
 //! Formats a pair of 128 MiB SSD files over a 64 MiB backing file in DIR
 //! (16 MiB of DRAM, the benchmark's sizes), fills and reads every page once,

@@ -1,5 +1,5 @@
-//! Deterministic simulation of the three-level cache's request path
-//! (issue 17, item 2): the real `ThreeLevel` cache (DRAM level, RO-SSD and
+//! Deterministic simulation of the three-level cache's request path:
+//! the real `ThreeLevel` cache (DRAM level, RO-SSD and
 //! WO-SSD stores, the adaptive policy, flusher steps run in the test's
 //! thread, commits, recovery) on in-memory RO-SSD, WO-SSD and backing
 //! devices, each behind a volatile write cache (`CrashDev`) and an error
@@ -254,7 +254,7 @@ fn dst_three_level_cases_186_428_power_loss_while_recording_the_failed_peer() {
     }
 }
 
-/// The fault matrix (issue 17, item 3): EIO on read, on write, ENOSPC,
+/// The fault matrix: EIO on read, on write, ENOSPC,
 /// removal, slowness of the RO-SSD, then of the WO-SSD; backing EIO on
 /// read and on write. Acknowledged data lost: 0.
 #[test]

@@ -465,7 +465,7 @@ fn fast_path_writes_match_the_model() {
     check(&c);
 }
 
-/// Write batches (the NBD layer's, issue 16) append many writes at once:
+/// Write batches (the NBD layer's) append many writes at once:
 /// interleaved with single fast-path and request-path writes, every block
 /// reads back its newest version, before and after a flush and a crash. A
 /// batch that writes a block twice, or a partial block, is declined whole

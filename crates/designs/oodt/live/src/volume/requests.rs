@@ -166,13 +166,12 @@ impl TieredVolume {
         }
     }
 
-    /// Whether the request's I/O may run inline on the calling task: every
-    /// part on the fast tier, that tier a local file or device opened
-    /// buffered (see `inline_fast`), and no sync to wait for. Page-cache I/O
-    /// takes microseconds, less than handing it to a request thread and back
-    /// (docs/benchmarks.md, issue 16); slow-tier I/O and FUA syncs still go
-    /// to the request threads, so they never hold one of the runtime's
-    /// workers.
+    /// Whether the request's I/O may run inline on the calling task: every part
+    /// on the fast tier, that tier a local file or device opened buffered (see
+    /// `inline_fast`), and no sync to wait for. Page-cache I/O takes
+    /// microseconds, less than handing it to a request thread and back;
+    /// slow-tier I/O and FUA syncs still go to the request threads, so they
+    /// never hold one of the runtime's workers.
     fn inline(&self, parts: &[Part], fua: bool) -> Option<Inline> {
         let forced = self.inline_forced.load(Ordering::Relaxed);
         let fits = !fua

@@ -466,14 +466,13 @@ impl TieredVolume {
 
 /// Size of the pieces a migration writes its copy to the fast tier in.
 ///
-/// A buffered write of a whole block (1 MiB by default) makes the kernel
-/// cache it as one large folio, and ext4 then walks every buffer head of that
-/// folio on each later 4 KiB write into it (`ext4_block_write_begin` was
-/// 46 % of the server's time under 4 KiB random writes, docs/benchmarks.md,
-/// issue 16). Writing the copy page by page keeps the fast tier's page cache
-/// in small folios; the few hundred more system calls per migration cost far
-/// less. The slow tier, and a fast tier opened `O_DIRECT` (no page cache),
-/// get whole blocks.
+/// A buffered write of a whole block (1 MiB by default) makes the kernel cache
+/// it as one large folio, and ext4 then walks every buffer head of that folio
+/// on each later 4 KiB write into it (`ext4_block_write_begin` was 46 % of the
+/// server's time under 4 KiB random writes in a profile). Writing the copy page
+/// by page keeps the fast tier's page cache in small folios; the few hundred
+/// more system calls per migration cost far less. The slow tier, and a fast
+/// tier opened `O_DIRECT` (no page cache), get whole blocks.
 pub(super) const FAST_COPY_PIECE: usize = 4096;
 
 /// Write a migration's copy `buf` at `offset` of tier `tier`'s device.

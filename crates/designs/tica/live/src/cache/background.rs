@@ -12,14 +12,13 @@ use tiercache_io::BlockDev;
 /// Longest sleep between two looks at the stop flag.
 const TICK_SLEEP_MAX: Duration = Duration::from_millis(10);
 
-/// The background thread commits when an SSD has fewer free slots than
-/// this share (1/N) of its slots, and at least a quarter of that share
-/// (an eighth of the slots) waits (unmapped) for a commit to become free.
-/// Half, not less: unmapped slots come back soon, so the log-order cursor
-/// (`crate::slots`) finds long runs of free slots ahead of it (a 4 KiB
-/// random-write run: 3.3 pages per device write against 1.7 with an
-/// eighth, and 10 % more IOPS; docs/benchmarks.md, issue 16 (5)). A commit
-/// writes back the pages written since the last one, so committing more
+/// The background thread commits when an SSD has fewer free slots than this
+/// share (1/N) of its slots, and at least a quarter of that share (an eighth of
+/// the slots) waits (unmapped) for a commit to become free. Half, not less:
+/// unmapped slots come back soon, so the log-order cursor (`crate::slots`)
+/// finds long runs of free slots ahead of it (a 4 KiB random-write run: 3.3
+/// pages per device write against 1.7 with an eighth, and 10 % more IOPS). A
+/// commit writes back the pages written since the last one, so committing more
 /// often adds write-back only for pages rewritten in between.
 const LOW_SLOTS_DIV: usize = 2;
 

@@ -2,12 +2,11 @@
 //! no hand-off to a request thread), when they need no slow I/O.
 //!
 //! The hand-off to a request thread (a channel, a oneshot, two context
-//! switches) cost more than an all-hit request itself (docs/benchmarks.md,
-//! issue 16). An inline request takes the same lock and runs the same code as
-//! one on a request thread, so the policy, the devices and every crash rule
-//! see the same sequence of operations; only the thread differs. What it may
-//! not do is wait on a slow device while holding a runtime worker, so a
-//! request runs inline only when:
+//! switches) cost more than an all-hit request itself. An inline request takes
+//! the same lock and runs the same code as one on a request thread, so the
+//! policy, the devices and every crash rule see the same sequence of
+//! operations; only the thread differs. What it may not do is wait on a slow
+//! device while holding a runtime worker, so a request runs inline only when:
 //!
 //! - no other holder of the lock is doing slow I/O right now (a metadata
 //!   commit with its `fdatasync`, backing-device I/O, degrading): such
@@ -114,11 +113,10 @@ impl State {
         Ok(())
     }
 
-    /// Look `pages` up in the policy (`Tica::warm`), both SSDs' tables and
-    /// the DRAM level, changing nothing: these independent lookups overlap
-    /// their cache misses, and the writes' own lookups then hit (the
-    /// server's user time per write 2.6 -> 2.3 us; docs/benchmarks.md,
-    /// issue 16 (6)).
+    /// Look `pages` up in the policy (`Tica::warm`), both SSDs' tables and the
+    /// DRAM level, changing nothing: these independent lookups overlap their
+    /// cache misses, and the writes' own lookups then hit (the server's user
+    /// time per write 2.6 -> 2.3 us).
     fn warm(&self, pages: &[Page]) {
         let found: usize = pages
             .iter()
