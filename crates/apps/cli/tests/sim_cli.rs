@@ -649,8 +649,7 @@ fn peak_rss_kib(args: &[&str]) -> Option<u64> {
 }
 
 #[test]
-// The flash modes (ssd, ssc, ssc-v) still size their flash model by the
-// cache; `--ftl log` refuses a data area this large (its map entries).
+// `--ftl log` refuses a data area this large (its map entries), in one line.
 fn memory_follows_the_trace_not_the_cache_size() {
     let d = tempfile::tempdir().unwrap();
     let t = msr_trace(d.path());
@@ -664,6 +663,9 @@ fn memory_follows_the_trace_not_the_cache_size() {
         vec!["--mode", "tica", "--dram-size", "1MiB"],
         vec!["--mode", "ucache", "--dram-size", "1MiB"],
         vec!["--mode", "srac", "--dram-size", "1MiB"],
+        vec!["--mode", "ssd"],
+        vec!["--mode", "ssc"],
+        vec!["--mode", "ssc-v"],
     ];
     for size in ["1TiB", "16TiB"] {
         for mode in &runs {

@@ -3,7 +3,7 @@
 
 pub use crate::device::FtlKind;
 use crate::device::{Device, DeviceConfig, PersistStats};
-use crate::flash::FlashStats;
+use crate::flash::{EraseSnapshot, FlashStats};
 use crate::ftl::hybrid::sparsehash::{DenseMap, SparseHash};
 use crate::ftl::MapMemory;
 use crate::manager::{self, CacheManager, ManagerKind, ManagerStats};
@@ -107,7 +107,7 @@ pub struct FlashReport {
 struct Snapshot {
     flash: FlashStats,
     mgr: ManagerStats,
-    erases: Vec<u32>,
+    erases: EraseSnapshot,
     accesses: u64,
 }
 
@@ -126,7 +126,7 @@ where
     let take = |dev: &Device, mgr: &dyn CacheManager, accesses| Snapshot {
         flash: dev.flash().stats.clone(),
         mgr: mgr.stats().clone(),
-        erases: dev.flash().erase_counts(),
+        erases: dev.flash().erase_snapshot(),
         accesses,
     };
     if cfg.warmup_requests == 0 {
@@ -179,13 +179,7 @@ fn report(
     let host = f.host_page_writes - s0.host_page_writes;
     let copies = f.gc_page_copies - s0.gc_page_copies;
     let meta = f.metadata_page_writes - s0.metadata_page_writes;
-    let wear: Vec<u64> = dev
-        .flash()
-        .erase_counts()
-        .iter()
-        .zip(&snap.erases)
-        .map(|(a, b)| u64::from(a - b))
-        .collect();
+    let wear = dev.flash().wear_since(&snap.erases);
     let ftl = FtlReport {
         write_amplification: ratio(host + copies, host),
         write_amplification_with_metadata: ratio(host + copies + meta, host),
@@ -195,9 +189,8 @@ fn report(
         metadata_page_writes: meta,
         erases: f.erases - s0.erases,
         metadata_erases: f.metadata_erases - s0.metadata_erases,
-        max_wear_difference: wear.iter().max().copied().unwrap_or(0)
-            - wear.iter().min().copied().unwrap_or(0),
-        max_block_erases: wear.iter().max().copied().unwrap_or(0),
+        max_wear_difference: wear.max_difference,
+        max_block_erases: wear.max_block_erases,
         silent_evictions: f.silent_evictions - s0.silent_evictions,
         collections: f.collections - s0.collections,
         switch_merges: f.switch_merges - s0.switch_merges,

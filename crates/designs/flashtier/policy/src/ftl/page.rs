@@ -10,6 +10,7 @@ use crate::flash::{Cause, Flash};
 use crate::gc::{self, GcPolicy};
 use crate::FlashError;
 use rustc_hash::FxHashMap;
+use tiercache_core::lazy::Paged;
 
 /// A page-mapped FTL.
 pub struct PageFtl {
@@ -18,7 +19,7 @@ pub struct PageFtl {
     active: Option<u32>,
     gc_active: Option<u32>,
     /// Blocks fully written and not active: collection candidates.
-    sealed: Vec<bool>,
+    sealed: Paged<bool>,
     policy: GcPolicy,
     min_free: usize,
     silent_evict: bool,
@@ -35,7 +36,7 @@ impl PageFtl {
             map: FxHashMap::default(),
             active: None,
             gc_active: None,
-            sealed: vec![false; n],
+            sealed: Paged::new(n, false),
             policy,
             min_free: min_free.max(2),
             silent_evict,

@@ -61,6 +61,7 @@ use crate::gc;
 use crate::FlashError;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
+use tiercache_core::lazy::Paged;
 
 /// Erased blocks kept for collection copies (as the hybrid layer's reserve).
 pub const RESERVE: usize = 2;
@@ -77,7 +78,7 @@ enum Role {
 pub struct PageLogFtl {
     flash: Flash,
     map: FxHashMap<u64, u32>,
-    role: Vec<Role>,
+    role: Paged<Role>,
     /// The log block taking host writes.
     log_active: Option<u32>,
     /// Full log blocks, oldest first.
@@ -107,7 +108,7 @@ impl PageLogFtl {
         Ok(PageLogFtl {
             flash,
             map: FxHashMap::default(),
-            role: vec![Role::Free; n],
+            role: Paged::new(n, Role::Free),
             log_active: None,
             log_sealed: VecDeque::new(),
             data_active: None,

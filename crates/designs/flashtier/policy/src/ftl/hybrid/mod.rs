@@ -34,6 +34,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sparsehash::{BlockMap, DenseMap, SparseHash};
 use std::collections::VecDeque;
+use tiercache_core::lazy::Paged;
 
 /// Erased blocks kept for merge destinations.
 pub const RESERVE: usize = 2;
@@ -73,8 +74,8 @@ pub struct Hybrid {
     cfg: HybridConfig,
     ppb: u64,
     data: BlockMap,
-    data_lbn: Vec<u64>,
-    role: Vec<Role>,
+    data_lbn: Paged<u64>,
+    role: Paged<Role>,
     log_map: FxHashMap<u64, u32>,
     sw: Option<Sw>,
     rw_active: Option<u32>,
@@ -119,8 +120,8 @@ impl Hybrid {
         Ok(Hybrid {
             ppb: u64::from(flash.ppb()),
             data,
-            data_lbn: vec![NO_LBN; n as usize],
-            role: vec![Role::Free; n as usize],
+            data_lbn: Paged::new(n as usize, NO_LBN),
+            role: Paged::new(n as usize, Role::Free),
             log_map: FxHashMap::default(),
             sw: None,
             rw_active: None,

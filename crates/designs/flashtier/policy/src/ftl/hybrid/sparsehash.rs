@@ -12,6 +12,8 @@
 //! leave tombstones (counted, reclaimed on resize). [`DenseMap`] is a linear
 //! table indexed by logical address, as a plain SSD keeps.
 
+use tiercache_core::lazy::Paged;
+
 const M: usize = 32;
 const EMPTY_VAL: u32 = u32::MAX;
 
@@ -187,10 +189,12 @@ impl SparseHash {
     }
 }
 
-/// A linear table indexed by logical address (a plain SSD's map).
+/// A linear table indexed by logical address (a plain SSD's map). The
+/// modelled device holds it whole; the simulation allocates only the pages of
+/// it a trace writes.
 #[derive(Clone, Debug)]
 pub struct DenseMap {
-    vals: Vec<u32>,
+    vals: Paged<u32>,
     len: usize,
 }
 
@@ -198,17 +202,15 @@ impl DenseMap {
     /// A table for keys `0..range`.
     pub fn new(range: u64) -> Self {
         DenseMap {
-            vals: vec![EMPTY_VAL; range as usize],
+            vals: Paged::new(range as usize, EMPTY_VAL),
             len: 0,
         }
     }
 
     /// Value for `k` (None outside the range).
     pub fn get(&self, k: u64) -> Option<u32> {
-        self.vals
-            .get(k as usize)
-            .copied()
-            .filter(|&v| v != EMPTY_VAL)
+        let k = usize::try_from(k).ok().filter(|&k| k < self.vals.len())?;
+        Some(self.vals[k]).filter(|&v| v != EMPTY_VAL)
     }
 
     /// Insert or overwrite; keys outside the range are a caller bug.
@@ -224,7 +226,8 @@ impl DenseMap {
 
     /// Remove `k`.
     pub fn remove(&mut self, k: u64) -> Option<u32> {
-        let old = std::mem::replace(self.vals.get_mut(k as usize)?, EMPTY_VAL);
+        let k = usize::try_from(k).ok().filter(|&k| k < self.vals.len())?;
+        let old = std::mem::replace(&mut self.vals[k], EMPTY_VAL);
         (old != EMPTY_VAL).then(|| {
             self.len -= 1;
             old
