@@ -25,6 +25,7 @@
 //! - `TIERCACHE_FUZZ_FROM`: first case index (to replay one failure).
 
 pub mod dst;
+pub mod memory;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,9 +3,7 @@
 //! every block dirty and its dirty index, and recovery's streamed read of a
 //! checkpoint (the map plus a chunk, never a copy of the checkpoint).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
+use tiercache_fuzz::memory::{peak_of, Counting};
 use tiercache_io::{BlockDev, MemDev};
 use tiercache_log_structured::checkpoint::{
     read_newest_with, write_streamed, CheckpointHead, CHUNK,
@@ -14,38 +12,8 @@ use tiercache_log_structured::layout::plan;
 use tiercache_log_structured::map::{Entry, SparseMap};
 use tiercache_log_structured::memory::metadata_memory;
 
-struct Counting;
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let n = NOW.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(n, Ordering::Relaxed);
-        System.alloc(l)
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        let n = NOW.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(n, Ordering::Relaxed);
-        System.alloc_zeroed(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        NOW.fetch_sub(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
-    }
-}
-
 #[global_allocator]
 static A: Counting = Counting;
-
-/// Bytes allocated at the peak of `f`, above what was allocated before it
-/// (one test per binary: nothing else allocates meanwhile).
-fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = NOW.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let t = f();
-    (t, PEAK.load(Ordering::Relaxed) - base)
-}
 
 #[test]
 fn real_structures_stay_within_the_stated_bound() {
