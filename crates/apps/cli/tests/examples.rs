@@ -824,3 +824,27 @@ fn failing_blocks_are_reported_and_undone() {
         );
     }
 }
+
+/// CI runs exactly the test command the README gives.
+#[test]
+fn ci_runs_the_readme_test_command() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let command = doc_blocks::blocks(&readme)
+        .into_iter()
+        .find_map(|b| match b.kind {
+            doc_blocks::Kind::Script(s) => s
+                .lines()
+                .find(|l| l.contains("# run all tests"))
+                .map(|l| l.split('#').next().unwrap().trim().to_string()),
+            _ => None,
+        })
+        .expect("README.md shows the test command (`... # run all tests`)");
+    let ci = std::fs::read_to_string(repo_root().join(".ci/run")).unwrap();
+    let runs: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter(|l| !l.starts_with("set ") && !l.starts_with("cd "))
+        .collect();
+    assert_eq!(runs, [format!("exec {command}")], ".ci/run runs: {runs:?}");
+}
