@@ -36,7 +36,22 @@ CONFIGS = [
         {"cache_size": "2%", "admission": "2lbs", "2lbs_window": 100, "timed_cleaning": "off", "clean_rate": 4, "no_timing": True},
         ["--cache-size", "2%", "--admission", "2lbs", "--2lbs-window", "100", "--timed-cleaning", "off", "--clean-rate", "4", "--no-timing"],
     ),
+    (
+        {"cache_size": "1MiB", "admission": "nhit", "nhit_trigger": "50%", "dirty_target": "5%", "no_timing": True},
+        ["--cache-size", "1MiB", "--admission", "nhit", "--nhit-trigger", "50%", "--dirty-target", "5%", "--no-timing"],
+    ),
 ]
+
+
+def test_fractions_as_percentages_or_shares(msr_trace):
+    """A share option means the same as `'N%'` and as the number N/100."""
+    path, _ = msr_trace
+    base = {"cache_size": "1MiB", "format": "msr", "admission": "nhit", "no_timing": True}
+    pct = tiercache.simulate(str(path), nhit_trigger="50%", dirty_target="5%", **base)
+    num = tiercache.simulate(str(path), nhit_trigger=0.5, dirty_target=0.05, **base)
+    assert pct == num
+    with pytest.raises(ValueError, match="dirty_target.*150% is not a share"):
+        tiercache.simulate(str(path), dirty_target="150%", **base)
 
 
 @pytest.mark.parametrize("options,flags", CONFIGS, ids=[str(i) for i in range(len(CONFIGS))])
@@ -277,7 +292,7 @@ def test_signature_shows_typed_defaults():
     [
         ("nhit_threshold", "3", "nhit_threshold: expected an integer"),
         ("clean_rate", 2.5, "clean_rate: expected an integer"),
-        ("dirty_target", "high", "dirty_target: expected a number"),
+        ("dirty_target", [0.2], "dirty_target: expected a share"),
         ("eviction", 3, "eviction: expected a string.*allowed: lru, fifo, arc, s3fifo"),
         ("write_policy", True, "write_policy.*allowed: write-back"),
         ("replay", 1, "replay.*allowed: open, closed"),

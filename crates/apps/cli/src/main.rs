@@ -68,7 +68,10 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => argument_error(e),
+    };
     log::init(cli.verbose, cli.quiet);
     tiercache_runtime::panic::install();
     quiet_on_closed_output();
@@ -106,6 +109,28 @@ fn main() {
         eprintln!("tiercache: error: {}", render_error(&e));
         std::process::exit(1);
     }
+}
+
+/// Report a command-line error as every other error is reported
+/// (`tiercache: error: ...`, exit status 2 as the parser gives); help and
+/// version go to stdout unchanged.
+fn argument_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit()
+    }
+    let text = e.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    eprint!("tiercache: error: {text}");
+    if !text.ends_with('\n') {
+        eprintln!();
+    }
+    std::process::exit(e.exit_code())
 }
 
 /// End the command as any Unix tool ends when the reader of its output goes

@@ -213,7 +213,8 @@ fn ssd_cache_write_back_cleaning_matches_sim() {
     }
 }
 
-/// Every policy option, none at its default.
+/// Every policy option, none at its default; the fractions as percentages
+/// (`format` and `sim` take `N%` or a share for each).
 const ALL_OPTIONS: [&str; 29] = [
     "--line-size",
     "8KiB",
@@ -233,13 +234,13 @@ const ALL_OPTIONS: [&str; 29] = [
     "--nhit-threshold",
     "2",
     "--nhit-trigger",
-    "0.5",
+    "50%",
     "--2lbs-levels",
     "frequency",
     "--2lbs-window",
     "1000",
     "--dirty-target",
-    "0.3",
+    "30%",
     "--clean-rate",
     "3",
     "--timed-cleaning",
@@ -340,12 +341,12 @@ fn bad_values_give_the_same_error_in_sim_and_format() {
         (
             "--nhit-trigger",
             "1.5",
-            "--nhit-trigger: 1.5 is not a share (allowed: 0.0 to 1.0)",
+            "'--nhit-trigger <NHIT_TRIGGER>': 1.5 is not a share (allowed: a percentage from 0% to 100% such as 10%, or a share from 0.0 to 1.0 such as 0.1)",
         ),
         (
             "--dirty-target",
             "2",
-            "--dirty-target: 2 is not a share (allowed: 0.0 to 1.0)",
+            "'--dirty-target <DIRTY_TARGET>': 2 is not a share (allowed: a percentage",
         ),
         (
             "--2lbs-levels",
@@ -389,6 +390,8 @@ fn bad_values_give_the_same_error_in_sim_and_format() {
         );
         assert!(se.contains(says), "sim {flag} {value}: {se}");
         assert_eq!(se, fe, "sim and format disagree on {flag} {value}");
+        // The argument parser's errors read like every other error.
+        assert!(se.starts_with("tiercache: error: "), "{se}");
         assert!(!se.contains("panicked"), "{se}");
     }
 }

@@ -300,7 +300,7 @@ fn sweep_figure_json(rows_json: &str, title: Option<&str>) -> PyResult<String> {
 fn option_defaults() -> Vec<(String, Option<String>)> {
     options::OPTIONS
         .iter()
-        .map(|(n, _, d)| (n.to_string(), d.map(str::to_string)))
+        .map(|(n, _)| (n.to_string(), options::default_of(n)))
         .collect()
 }
 

@@ -24,7 +24,7 @@ struct SimCommand {
 
 /// A message of the CLI in Python terms: `--fast-tier-size` becomes `fast_tier_size`.
 fn python_terms(msg: &str) -> String {
-    let mut names: Vec<&str> = OPTIONS.iter().map(|(n, _, _)| *n).collect();
+    let mut names: Vec<&str> = OPTIONS.iter().map(|(n, _)| *n).collect();
     names.sort_by_key(|n| std::cmp::Reverse(n.len()));
     let mut out = msg.to_string();
     for n in names {

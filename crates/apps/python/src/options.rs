@@ -3,13 +3,15 @@
 //! way the CLI builds them, so that one configuration gives one result
 //! whichever front end runs it.
 
+use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tiercache_model::Profile;
-use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
+use tiercache_sim::units::{parse_bytes, parse_fraction, parse_size, SizeSpec};
 use tiercache_sim::{Replay, SimOptions};
-use tiercache_simulate::{PolicyError, PolicySpec};
+use tiercache_simulate::{PolicyError, PolicySpec, SimArgs, DEFAULT_QUEUE_DEPTH};
 use tiercache_trace::{Format, ReadOptions, TraceError};
 
 /// A value as passed from Python.
@@ -45,54 +47,57 @@ pub enum Kind {
     Int,
     /// A real number.
     Float,
+    /// A share: a number from 0 to 1, or a string percentage such as '10%'.
+    Fraction,
 }
 
-/// Every option `simulate` accepts: (name, kind, default as the CLI spells it).
+/// Every option `simulate` accepts: (name, kind). Defaults come from
+/// `tiercache sim`'s own definition ([`default_of`]).
 /// `--json`, `--out` and `--jobs` only shape the CLI's output and are left out.
-pub const OPTIONS: &[(&str, Kind, Option<&str>)] = &[
-    ("mode", Kind::Text, Some("cache")),
-    ("tier_policy", Kind::Text, Some("oodt")),
-    ("fast_tier_size", Kind::Text, None),
-    ("tier_block", Kind::Text, Some("4KiB")),
-    ("capacity", Kind::Text, Some("sum")),
-    ("plan_every", Kind::Int, Some("1000")),
-    ("moves_per_round", Kind::Int, None),
-    ("plan_clock", Kind::Text, Some("wall")),
-    ("tier_volume_size", Kind::Text, None),
-    ("tica_policy", Kind::Text, Some("adaptive")),
-    ("dram_size", Kind::Text, None),
-    ("ftl", Kind::Text, Some("hybrid")),
-    ("segment_size", Kind::Text, Some("1MiB")),
-    ("victim", Kind::Text, Some("cost-benefit")),
-    ("compress", Kind::Text, Some("off")),
-    ("compressibility", Kind::Text, None),
-    ("compress_us", Kind::Float, None),
-    ("decompress_us", Kind::Float, None),
-    ("format", Kind::Text, None),
-    ("cache_size", Kind::Text, None),
-    ("line_size", Kind::Text, Some("4KiB")),
-    ("sub_block", Kind::Text, None),
-    ("assoc", Kind::Text, Some("full")),
-    ("eviction", Kind::Text, Some("lru")),
-    ("write_policy", Kind::Text, Some("write-back")),
-    ("no_write_allocate", Kind::Flag, Some("false")),
-    ("admission", Kind::Text, Some("always")),
-    ("seq_cutoff", Kind::Text, Some("4MiB")),
-    ("nhit_threshold", Kind::Int, Some("3")),
-    ("nhit_trigger", Kind::Float, Some("0.8")),
-    ("2lbs_levels", Kind::Text, Some("metadata,frequency")),
-    ("2lbs_window", Kind::Int, Some("0")),
-    ("dirty_target", Kind::Float, Some("0.2")),
-    ("clean_rate", Kind::Int, Some("2")),
-    ("timed_cleaning", Kind::Text, Some("on")),
-    ("no_timing", Kind::Flag, Some("false")),
-    ("replay", Kind::Text, None),
-    ("queue_depth", Kind::Int, Some("1")),
-    ("profile", Kind::Text, None),
-    ("no_baseline", Kind::Flag, Some("false")),
-    ("skip_bad", Kind::Flag, Some("false")),
-    ("block_size", Kind::Text, Some("512B")),
-    ("volume", Kind::Text, None),
+pub const OPTIONS: &[(&str, Kind)] = &[
+    ("mode", Kind::Text),
+    ("tier_policy", Kind::Text),
+    ("fast_tier_size", Kind::Text),
+    ("tier_block", Kind::Text),
+    ("capacity", Kind::Text),
+    ("plan_every", Kind::Int),
+    ("moves_per_round", Kind::Int),
+    ("plan_clock", Kind::Text),
+    ("tier_volume_size", Kind::Text),
+    ("tica_policy", Kind::Text),
+    ("dram_size", Kind::Text),
+    ("ftl", Kind::Text),
+    ("segment_size", Kind::Text),
+    ("victim", Kind::Text),
+    ("compress", Kind::Text),
+    ("compressibility", Kind::Text),
+    ("compress_us", Kind::Float),
+    ("decompress_us", Kind::Float),
+    ("format", Kind::Text),
+    ("cache_size", Kind::Text),
+    ("line_size", Kind::Text),
+    ("sub_block", Kind::Text),
+    ("assoc", Kind::Text),
+    ("eviction", Kind::Text),
+    ("write_policy", Kind::Text),
+    ("no_write_allocate", Kind::Flag),
+    ("admission", Kind::Text),
+    ("seq_cutoff", Kind::Text),
+    ("nhit_threshold", Kind::Int),
+    ("nhit_trigger", Kind::Fraction),
+    ("2lbs_levels", Kind::Text),
+    ("2lbs_window", Kind::Int),
+    ("dirty_target", Kind::Fraction),
+    ("clean_rate", Kind::Int),
+    ("timed_cleaning", Kind::Text),
+    ("no_timing", Kind::Flag),
+    ("replay", Kind::Text),
+    ("queue_depth", Kind::Int),
+    ("profile", Kind::Text),
+    ("no_baseline", Kind::Flag),
+    ("skip_bad", Kind::Flag),
+    ("block_size", Kind::Text),
+    ("volume", Kind::Text),
 ];
 
 /// Options that `tiercache sim` accepts as comma-separated lists (a sweep).
@@ -121,9 +126,33 @@ pub fn canonical_name(name: &str) -> String {
 pub fn option_names() -> String {
     OPTIONS
         .iter()
-        .map(|(n, _, _)| *n)
+        .map(|(n, _)| *n)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The default of option `name` as `tiercache sim` defines it (its
+/// argument definition, [`SimArgs`], is the one place), as the command line
+/// spells it; `None` when it has none.
+pub fn default_of(name: &str) -> Option<String> {
+    static DEFAULTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    DEFAULTS
+        .get_or_init(|| {
+            let cmd = SimArgs::augment_args(clap::Command::new("sim"));
+            cmd.get_arguments()
+                .filter_map(|a| {
+                    let long = a.get_long()?;
+                    let d = a.get_default_values();
+                    (!d.is_empty()).then(|| {
+                        let v: Vec<String> =
+                            d.iter().map(|v| v.to_string_lossy().into_owned()).collect();
+                        (long.replace('-', "_"), v.join(","))
+                    })
+                })
+                .collect()
+        })
+        .get(name)
+        .cloned()
 }
 
 /// An error about one option: names it and says what is allowed.
@@ -142,7 +171,7 @@ impl Parsed {
         let mut vals = BTreeMap::new();
         for (raw, v) in given {
             let name = canonical_name(&raw);
-            let Some(&(n, kind, _)) = OPTIONS.iter().find(|(n, _, _)| *n == name) else {
+            let Some(&(n, kind)) = OPTIONS.iter().find(|(n, _)| *n == name) else {
                 return Err(format!(
                     "unknown option '{raw}' (allowed: {})",
                     option_names()
@@ -196,10 +225,7 @@ impl Parsed {
         match self.vals.get(name) {
             Some(Value::Str(s)) => Some(s.clone()),
             Some(_) => None,
-            None => OPTIONS
-                .iter()
-                .find(|(n, _, _)| *n == name)
-                .and_then(|(_, _, d)| d.map(str::to_string)),
+            None => default_of(name),
         }
     }
 
@@ -208,14 +234,7 @@ impl Parsed {
     }
 
     fn int(&self, name: &str) -> Result<u64, String> {
-        let default = || {
-            OPTIONS
-                .iter()
-                .find(|(n, _, _)| *n == name)
-                .and_then(|(_, _, d)| *d)
-                .unwrap_or("0")
-                .to_string()
-        };
+        let default = || default_of(name).unwrap_or_else(|| "0".into());
         let s = match self.vals.get(name) {
             Some(Value::Int(i)) => i.to_string(),
             Some(Value::Str(s)) => s.clone(),
@@ -228,21 +247,21 @@ impl Parsed {
             .map_err(|_| opt_err(name, format!("expected a non-negative integer, got '{s}'")))
     }
 
-    fn float(&self, name: &str) -> Result<f64, String> {
+    /// A share: a number (range-checked by the policy builder) or a string
+    /// percentage or share, parsed as the CLI parses it.
+    fn fraction(&self, name: &str) -> Result<f64, String> {
         match self.vals.get(name) {
+            Some(Value::Str(s)) => parse_fraction(s).map_err(|e| opt_err(name, e)),
             Some(Value::Float(f)) => Ok(*f),
             Some(Value::Int(i)) => Ok(*i as f64),
-            Some(Value::Str(s)) => s
-                .trim()
-                .parse::<f64>()
-                .map_err(|_| opt_err(name, format!("expected a number, got '{s}'"))),
-            Some(v) => Err(opt_err(name, format!("expected a number, got {v}"))),
-            None => Ok(OPTIONS
-                .iter()
-                .find(|(n, _, _)| *n == name)
-                .and_then(|(_, _, d)| *d)
-                .and_then(|d| d.parse().ok())
-                .unwrap_or(0.0)),
+            Some(v) => Err(opt_err(
+                name,
+                format!("expected a number or a percentage, got {v}"),
+            )),
+            None => {
+                let d = default_of(name);
+                Ok(d.and_then(|d| parse_fraction(&d).ok()).unwrap_or(0.0))
+            }
         }
     }
 
@@ -330,8 +349,11 @@ pub fn build(trace: &Path, p: &Parsed) -> Result<Run, BuildError> {
         .map_err(o("cache_size"))?;
     let spec = spec_of(p)?;
     let line = tiercache_simulate::policy::parse_line_size(&spec.line_size).map_err(policy_err)?;
-    let queue_depth = u32::try_from(p.int("queue_depth").map_err(BuildError::Option)?)
-        .map_err(|_| BuildError::Option(opt_err("queue_depth", "too large")))?;
+    let queue_depth = match p.vals.get("queue_depth") {
+        None => DEFAULT_QUEUE_DEPTH,
+        Some(_) => u32::try_from(p.int("queue_depth").map_err(BuildError::Option)?)
+            .map_err(|_| BuildError::Option(opt_err("queue_depth", "too large")))?,
+    };
     let profile = match p.text("profile") {
         Some(path) => Profile::load(&path).map_err(|e| {
             BuildError::Option(opt_err("profile", format!("device profile {path}: {e}")))
@@ -423,10 +445,10 @@ pub fn spec_of(p: &Parsed) -> Result<PolicySpec, BuildError> {
         admission: p.single("admission").map_err(BuildError::Option)?,
         seq_cutoff: p.text("seq_cutoff").unwrap_or_default(),
         nhit_threshold: u32_of("nhit_threshold")?,
-        nhit_trigger: p.float("nhit_trigger").map_err(BuildError::Option)?,
+        nhit_trigger: p.fraction("nhit_trigger").map_err(BuildError::Option)?,
         twolbs_levels: vec![p.text("2lbs_levels").unwrap_or_default()],
         twolbs_window: int("2lbs_window")?,
-        dirty_target: p.float("dirty_target").map_err(BuildError::Option)?,
+        dirty_target: p.fraction("dirty_target").map_err(BuildError::Option)?,
         clean_rate: u32_of("clean_rate")?,
         timed_cleaning: p.text("timed_cleaning").unwrap_or_default(),
     })

@@ -9,7 +9,26 @@ use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
 use tiercache_core::cleaning::CleaningConfig;
 use tiercache_core::eviction::EvictionKind;
 use tiercache_core::{Assoc, CacheConfig, WritePolicy};
-use tiercache_sim::units::parse_bytes;
+use tiercache_sim::units::{parse_bytes, parse_fraction};
+
+/// The SSD cache's option defaults as the command line spells them: the one
+/// definition `format`, `sim`, Python and [`PolicySpec::default`] take
+/// (`defaults_are_the_core_defaults` ties them to the policy's own).
+pub mod defaults {
+    pub const LINE_SIZE: &str = "4KiB";
+    pub const ASSOC: &str = "full";
+    pub const EVICTION: &str = "lru";
+    pub const WRITE_POLICY: &str = "write-back";
+    pub const ADMISSION: &str = "always";
+    pub const SEQ_CUTOFF: &str = "4MiB";
+    pub const NHIT_THRESHOLD: &str = "3";
+    pub const NHIT_TRIGGER: &str = "0.8";
+    pub const TWOLBS_LEVELS: &str = "metadata,frequency";
+    pub const TWOLBS_WINDOW: &str = "0";
+    pub const DIRTY_TARGET: &str = "0.2";
+    pub const CLEAN_RATE: &str = "2";
+    pub const TIMED_CLEANING: &str = "on";
+}
 
 /// Every policy option of the SSD cache, one value each, as the command
 /// line spells it. [`PolicySpec::default`] holds the CLI's defaults.
@@ -49,22 +68,24 @@ pub struct PolicySpec {
 
 impl Default for PolicySpec {
     fn default() -> Self {
+        use defaults as d;
+        let num = |s: &str| s.parse().expect("a default parses");
         PolicySpec {
-            line_size: "4KiB".into(),
+            line_size: d::LINE_SIZE.into(),
             sub_block: None,
-            assoc: "full".into(),
-            eviction: "lru".into(),
-            write_policy: "write-back".into(),
+            assoc: d::ASSOC.into(),
+            eviction: d::EVICTION.into(),
+            write_policy: d::WRITE_POLICY.into(),
             no_write_allocate: false,
-            admission: "always".into(),
-            seq_cutoff: "4MiB".into(),
-            nhit_threshold: 3,
-            nhit_trigger: 0.8,
-            twolbs_levels: vec!["metadata".into(), "frequency".into()],
-            twolbs_window: 0,
-            dirty_target: 0.2,
-            clean_rate: 2,
-            timed_cleaning: "on".into(),
+            admission: d::ADMISSION.into(),
+            seq_cutoff: d::SEQ_CUTOFF.into(),
+            nhit_threshold: num(d::NHIT_THRESHOLD) as u32,
+            nhit_trigger: parse_fraction(d::NHIT_TRIGGER).expect("a default parses"),
+            twolbs_levels: d::TWOLBS_LEVELS.split(',').map(str::to_string).collect(),
+            twolbs_window: num(d::TWOLBS_WINDOW),
+            dirty_target: parse_fraction(d::DIRTY_TARGET).expect("a default parses"),
+            clean_rate: num(d::CLEAN_RATE) as u32,
+            timed_cleaning: d::TIMED_CLEANING.into(),
         }
     }
 }

@@ -166,6 +166,22 @@ fn parse_byte_count(s: &str) -> Result<u64, String> {
     whole_bytes(s, v * mul as f64, 0)
 }
 
+/// Parse a fraction the way every fraction option takes it: a percentage
+/// (`10%`, `12.5%`) or a share from 0 to 1 (`0.1`). Refused outside 0-100 %.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => t.parse::<f64>(),
+    };
+    match v {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "{s} is not a share (allowed: a percentage from 0% to 100% such as 10%, or a share from 0.0 to 1.0 such as 0.1)"
+        )),
+    }
+}
+
 /// Human-readable binary size: `4 KiB`, `1.5 GiB`.
 pub fn format_bytes(b: u64) -> String {
     const N: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -240,5 +256,18 @@ mod tests {
             .unwrap_err()
             .contains("must be positive"));
         assert!(parse_bytes("0GiB").unwrap_err().contains("at least 1 byte"));
+    }
+
+    #[test]
+    fn fractions_as_percentages_or_shares() {
+        assert_eq!(parse_fraction("10%"), Ok(0.1));
+        assert_eq!(parse_fraction(" 12.5 % "), Ok(0.125));
+        assert_eq!(parse_fraction("0.8"), Ok(0.8));
+        assert_eq!(parse_fraction("0"), Ok(0.0));
+        assert_eq!(parse_fraction("100%"), Ok(1.0));
+        for bad in ["101%", "1.5", "-0.1", "-5%", "high", "", "%", "nan", "NaN%"] {
+            let e = parse_fraction(bad).unwrap_err();
+            assert!(e.contains("not a share") && e.contains("10%"), "{bad}: {e}");
+        }
     }
 }

@@ -302,7 +302,9 @@ pub fn set(a: SetArgs) -> Result<()> {
         req["write_policy"] = p.as_str().into();
     }
     if let Some(t) = &a.dirty_target {
-        req["dirty_target"] = parse_share(t)?.into();
+        req["dirty_target"] = tiercache_sim::units::parse_fraction(t)
+            .map_err(|e| anyhow::anyhow!("--dirty-target: {e}"))?
+            .into();
     }
     if let Some(c) = &a.seq_cutoff {
         let b = tiercache_sim::units::parse_bytes(c)
@@ -343,19 +345,6 @@ pub fn set(a: SetArgs) -> Result<()> {
         println!("{}", v["message"].as_str().unwrap_or("policy changed"));
     }
     Ok(())
-}
-
-/// `10%` or `0.1`: a share from 0 to 1.
-fn parse_share(s: &str) -> Result<f64> {
-    let t = s.trim();
-    let v = match t.strip_suffix('%') {
-        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
-        None => t.parse::<f64>(),
-    };
-    match v {
-        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
-        _ => bail!("--dirty-target {s}: give a percentage from 0% to 100% (e.g. 10%) or a share from 0 to 1 (e.g. 0.1)"),
-    }
 }
 
 /// `tiercache stats [--watch [SECONDS]]`.
