@@ -206,17 +206,12 @@ impl PolicySpec {
                 timed,
             },
         };
-        if !(0.0..=1.0).contains(&self.nhit_trigger) {
-            return Err(PolicyError::of(
-                "nhit_trigger",
-                format!("{} is not a share (allowed: 0.0 to 1.0)", self.nhit_trigger),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.dirty_target) {
-            return Err(PolicyError::of(
-                "dirty_target",
-                format!("{} is not a share (allowed: 0.0 to 1.0)", self.dirty_target),
-            ));
+        // The message `--nhit-trigger 150%` gets from the argument parser.
+        for (option, v) in [
+            ("nhit_trigger", self.nhit_trigger),
+            ("dirty_target", self.dirty_target),
+        ] {
+            parse_fraction(&v.to_string()).map_err(|e| PolicyError::of(option, e))?;
         }
         cfg.geometry().map_err(|e| PolicyError {
             option: None,
