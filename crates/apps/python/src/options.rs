@@ -138,7 +138,9 @@ pub fn default_of(name: &str) -> Option<String> {
     static DEFAULTS: OnceLock<BTreeMap<String, String>> = OnceLock::new();
     DEFAULTS
         .get_or_init(|| {
-            let cmd = SimArgs::augment_args(clap::Command::new("sim"));
+            let mut cmd = SimArgs::augment_args(clap::Command::new("sim"));
+            // Flags get their implicit "false" when the command is built.
+            cmd.build();
             cmd.get_arguments()
                 .filter_map(|a| {
                     let long = a.get_long()?;

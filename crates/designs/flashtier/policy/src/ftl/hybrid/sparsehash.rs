@@ -244,9 +244,11 @@ impl DenseMap {
         self.len == 0
     }
 
-    /// Bytes held: 4 per address of the range.
+    /// Bytes the modelled device holds: 4 per address of the range, plus a
+    /// plain table's header (however little of it the simulation allocated).
     pub fn memory_bytes(&self) -> u64 {
-        (self.vals.len() * 4 + std::mem::size_of::<Self>()) as u64
+        let header = std::mem::size_of::<Vec<u32>>() + std::mem::size_of::<usize>();
+        (self.vals.len() * 4 + header) as u64
     }
 }
 
