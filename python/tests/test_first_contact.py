@@ -1,4 +1,4 @@
-"""First contact: the README's Python snippet runs verbatim, every CLI mode is
+"""First contact: the docs' Python snippet runs verbatim, every CLI mode is
 available from Python, and errors name the option and its allowed values in
 Python terms."""
 
@@ -14,22 +14,30 @@ import tiercache
 from conftest import ROOT, SHARED, run_cli
 
 
-def readme_python_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+DOCS_WITH_PYTHON = ["README.md", "docs/simulator.md"]
 
 
-def test_readme_python_snippet_runs_verbatim(monkeypatch, tmp_path):
+def docs_python_blocks() -> list[tuple[str, str]]:
+    """(file, code) of every ```python block of the pages that show the package."""
+    out = []
+    for name in DOCS_WITH_PYTHON:
+        path = ROOT / name
+        if path.exists():
+            out += [(name, c) for c in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)]
+    return out
+
+
+def test_docs_python_snippet_runs_verbatim(monkeypatch, tmp_path):
     """The snippet as written, from the repository root (its paths are relative to it)."""
-    blocks = readme_python_blocks()
-    assert blocks, "README.md has a ```python block"
+    blocks = docs_python_blocks()
+    assert blocks, f"none of {DOCS_WITH_PYTHON} has a ```python block"
     if not (SHARED / "arc" / "OLTP.lis.zst").exists():
         pytest.skip(f"shared traces absent ({SHARED})")
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("TIERCACHE_CACHE_DIR", str(tmp_path / "runs"))
-    for code in blocks:
+    for name, code in blocks:
         ns: dict = {}
-        exec(compile(code, "README.md", "exec"), ns)
+        exec(compile(code, name, "exec"), ns)
         assert ns["r"]["hit_ratio"] > 0.3
         assert len(ns["df"]) == 4
         assert ns["fig"].svg.startswith("<svg")
