@@ -639,3 +639,86 @@ fn tiered_volume_migrations_match_sim() {
         );
     }
 }
+
+/// `reproduce` takes sizes, shares and durations with units like every other
+/// command; its old bare-number spellings still work, with a deprecation note.
+#[test]
+fn reproduce_options_take_units() {
+    let run = |args: &[&str]| {
+        let o = Command::new(common::bin())
+            .arg("reproduce")
+            .args(args)
+            .args(["--traces", "/nonexistent/traces"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    // Accepted spellings get as far as the missing traces folder.
+    for args in [
+        &["tica", "--dram-share", "1%", "--ssd-share", "0.1"][..],
+        &["flashtier", "--cache-share", "25%"],
+        &[
+            "oodt",
+            "--out",
+            "/nonexistent/out",
+            "--live-size",
+            "64MiB",
+            "--live-runtime",
+            "1m",
+            "--live-warmup",
+            "10s",
+        ],
+        &[
+            "azor",
+            "--out",
+            "/nonexistent/out",
+            "--live-time",
+            "2m",
+            "--pgbench-time",
+            "30s",
+        ],
+        &[
+            "azor",
+            "--out",
+            "/nonexistent/out",
+            "--live-seconds",
+            "30",
+            "--pgbench-seconds",
+            "30",
+        ],
+    ] {
+        let e = run(args);
+        assert!(
+            e.contains("traces folder /nonexistent/traces not found"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("deprecated"), "{args:?}: {e}");
+    }
+    let e = run(&["tica", "--dram-percent", "1"]);
+    assert!(
+        e.contains("--dram-percent is deprecated; use --dram-share 1%")
+            && e.contains("traces folder"),
+        "{e}"
+    );
+    for (args, says) in [
+        (
+            &["azor", "--out", "/nonexistent/out", "--live-time", "1.5s"][..],
+            "not a whole number of seconds",
+        ),
+        (
+            &["flashtier", "--cache-share", "150%"],
+            "150% is not a share",
+        ),
+        (
+            &["oodt", "--out", "/nonexistent/out", "--live-size", "1.5B"],
+            "not a whole number of bytes",
+        ),
+    ] {
+        let e = run(args);
+        assert!(
+            e.starts_with("tiercache: error: ") && e.contains(says),
+            "{args:?}: {e}"
+        );
+    }
+}

@@ -214,8 +214,8 @@ fn tiny_live_run_beside_nbdkit() {
     let out = dir.path().join("out");
     let o = azor(&[
         "--quick",
-        "--live-seconds",
-        "2",
+        "--live-time",
+        "2s",
         "--live-data",
         "32MiB",
         "--no-apps",

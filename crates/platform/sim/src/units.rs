@@ -1,5 +1,7 @@
 //! Sizes as users write them: `512B`, `4KiB`, `10GiB`, `1.5GB`, a plain
-//! integer (a number of cache lines), or a percentage of the trace footprint.
+//! integer (a number of cache lines), or a percentage of the trace footprint;
+//! fractions (`10%` or `0.1`) and durations (`500ms`, `10s`, `2m`): the one
+//! parser of each for every command.
 
 use std::fmt;
 
@@ -180,6 +182,39 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
             "{s} is not a share (allowed: a percentage from 0% to 100% such as 10%, or a share from 0.0 to 1.0 such as 0.1)"
         )),
     }
+}
+
+/// A duration with a unit: `10s`, `500ms`, `2m`, `1h` (a plain number is seconds).
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => return Err(format!("'{s}': unknown unit '{u}' (allowed: ms, s, m, h)")),
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// A duration in whole seconds (`60s`, `2m`; a plain number is seconds), for
+/// options that count seconds.
+pub fn parse_seconds(s: &str) -> Result<u64, String> {
+    let d = parse_duration(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("'{s}' is not a whole number of seconds"));
+    }
+    Ok(d.as_secs())
 }
 
 /// Human-readable binary size: `4 KiB`, `1.5 GiB`.

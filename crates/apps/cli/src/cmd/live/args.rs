@@ -489,25 +489,4 @@ impl LimitArgs {
     }
 }
 
-/// A duration with a unit: `10s`, `500ms`, `2m`, `1h` (a plain number is seconds).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (examples: 10s, 500ms, 2m)"))?;
-    let secs = match unit.trim() {
-        "" | "s" => v,
-        "ms" => v / 1000.0,
-        "m" | "min" => v * 60.0,
-        "h" => v * 3600.0,
-        u => return Err(format!("'{s}': unknown unit '{u}' (allowed: ms, s, m, h)")),
-    };
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("'{s}' is out of range"));
-    }
-    Ok(std::time::Duration::from_secs_f64(secs))
-}
+pub use tiercache_sim::units::parse_duration;

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 use tiercache_core::Engine;
 use tiercache_plot::{Figure, Panel, Series};
+use tiercache_sim::units::parse_seconds;
 use tiercache_sim::{Replay, SimOptions, SimReport};
 use tiercache_simulate::PolicySpec;
 use tiercache_trace::{Format, ReadOptions};
@@ -31,9 +32,10 @@ pub struct Args {
     /// only (no traces needed).
     #[arg(long, conflicts_with = "no_live")]
     pub no_sim: bool,
-    /// Seconds of fio per live variant [default: 12 with --quick, else 60];
-    /// 0 skips the fio runs (the application workloads still run).
-    #[arg(long)]
+    /// Time of fio per live variant, a duration such as 60s or 2m (a plain
+    /// number is seconds) [default: 12s with --quick, else 60s]; 0 skips the
+    /// fio runs (the application workloads still run).
+    #[arg(long = "live-time", alias = "live-seconds", value_parser = seconds)]
     pub live_seconds: Option<u32>,
     /// Skip the application workloads (PostMark, pgbench on ext4/XFS) of
     /// the live part.
@@ -54,8 +56,9 @@ pub struct Args {
     /// over 60 MiB, 1 to 20].
     #[arg(long)]
     pub pgbench_scale: Option<u32>,
-    /// Seconds of each pgbench run [default: 60].
-    #[arg(long)]
+    /// Time of each pgbench run, a duration such as 60s (a plain number is
+    /// seconds) [default: 60s].
+    #[arg(long = "pgbench-time", alias = "pgbench-seconds", value_parser = seconds)]
     pub pgbench_seconds: Option<u32>,
     /// Size of the emulated HDD's data set in the live part [default: 256MiB
     /// with --quick, else 1GiB]; each cache holds an eighth of it.
@@ -64,6 +67,11 @@ pub struct Args {
     /// Parallel simulations [default: number of CPUs].
     #[arg(long)]
     pub jobs: Option<usize>,
+}
+
+/// A duration option in whole seconds (`60s`, `2m`, a plain number of seconds).
+fn seconds(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_seconds(s)?).map_err(|_| format!("'{s}' is too long"))
 }
 
 /// A shared trace: short name, path under the traces folder, format, the

@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, value_name = "PREFIX")]
     pub out: Option<PathBuf>,
     /// Cache size as a share of each workload's unique blocks (FlashTier: 0.25).
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value = "25%", value_parser = tiercache_sim::units::parse_fraction)]
     pub cache_share: f64,
     /// Requests of the synthetic zipfian overwrite workload (0: skip it).
     #[arg(long, default_value_t = 400_000)]

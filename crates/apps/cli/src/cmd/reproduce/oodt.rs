@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tiercache_plot::{Figure, Panel, Series};
+use tiercache_sim::units::{parse_bytes, parse_seconds};
 use tiercache_simulate::args::SimArgs;
 use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
 use tiercache_tiering::sim::{Replay, TierSimConfig};
@@ -37,16 +38,20 @@ pub struct Args {
     /// Skip the live part.
     #[arg(long)]
     pub no_live: bool,
-    /// Live: seconds of each measured fio run [default: 60; --quick: 15].
-    #[arg(long)]
+    /// Live: time of each measured fio run, a duration such as 60s (a plain
+    /// number is seconds) [default: 60s; --quick: 15s].
+    #[arg(long, value_parser = parse_seconds)]
     pub live_runtime: Option<u64>,
-    /// Live: seconds of the warm-up fio run before each measured run
-    /// (the tiered volume migrates meanwhile) [default: 30; --quick: 10].
-    #[arg(long)]
+    /// Live: time of the warm-up fio run before each measured run (the
+    /// tiered volume migrates meanwhile) [default: 30s; --quick: 10s].
+    #[arg(long, value_parser = parse_seconds)]
     pub live_warmup: Option<u64>,
-    /// Live: volume size in MiB.
-    #[arg(long, default_value_t = 256)]
-    pub live_size_mib: u64,
+    /// Live: volume size, a whole number of MiB such as 256MiB or 1GiB.
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    pub live_size: u64,
+    /// Live: volume size in MiB (deprecated: use --live-size 256MiB).
+    #[arg(long, hide = true, conflicts_with = "live_size")]
+    pub live_size_mib: Option<u64>,
     /// Live: fast tier (and nbdkit cache) sizes, percent of the volume (list)
     /// [default: 4,16; --quick: 8].
     #[arg(long)]
@@ -965,7 +970,14 @@ fn live(a: &Args, md: &mut String, claims: &mut Vec<[String; 4]>) -> Result<()> 
     if fasts.iter().any(|p| !(*p > 0.0 && *p < 100.0)) {
         bail!("--live-fast: percentages above 0 and below 100");
     }
-    let size = a.live_size_mib << 20;
+    if let Some(m) = a.live_size_mib {
+        eprintln!("tiercache: warning: --live-size-mib is deprecated; use --live-size {m}MiB");
+    }
+    let size = a.live_size_mib.map_or(a.live_size, |m| m << 20);
+    if size == 0 || !size.is_multiple_of(1 << 20) {
+        bail!("--live-size: a whole number of MiB, at least 1MiB");
+    }
+    let size_mib = size >> 20;
     let exe = std::env::current_exe().context("finding the tiercache binary")?;
     let tmp = tempfile::Builder::new()
         .prefix("tiercache-oodt-")
@@ -978,8 +990,8 @@ fn live(a: &Args, md: &mut String, claims: &mut Vec<[String; 4]>) -> Result<()> 
 The slow device: a sparse {} MiB file behind tiercache's HDD emulation (the default profile's 7200 rpm model applied as delay). \
 The variants: (1) **HDD only**: `tiercache serve --no-cache --backing hdd.img --emulate-hdd`; (2) **tiered**: `tiercache format --mode tier --tiers fast.img,hdd.img --size F` then `serve --emulate-hdd` (OODT policy, the slow tier delayed by the same model, the fast tier a file in {}); \
 (3) **nbdkit cache**: `nbdkit --filter=cache nbd socket=<(1)'s socket> cache-max-size=F cache=writeback`, i.e. nbdkit's cache in front of variant (1)'s export, the same emulated disk. Each variant starts from a fresh zero-filled image.\n",
-        a.live_size_mib,
-        a.live_size_mib,
+        size_mib,
+        size_mib,
         d.display()
     )?;
     let fresh_hdd = |tag: &str| -> Result<PathBuf> {

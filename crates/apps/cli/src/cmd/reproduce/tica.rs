@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tiercache_levels::models::{benefit, Figures};
 use tiercache_levels::sim::{Replay, SimConfig};
 use tiercache_levels::{Arch, LevelsReport, Policy};
-use tiercache_sim::units::{parse_bytes, SizeSpec};
+use tiercache_sim::units::{parse_bytes, parse_fraction, SizeSpec};
 use tiercache_trace::{Format, ReadOptions};
 
 use tiercache_simulate::modes::tica::{load_profile, pages, TraceInput};
@@ -21,12 +21,19 @@ pub struct Args {
     /// Page size.
     #[arg(long, default_value = "4KiB")]
     pub page_size: String,
-    /// DRAM size, percent of the working set.
-    #[arg(long, default_value_t = 1.0)]
-    pub dram_percent: f64,
-    /// Size of each SSD, percent of the working set.
-    #[arg(long, default_value_t = 10.0)]
-    pub ssd_percent: f64,
+    /// DRAM size, a share of the working set: a percentage such as 1% or a
+    /// share such as 0.01.
+    #[arg(long, default_value = "1%", value_parser = parse_fraction)]
+    pub dram_share: f64,
+    /// Size of each SSD, a share of the working set (10% or 0.1).
+    #[arg(long, default_value = "10%", value_parser = parse_fraction)]
+    pub ssd_share: f64,
+    /// DRAM size, percent of the working set (deprecated: use --dram-share 1%).
+    #[arg(long, hide = true, conflicts_with = "dram_share")]
+    pub dram_percent: Option<f64>,
+    /// Size of each SSD, percent of the working set (deprecated: use --ssd-share 10%).
+    #[arg(long, hide = true, conflicts_with = "ssd_share")]
+    pub ssd_percent: Option<f64>,
     /// Three-level device profile (TOML) [default: Table I devices].
     #[arg(long)]
     pub profile: Option<PathBuf>,
@@ -57,6 +64,27 @@ const ARCHS: [Arch; 5] = [
     Arch::Tica(Policy::Adaptive),
 ];
 
+/// The DRAM and SSD sizes in percent of the working set, from the share
+/// options or their deprecated percent spellings.
+fn shares(a: &Args) -> Result<(f64, f64)> {
+    let pick = |share: f64, old: Option<f64>, name: &str| -> Result<f64> {
+        let Some(p) = old else {
+            return Ok(share * 100.0);
+        };
+        eprintln!("tiercache: warning: --{name}-percent is deprecated; use --{name}-share {p}%");
+        if !(p > 0.0 && p <= 100.0) {
+            anyhow::bail!("--{name}-percent {p} (allowed: above 0 up to 100)");
+        }
+        Ok(p)
+    };
+    let dram = pick(a.dram_share, a.dram_percent, "dram")?;
+    let ssd = pick(a.ssd_share, a.ssd_percent, "ssd")?;
+    if dram <= 0.0 || ssd <= 0.0 {
+        anyhow::bail!("--dram-share and --ssd-share must be above 0%");
+    }
+    Ok((dram, ssd))
+}
+
 pub fn run(a: Args) -> Result<()> {
     let page = u32::try_from(parse_bytes(&a.page_size).map_err(anyhow::Error::msg)?)
         .context("--page-size too large")?;
@@ -64,6 +92,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(p) => Some(load_profile(p)?),
         None => None,
     };
+    let (dram_percent, ssd_percent) = shares(&a)?;
     let rels: Vec<&str> = WORKLOADS.iter().map(|(r, _)| *r).collect();
     let found = super::find_traces(&a.traces, &rels)?;
     let mut all: Vec<(String, Vec<LevelsReport>)> = Vec::new();
@@ -78,8 +107,8 @@ pub fn run(a: Args) -> Result<()> {
             ropts: ReadOptions::default(),
         };
         let (footprint, timed) = input.footprint(page)?;
-        let dram = pages(SizeSpec::Percent(a.dram_percent), page, footprint).max(2);
-        let ssd = pages(SizeSpec::Percent(a.ssd_percent), page, footprint).max(1);
+        let dram = pages(SizeSpec::Percent(dram_percent), page, footprint).max(2);
+        let ssd = pages(SizeSpec::Percent(ssd_percent), page, footprint).max(1);
         let mut rows = Vec::new();
         for arch in ARCHS {
             let mut cfg = SimConfig::new(arch, dram, ssd);
