@@ -68,12 +68,15 @@ for row in "${rows[@]}"; do
         fmt=(format --mode tier --tiers "$dev,$D/slow.img" --size "$fast" --block-size "$block") ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
     esac
-    /usr/bin/time -v -o "$D/time" "$TC" -q "${fmt[@]}" >/dev/null 2>"$D/err" || true
+    # A refusal is a failed format; a warning (say, a sparse file larger than
+    # its file system's free space) is not.
+    rc=0
+    /usr/bin/time -v -o "$D/time" "$TC" -q "${fmt[@]}" >/dev/null 2>"$D/err" || rc=$?
     fs=$(awk -F': ' '/Elapsed/ { n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; printf "%.2f", s }' "$D/time")
     fm=$(awk '/Maximum resident/ { printf "%d", $NF / 1024 }' "$D/time")
-    if [ -s "$D/err" ]; then
+    if [ "$rc" -ne 0 ]; then
         printf '%-6s %-9s %-7s %10s | %8s %8s | refused: %s\n' "$design" "$size" "$block" - "$fs" "$fm" \
-            "$(sed 's/^tiercache: error: //' "$D/err" | head -1)"
+            "$(grep -m1 '^tiercache: error: ' "$D/err" | sed 's/^tiercache: error: //')"
         continue
     fi
     serve "$dev"; ss=$T; sm=$(hwm $P)
