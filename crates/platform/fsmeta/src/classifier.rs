@@ -1,7 +1,7 @@
 //! The per-request classifier: static layout first, then content sniffing,
 //! with a transport hint overriding both.
 
-use tiercache_core::Class;
+use tiercache_block::Class;
 
 use crate::device::{Overlay, ReadAt};
 use crate::error::Result;

@@ -170,11 +170,11 @@ impl Layout {
     }
 
     /// Static class of `block`: journal, metadata, or `None` (decide by content).
-    pub fn class_of(&self, block: u64) -> Option<tiercache_core::Class> {
+    pub fn class_of(&self, block: u64) -> Option<tiercache_block::Class> {
         if self.journal.contains(block) {
-            Some(tiercache_core::Class::Journal)
+            Some(tiercache_block::Class::Journal)
         } else if self.metadata.contains(block) {
-            Some(tiercache_core::Class::Metadata)
+            Some(tiercache_block::Class::Metadata)
         } else {
             None
         }

@@ -64,7 +64,7 @@
 //! so their frontends always pass `None`.
 //!
 //! ```no_run
-//! use tiercache_core::Class;
+//! use tiercache_block::Class;
 //! use tiercache_fsmeta::{ClassSource, FsClassifier};
 //!
 //! let dev = std::fs::File::open("disk.img")?;
@@ -95,4 +95,4 @@ pub use layout::{Filesystem, Layout};
 pub use ranges::BlockRanges;
 pub use report::{classify_image, ClassifyReport};
 pub use sniff::Sniffer;
-pub use tiercache_core::Class;
+pub use tiercache_block::Class;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::fs::File;
 
 use serde::Serialize;
-use tiercache_core::Class;
+use tiercache_block::Class;
 
 use crate::error::{FsMetaError, Result};
 use crate::layout::{read, Filesystem, Layout};

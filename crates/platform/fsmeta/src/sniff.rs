@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use tiercache_core::Class;
+use tiercache_block::Class;
 
 use crate::crc;
 use crate::layout::{be16, be32, be64, le16, le32, Ext4Params, Layout, SniffParams, XfsParams};

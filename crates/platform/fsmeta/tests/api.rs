@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use tiercache_core::Class;
+use tiercache_block::Class;
 use tiercache_fsmeta::{classify_image, ClassSource, FsClassifier, FsMetaError, HintOnly, Layout};
 
 fn ext4_image(dir: &Path) -> Option<std::path::PathBuf> {

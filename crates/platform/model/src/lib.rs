@@ -45,7 +45,7 @@ pub use hdd::{HddModel, HddParams, SeekCurve};
 pub use profile::{Profile, ProfileError};
 pub use ssd::{SsdModel, SsdParams};
 pub use stats::DeviceStats;
-pub use tiercache_core::IoKind;
+pub use tiercache_block::IoKind;
 
 /// One device operation as the core emits it: `len` bytes at byte `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Per-device counters.
 
 use serde::{Deserialize, Serialize};
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use crate::ModelOp;
 

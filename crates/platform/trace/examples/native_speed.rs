@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::{open, write_native, Format, ReadOptions, Record};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

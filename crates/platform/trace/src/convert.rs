@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use crate::error::{Result, TraceError};
 use crate::native::NativeWriter;

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 
 pub mod compress;
 pub mod convert;

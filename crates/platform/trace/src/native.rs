@@ -32,7 +32,7 @@ use std::fs::File;
 use std::io::{BufRead, BufWriter, ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 
 use crate::compress::DynBufRead;
 use crate::error::{Location, Result, TraceError};

@@ -2,7 +2,7 @@
 
 use rustc_hash::FxHashSet;
 use serde::Serialize;
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use crate::error::{Result, TraceError};
 use crate::Record;

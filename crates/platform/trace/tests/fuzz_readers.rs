@@ -40,7 +40,7 @@ fn vscsi_v2(cmd: u16, lbn: u64, len: u32, ts: u64) -> Vec<u8> {
 }
 
 fn native_sample() -> Vec<u8> {
-    use tiercache_core::IoKind;
+    use tiercache_block::IoKind;
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("n.tct");
     let recs = (0..8u64).map(|i| tiercache_trace::Record {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tempfile::TempDir;
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 use tiercache_trace::native::{HEADER_LEN, MAX_OFFSET, RECORD_LEN};
 use tiercache_trace::{convert, open, write_native, Format, ReadOptions, Record, TraceError};
 

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 use tiercache_trace::{detect, open, Format, ReadOptions, Record, TraceError};
 
 fn write(dir: &TempDir, name: &str, bytes: &[u8]) -> PathBuf {

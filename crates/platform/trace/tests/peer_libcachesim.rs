@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::{open, Format, ReadOptions};
 
 const SAMPLE: &str = "/work/shared/traces/samples/cloudPhysicsIO.vscsi";

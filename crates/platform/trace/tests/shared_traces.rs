@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashSet;
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::{open, Format, ReadOptions, Record};
 
 const TRACES: &str = "/work/shared/traces";
@@ -208,7 +208,7 @@ fn blkparse_sample_uses_queue_events() {
     assert_eq!(reads(&recs), 80);
     assert!(recs
         .iter()
-        .all(|r| r.class == Some(tiercache_core::Class::Data)));
+        .all(|r| r.class == Some(tiercache_block::Class::Data)));
     let span = recs.iter().map(|r| r.time_ns).max().unwrap();
     assert!(
         (9.0e9..9.5e9).contains(&(span as f64)),

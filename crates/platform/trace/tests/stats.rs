@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 use tiercache_trace::{trace_stats, Record};
 
 fn r(offset: u64, len: u32, kind: IoKind, time_ns: u64) -> Record {

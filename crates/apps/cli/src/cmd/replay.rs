@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_nbd_client::{self as nbd, Client, Reply, Uri};
 use tiercache_sim::units::{format_bytes, parse_bytes};
 use tiercache_trace::{Format, ReadOptions};

@@ -11,14 +11,14 @@ pub mod cleaning;
 pub mod config;
 pub mod engine;
 pub mod eviction;
-pub mod lazy;
+/// Arrays that allocate by use (the platform's, re-exported).
+pub use tiercache_block::lazy;
 pub mod mapping;
 pub mod ops;
 pub mod stats;
-pub mod types;
 
 pub use config::{Assoc, CacheConfig, ConfigError, Geometry, WritePolicy};
 pub use engine::{Engine, RestoredSlot, SlotBits, SlotState};
 pub use ops::{buffer_span, Dev, Op, OpId, Purpose, ReqId, Request, Source};
 pub use stats::Stats;
-pub use types::*;
+pub use tiercache_block::{Class, IoKind};

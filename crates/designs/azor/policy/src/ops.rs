@@ -1,7 +1,7 @@
 //! What the core asks its driver to do: device operations with dependencies.
 
-use crate::types::{Class, IoKind};
 use serde::Serialize;
+use tiercache_block::{Class, IoKind};
 
 /// Identifies a device operation; 0 means "none".
 pub type OpId = u64;

@@ -10,7 +10,7 @@
 use crate::FlashError;
 use serde::Serialize;
 use std::collections::BTreeSet;
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 /// Physical page state marker: never programmed since the last erase.
 pub const FREE: u64 = u64::MAX;

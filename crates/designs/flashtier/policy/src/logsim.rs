@@ -23,7 +23,7 @@ use crate::FlashError;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::fmt;
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::Record;
 
 /// What to simulate: the store as `format --design log-structured` makes it.

@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 /// Host bytes per tracked block (Table VI accounting).
 pub const HOST_BYTES_PER_BLOCK: u64 = 22;

@@ -10,7 +10,7 @@ use crate::manager::{self, CacheManager, ManagerKind, ManagerStats};
 use crate::FlashError;
 use serde::Serialize;
 use std::fmt;
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::Record;
 
 /// What to simulate.

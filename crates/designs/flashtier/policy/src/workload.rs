@@ -4,7 +4,7 @@
 //! scattered over a disk range much larger than the footprint, so the disk
 //! address space is sparse as in FlashTier's Fig. 1.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_trace::Record;
 
 /// Parameters of [`zipf_overwrites`].

@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 use tiercache_model::{DeviceModel, ModelOp, Profile};
 use tiercache_trace::{Record, TraceError};
 

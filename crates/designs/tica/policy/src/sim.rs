@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_model::{DeviceModel, DramModel, HddModel, ModelOp, SsdModel};
 use tiercache_trace::Record;
 

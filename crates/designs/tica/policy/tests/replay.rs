@@ -1,6 +1,6 @@
 //! Timed replay of synthetic traces through every architecture.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_levels::sim::{Replay, SimConfig};
 use tiercache_levels::{Arch, Policy};
 use tiercache_trace::Record;

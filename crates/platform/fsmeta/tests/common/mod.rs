@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tiercache_core::Class;
+use tiercache_block::Class;
 
 /// Why a test cannot run here, or `None` if it can.
 pub fn missing_tools(tools: &[&str]) -> Option<String> {

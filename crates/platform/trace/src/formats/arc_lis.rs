@@ -8,7 +8,7 @@
 //! paper counts pages, so a cache engine splits records into lines (pages).
 //! The traces carry no time: `time_ns` is 0.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{len_u32, mul_bytes, uint, ws_fields_exact, LineParser};
 use crate::Record;

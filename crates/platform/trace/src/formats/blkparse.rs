@@ -17,7 +17,7 @@
 //! plugs) are ignored. Sectors are 512 bytes; times are seconds with decimals.
 //! The volume filter matches the device `maj,min`.
 
-use tiercache_core::{Class, IoKind};
+use tiercache_block::{Class, IoKind};
 
 use super::{clip, decimal_ns, len_u32, mul_bytes, uint, LineParser};
 use crate::Record;

@@ -4,7 +4,7 @@
 //! `len = block_size` ([`ReadOptions::block_size`](crate::ReadOptions::block_size),
 //! default 512). Lines starting with `#` are comments. No time (`time_ns` 0).
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{mul_bytes, uint, LineParser};
 use crate::Record;

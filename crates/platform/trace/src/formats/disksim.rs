@@ -4,7 +4,7 @@
 //! sectors, time in milliseconds (decimal), flags bit 0 set = read, clear =
 //! write (other flag bits are ignored). The volume filter matches `devno`.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{decimal_ns, len_u32, mul_bytes, uint, ws_fields_exact, LineParser};
 use crate::Record;

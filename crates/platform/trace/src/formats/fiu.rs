@@ -5,7 +5,7 @@
 //! `nblocks` in 512-byte blocks and `op` `R` or `W`. The volume filter
 //! matches `major,minor`.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{clip, len_u32, mul_bytes, uint, ws_fields_exact, LineParser};
 use crate::Record;

@@ -6,7 +6,7 @@
 //! matches `DiskNumber`, or `Hostname:DiskNumber` / `Hostname_DiskNumber`
 //! (the naming of the published per-volume files, e.g. `hm_0`).
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{clip, fields_exact, len_u32, uint, LineParser};
 use crate::Record;

@@ -6,7 +6,7 @@
 //! before the first one get time 0. Rows with Size 0 carry no data and are
 //! skipped. The volume filter matches `LUN`.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{clip, decimal_ns, fields_exact, len_u32, uint, LineParser};
 use crate::Record;

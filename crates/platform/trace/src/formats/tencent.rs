@@ -4,7 +4,7 @@
 //! 512-byte sectors, op 0 = read and 1 = write. The volume filter matches the
 //! volume id.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use super::{clip, fields_exact, len_u32, mul_bytes, uint, LineParser};
 use crate::Record;

@@ -18,7 +18,7 @@
 use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 
 use crate::compress::DynBufRead;
 use crate::error::{Location, Result, TraceError};

@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::eviction::Slot;
 use crate::ops::{Op, Purpose, Source};
-use crate::types::IoKind;
+use tiercache_block::IoKind;
 
 impl Engine {
     /// Background work: write-back cleaning of up to `max_lines` dirty lines, in

@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::eviction::Slot;
 use crate::ops::{Dev, Op, OpId, Purpose, ReqId, Source};
-use crate::types::IoKind;
+use tiercache_block::IoKind;
 
 /// Number of [`Purpose`] variants (the run index has one entry per device and purpose).
 pub(super) const PURPOSES: usize = 9;

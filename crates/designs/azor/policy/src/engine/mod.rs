@@ -30,10 +30,10 @@ use crate::eviction::{Eviction, Slot};
 use crate::mapping::Mapping;
 use crate::ops::{Dev, Op, OpId, Purpose, Request, Source};
 use crate::stats::Stats;
-use crate::types::IoKind;
 use emit::PURPOSES;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
+use tiercache_block::IoKind;
 
 mod allocate;
 mod clean;

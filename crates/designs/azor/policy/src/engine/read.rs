@@ -9,7 +9,7 @@
 use super::Engine;
 use crate::eviction::Slot;
 use crate::ops::{Op, Purpose, Request, Source};
-use crate::types::IoKind;
+use tiercache_block::IoKind;
 
 impl Engine {
     /// One line's piece of a read request: a hit when every sub-block it

@@ -5,7 +5,7 @@ use super::Where;
 use crate::config::WritePolicy;
 use crate::eviction::Slot;
 use crate::ops::{Op, Purpose, Request, Source};
-use crate::types::IoKind;
+use tiercache_block::IoKind;
 
 impl Engine {
     /// One line's piece of a write request: find (or allocate) its slot, then

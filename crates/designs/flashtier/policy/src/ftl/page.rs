@@ -10,7 +10,7 @@ use crate::flash::{Cause, Flash};
 use crate::gc::{self, GcPolicy};
 use crate::FlashError;
 use rustc_hash::FxHashMap;
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 /// A page-mapped FTL.
 pub struct PageFtl {

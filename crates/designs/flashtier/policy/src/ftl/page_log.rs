@@ -61,7 +61,7 @@ use crate::gc;
 use crate::FlashError;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 /// Erased blocks kept for collection copies (as the hybrid layer's reserve).
 pub const RESERVE: usize = 2;

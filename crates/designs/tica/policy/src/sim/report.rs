@@ -1,7 +1,7 @@
 //! The report of a finished run: hit ratios and device counts, response
 //! times, energy, cost, reliability and SSD lifetime.
 
-use tiercache_core::IoKind;
+use tiercache_block::IoKind;
 use tiercache_model::{DeviceModel, ModelOp, SsdModel};
 
 use super::{Arch, Devices, LevelsReport, SimConfig};

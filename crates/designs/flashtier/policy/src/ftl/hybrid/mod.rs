@@ -34,7 +34,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sparsehash::{BlockMap, DenseMap, SparseHash};
 use std::collections::VecDeque;
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 /// Erased blocks kept for merge destinations.
 pub const RESERVE: usize = 2;

@@ -12,7 +12,7 @@
 //! leave tombstones (counted, reclaimed on resize). [`DenseMap`] is a linear
 //! table indexed by logical address, as a plain SSD keeps.
 
-use tiercache_core::lazy::Paged;
+use tiercache_block::lazy::Paged;
 
 const M: usize = 32;
 const EMPTY_VAL: u32 = u32::MAX;

@@ -1,4 +1,5 @@
-//! Vocabulary shared by the core, trace readers, simulator and server.
+//! Request kinds and block classes, shared by trace readers, device models,
+//! simulators, live servers and every design.
 
 use serde::{Deserialize, Serialize};
 
