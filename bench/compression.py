@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark compressed cache lines (issue 22, the Azor thesis's FlaZ direction).
+"""Benchmark compressed cache lines (the Azor thesis's FlaZ direction).
 
 For each data set (random incompressible bytes; a Linux kernel source tree,
 the uncompressed tar of /usr/src/linux-source-*.tar.xz; a PostgreSQL data

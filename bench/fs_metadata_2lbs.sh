@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Metadata-first caching on an unmodified host, end to end (issue 7).
+# Metadata-first caching on an unmodified host, end to end.
 #
 # Runs the same metadata-heavy workload through the live server with Azor's
 # two-level block selection (2lbs) in three configurations, REPEAT times each,

@@ -28,11 +28,11 @@ tmpfs (/dev/shm), RAM like `nbdkit memory`'s, so the ratio measures what
 tiercache itself costs per request. With --fast-dir on a disk the page cache
 writes the files back to that disk while the runs go on, and the ratio also
 measures the disk: on a 2-CPU VM, TICA's writes went from 0.98x on tmpfs to
-0.47x on the VM's disk (docs/benchmarks.md, issue 16 (7)). The backing files
+0.47x on the VM's disk (docs/results.md). The backing files
 and the emulated HDD stay in the temporary directory.
 
 Targets printed: reads >= 0.9x nbdkit for the SSD cache (0.8x for the other
-designs, issue 16), writes >= 0.8x.
+designs), writes >= 0.8x.
 
 --design takes full names or the short ones (cache, log, tier, tica) or all;
 --quick runs everything once with short runs over a 64 MiB data set (about

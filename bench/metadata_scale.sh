@@ -9,7 +9,7 @@
 # accepts under the machine's metadata allowance (half of its RAM); TICA's
 # pages are 4 KiB, so a size whose metadata does not fit is reported as
 # refused with what it would need. Prints a Markdown table
-# (docs/benchmarks.md, "Metadata memory and start-up time").
+# (docs/results.md, "Metadata memory and start-up time").
 #
 # usage: bench/metadata_scale.sh [SIZES...]   (default: 64GiB 1TiB 16TiB)
 # environment: TC (tiercache binary, default target/release/tiercache),

@@ -4,9 +4,8 @@
 # peak RSS (/usr/bin/time -v), `serve` start time (until nbdinfo answers) and
 # peak RSS (VmHWM), then 64 MiB written and flushed (qemu-io), kill -9, and
 # the restart's time and peak RSS. Prints one table row per run, and the
-# bound each design states for it (`tiercache_*::memory`). The table of
-# docs/benchmarks.md ("Metadata memory and start-up time: log-structured
-# layout and tiered volume").
+# bound each design states for it (`tiercache_*::memory`): the second table
+# of docs/results.md, "Metadata memory and start-up time".
 #
 # usage: bench/metadata_scale_ls_tier.sh [ROWS...]
 #   ROWS: ls:SIZE or tier:SIZE:BLOCK (default: the table's rows)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark tiercache in front of a remote NBD export (issue 19).
+"""Benchmark tiercache in front of a remote NBD export.
 
 The "remote" is `nbdkit file --filter=delay` (rdelay/wdelay = --delay-ms, a
 network-like latency) on a --size-mib file. Three peers run the same fio zipf

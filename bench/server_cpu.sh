@@ -4,7 +4,7 @@
 # count) for 4 KiB random requests at QD32 over fio's nbd engine, a 64 MiB
 # data set written first. On a 2-CPU machine fio takes about a core, so the
 # server's CPU per request is what bounds IOPS; it varies less with other
-# load than IOPS do. The runs used for issue 16 (docs/benchmarks.md).
+# load than IOPS do. Results: docs/results.md.
 #
 # usage: bench/server_cpu.sh TARGET [RUNS]
 #   TARGET: log | tica | nbd-mem | nbdkit-mem

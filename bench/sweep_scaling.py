@@ -9,7 +9,7 @@
 
     python3 bench/sweep_scaling.py [--trace PATH] [--repeat N] [--ray]
 
-Prints a Markdown report (the source of the Python section of docs/benchmarks.md).
+Prints a Markdown report (the source of the Python sweeps section of docs/results.md).
 """
 
 from __future__ import annotations

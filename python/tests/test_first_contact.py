@@ -56,13 +56,13 @@ EVERY_MODE = [
     ("ssd", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc", {"cache_size": "8MiB", "ftl": "page"}),
     ("ssc-v", {"cache_size": "8MiB", "ftl": "hybrid", "write_policy": "write-through"}),
-    # Section 4.3's log/data split on the page-mapped layer (issue 21).
+    # Section 4.3's log/data split on the page-mapped layer.
     ("ssc", {"cache_size": "8MiB", "ftl": "page-log"}),
     ("ssc-v", {"cache_size": "8MiB", "ftl": "page-log", "write_policy": "write-through"}),
-    # The live log-structured store's policy, with compressed records (issue 22).
+    # The live log-structured store's policy, with compressed records.
     ("ssc", {"cache_size": "8MiB", "ftl": "log", "compress": "lz4", "compressibility": "2:0.5,8:0.5"}),
     ("tier", {"fast_tier_size": "8%"}),
-    # The planner options `sim --like` reads from a tiered volume (issue 15).
+    # The planner options `sim --like` reads from a tiered volume.
     ("tier", {"fast_tier_size": "8%", "capacity": "slow", "plan_every": 50, "moves_per_round": 16, "plan_clock": "requests"}),
     ("tica", {"cache_size": "10%", "dram_size": "1%"}),
     ("ucache", {"cache_size": "10%", "dram_size": "1%"}),

@@ -16,7 +16,7 @@ const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
 /// What a server holds besides its design's metadata: the binary, threads'
 /// stacks, I/O buffers, the runtime (whole servers measured 11 to 170 MiB
-/// at 64 GiB and 1 TiB, docs/benchmarks.md; generous).
+/// at 64 GiB and 1 TiB, docs/results.md; generous).
 const FIXED_OVERHEAD: u64 = 256 << 20;
 
 fn run_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -10,7 +10,7 @@ use tiercache_flash::sizes::SizeModel;
 
 /// The model used without `--compressibility`: about what a Linux kernel
 /// source tree gives under lz4 (`trace compressibility`, see
-/// docs/benchmarks.md, "Compression").
+/// docs/results.md, "Compression").
 pub const DEFAULT_MODEL: &str = "1:0.004,2:0.08,3:0.2,4:0.36,5:0.29,6:0.063,7:0.003";
 
 /// A codec name as `format --compress` takes it, normalized (`zstd` is

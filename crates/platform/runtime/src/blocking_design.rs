@@ -8,7 +8,7 @@
 //! Why not tokio's blocking pool: with 32 requests in flight per connection,
 //! `spawn_blocking` wakes up to 32 threads that then queue on the store's one
 //! lock; the hand-off and the convoy took 41-54 % of the CPU of all-hit
-//! requests (docs/benchmarks.md). A few threads draining one queue run queued
+//! requests (docs/results.md). A few threads draining one queue run queued
 //! requests back to back without sleeping in between. A store may still serve
 //! a request on the calling task when it needs no slow I/O
 //! ([`SyncStore::read_inline`], [`SyncStore::write_inline`]): no hand-off at all.
