@@ -10,8 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+// The standalone helpers of `common`, for the tests that do not load it
+// (a test that loads both has two copies: harmless).
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/fio.rs"]
 mod fio_opts;
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/wait.rs"]
 mod wait;
 // Not every test uses each of these.
