@@ -256,7 +256,7 @@ fn crash_case(label: &str, codec: &'static str, policy: &'static str, rounds: u6
                         --size 6MiB --segment-size 256KiB --write-policy";
             tiercache_in(d, &format!("{args} {policy} --compress {codec}"))
         }),
-        final_writes: 1000,
+        final_writes: 7500,
         on_start: Box::new(|run, st| {
             if st["mode"] != "log-structured" || st["status"] != "ok" {
                 return Err(format!("unexpected stats: {st}"));

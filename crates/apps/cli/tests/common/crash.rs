@@ -18,9 +18,9 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// The default of [`CrashDesign::kill_writes`].
-pub const KILL_WRITES: Range<u64> = 100..1500;
+pub const KILL_WRITES: Range<u64> = 500..7500;
 /// The default of [`CrashDesign::final_writes`].
-pub const FINAL_WRITES: u64 = 500;
+pub const FINAL_WRITES: u64 = 2500;
 /// The longest a round's load may take to reach its kill point.
 const KILL_BOUND: Duration = Duration::from_secs(300);
 
