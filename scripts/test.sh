@@ -1,16 +1,52 @@
 #!/usr/bin/env bash
-# Run every test of tiercache: formatting, lints, Rust unit/property/integration
-# tests (including the ones that drive real clients such as fio, qemu-img and
-# nbdinfo, and the libCacheSim exactness checks), on a fresh machine too.
+# Run the tests of tiercache, on a fresh machine too. Two tiers:
+#   fast    unit and in-process tests: the default `cargo test --workspace`.
+#   system  the test targets that run real programs (the tiercache binary,
+#           fio, qemu, nbd tools, mkfs, loop devices and mounts, python3) or
+#           replay the whole shared traces (minutes of CPU), marked `test = false` in their crate's Cargo.toml so that plain
+#           `cargo test` skips them (`cargo test --workspace --test NAME`
+#           runs one); scripts/system_tests.py runs them, several at a time.
+# Usage: ./scripts/test.sh [all|fast|system]
+#   all (default)  setup, formatting, lints, both tiers (each timed), Python tests
+#   fast           the fast tier only (the edit-compile-test loop)
+#   system         the system tier only
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+what=${1:-all}
+
+fast_tier() {
+  local t0=$SECONDS
+  echo "== fast tier: cargo test --workspace"
+  cargo test --workspace
+  fast_s=$((SECONDS - t0))
+  echo "== fast tier: passed in ${fast_s} s"
+}
+
+system_tier() {
+  local t0=$SECONDS
+  $PY scripts/system_tests.py run
+  system_s=$((SECONDS - t0))
+}
+
+case $what in
+  fast) fast_tier; exit ;;
+  system) system_tier; exit ;;
+  all) ;;
+  *) echo "usage: $0 [all|fast|system]" >&2; exit 2 ;;
+esac
+
+t0=$SECONDS
 ./scripts/setup.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== cargo test"
-cargo test --workspace
+# The system tier's targets (`test = false`: --all-targets leaves them out).
+# shellcheck disable=SC2046 # the output is a list of cargo arguments
+cargo clippy --quiet $($PY scripts/system_tests.py args) -- -D warnings
+fast_tier
+system_tier
 echo "== python tests"
-${PYTHON:-python3} -m pytest -q python/tests
-echo "== all tests passed"
+$PY -m pytest -q python/tests
+echo "== all tests passed in $((SECONDS - t0)) s (fast tier ${fast_s} s, system tier ${system_s} s)"

@@ -11,10 +11,13 @@
 mod common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// 16 MiB of data in 4 KiB blocks.
 const BLOCKS: u64 = 4096;
+
+/// Writes of the sustained load (a few seconds).
+const LOAD_WRITES: u64 = 20_000;
 
 #[test]
 fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
@@ -32,7 +35,7 @@ fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
         .expect("dirty_target_lines");
     assert!(target > 0 && target < BLOCKS, "target {target} of {BLOCKS}");
 
-    // 3 s of random writes (a few reads and flushes among them) on one
+    // LOAD_WRITES random writes (a few reads and flushes among them) on one
     // connection, checked against the ledger, while this thread samples stats.
     let sock2 = sock.clone();
     let load = std::thread::spawn(move || {
@@ -47,19 +50,13 @@ fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
             fua_share: 0.0,
             max_blocks: 1,
         };
-        let r = run_load(
-            &mut c,
-            &mut ledger,
-            &mut rng,
-            shape,
-            Instant::now() + Duration::from_secs(3),
-        );
+        let until = Until::WritesAcked(LOAD_WRITES);
+        let r = run_load(&mut c, &mut ledger, &mut rng, shape, until);
         c.disconnect();
         (r, ledger)
     });
     let (mut max_dirty, mut max_rate) = (0u64, 0f64);
-    while !load.is_finished() {
-        std::thread::sleep(Duration::from_millis(200));
+    wait_until("the load to end", Duration::from_secs(600), || {
         if let Some(st) = srv.try_stats() {
             max_dirty = max_dirty.max(st["dirty_lines"].as_u64().unwrap_or(0));
             max_rate = max_rate.max(
@@ -68,7 +65,8 @@ fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
                     .unwrap_or(0.0),
             );
         }
-    }
+        load.is_finished()
+    });
     let (r, ledger) = load.join().expect("load thread");
     match r {
         Ok(LoadEnd::Done) => {}
@@ -103,18 +101,11 @@ fn cleaning_keeps_going_under_sustained_writes_and_reaches_the_target() {
     );
 
     // Idle now: the cleaner reaches the target (bounded wait, not a timing claim).
-    let t0 = Instant::now();
-    loop {
-        let d = srv.stats()["dirty_lines"].as_u64().unwrap();
-        if d <= target {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(300),
-            "still {d} dirty lines (target {target}) after 300 s idle"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        format!("the dirty lines to reach the target {target} while idle"),
+        Duration::from_secs(300),
+        || srv.stats()["dirty_lines"].as_u64().unwrap() <= target,
+    );
     tiercache(&["flush", "--cache", cache.to_str().unwrap()]);
     assert_eq!(srv.stats()["dirty_lines"].as_u64(), Some(0));
     tiercache(&["detach", "--cache", cache.to_str().unwrap()]);

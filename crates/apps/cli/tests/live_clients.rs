@@ -10,11 +10,13 @@
 mod clients_util;
 
 use clients_util::{
-    assert_same_file, bin, fio, output, pattern, run, sparse_file, write_file, Server, Setup,
+    assert_same_file, bin, fio, output, pattern, poll_for, run, sparse_file, wait_for, wait_until,
+    write_file, Server, Setup, READY_TIMEOUT,
 };
 use std::fs;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -732,14 +734,16 @@ impl Ext4Dev {
             fuse,
         };
         let image = d.fusedir.join("nbd");
-        let t0 = std::time::Instant::now();
-        while !(pidfile.exists() && image.exists()) {
+        // Ready once it wrote its pid file and shows the image, or skipped if it exited.
+        let exited = wait_for("nbdfuse to become ready", READY_TIMEOUT, || {
             if let Some(st) = d.fuse.try_wait().unwrap() {
-                eprintln!("SKIPPED: nbdfuse exited ({st}); FUSE not usable here");
-                return None;
+                return Some(Some(st));
             }
-            assert!(t0.elapsed().as_secs() < 120, "nbdfuse never became ready");
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            (pidfile.exists() && image.exists()).then_some(None)
+        });
+        if let Some(st) = exited {
+            eprintln!("SKIPPED: nbdfuse exited ({st}); FUSE not usable here");
+            return None;
         }
         let lo = output(Command::new("losetup").args(["-f", "--show"]).arg(&image));
         if !lo.status.success() {
@@ -957,26 +961,28 @@ fn ext4_kill9_during_file_writes(format_opts: &[&str]) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Kill once a copy completed and the next is under way.
-    let t0 = std::time::Instant::now();
-    while !mnt.join("w1").exists() {
-        assert!(
-            writer.try_wait().unwrap().is_none(),
-            "the writer stopped before the kill"
-        );
-        assert!(t0.elapsed().as_secs() < 300, "the writer made no progress");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let appended = s.stats()["appended_blocks"].as_u64().unwrap_or(0);
+    // Kill once a copy completed and the next one's writes reach the cache.
+    wait_until(
+        "the first copy to complete",
+        Duration::from_secs(300),
+        || {
+            assert!(
+                writer.try_wait().unwrap().is_none(),
+                "the writer stopped before the kill"
+            );
+            mnt.join("w1").exists()
+        },
+    );
+    let appended_at = |s: &Setup| s.stats()["appended_blocks"].as_u64().unwrap_or(0);
+    let before = appended_at(&s);
+    let appended = wait_for("the next copy's writes", READY_TIMEOUT, || {
+        Some(appended_at(&s)).filter(|&n| n > before)
+    });
     let mut child = srv.child.take().unwrap();
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     // The writer fails on the dead device; stop it if it is still blocked.
-    let t0 = std::time::Instant::now();
-    while writer.try_wait().unwrap().is_none() && t0.elapsed().as_secs() < 60 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    poll_for(Duration::from_secs(60), || writer.try_wait().unwrap());
     let _ = writer.kill();
     let _ = writer.wait();
     drop(d);
@@ -1060,14 +1066,16 @@ fn serve_defaults_to_recorded_backing_from_any_directory() {
         socket: sock.clone(),
         log: elsewhere.path().join("log"),
     };
-    let t0 = std::time::Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        if let Some(st) = srv.child.as_mut().unwrap().try_wait().unwrap() {
-            panic!("serve from another directory exited: {st}");
-        }
-        assert!(t0.elapsed().as_secs() < 120, "server never listened");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(
+        "serve from another directory to listen",
+        READY_TIMEOUT,
+        || {
+            if let Some(st) = srv.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("serve from another directory exited: {st}");
+            }
+            std::os::unix::net::UnixStream::connect(&sock).is_ok()
+        },
+    );
     let v = json(&run(Command::new("nbdinfo").args(["--json", &srv.uri()])));
     assert_eq!(v["exports"][0]["export-size"], 16 * MIB);
     srv.stop();

@@ -124,8 +124,8 @@ fn clean_overwrite_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
             fua_share: 0.03,
             max_blocks: 2,
         },
-        kill_ms: 100..800,
-        final_load_ms: 400,
+        kill_writes: 300..4000,
+        final_writes: 2000,
         on_start: Box::new(|run, st| {
             let d = st["live"]["recovery_dirtied_lines"]
                 .as_u64()

@@ -10,18 +10,10 @@
 
 mod common;
 
+use common::designs::*;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Design {
-    Cache,
-    LogStructured,
-    Tica,
-    Tier,
-}
 
 /// The designs that can detach.
 const CACHES: [Design; 3] = [Design::Cache, Design::LogStructured, Design::Tica];
@@ -42,95 +34,22 @@ fn have_qemu_io() -> bool {
 }
 
 /// A formatted device of one design in front of a 16 MiB backing file of zeros.
-struct Setup {
-    _dir: tempfile::TempDir,
-    design: Design,
-    /// What `serve --cache` names.
-    primary: PathBuf,
-    backing: PathBuf,
-    sock: PathBuf,
-    log: PathBuf,
+struct Setup(DesignSetup);
+
+impl std::ops::Deref for Setup {
+    type Target = DesignSetup;
+    fn deref(&self) -> &DesignSetup {
+        &self.0
+    }
 }
 
 impl Setup {
     fn new(design: Design) -> Setup {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().to_path_buf();
-        let backing = root.join("backing.img");
-        std::fs::File::create(&backing)
-            .and_then(|f| f.set_len(BACKING_BYTES))
-            .expect("backing file");
-        let primary = match design {
-            Design::Cache => {
-                let c = root.join("cache.img");
-                format_cache(&c, &backing, "8MiB", &[]);
-                c
-            }
-            Design::LogStructured => {
-                let c = root.join("cache.img");
-                tiercache(&[
-                    "format",
-                    "--layout",
-                    "log-structured",
-                    "--cache",
-                    s(&c),
-                    "--backing",
-                    s(&backing),
-                    "--size",
-                    "8MiB",
-                    "--segment-size",
-                    "256KiB",
-                ]);
-                c
-            }
-            Design::Tica => {
-                let (ro, wo) = (root.join("ro.img"), root.join("wo.img"));
-                tiercache(&[
-                    "format",
-                    "--mode",
-                    "tica",
-                    "--ro-ssd",
-                    s(&ro),
-                    "--wo-ssd",
-                    s(&wo),
-                    "--backing",
-                    s(&backing),
-                    "--size",
-                    "8MiB",
-                    "--dram-size",
-                    "1MiB",
-                ]);
-                wo
-            }
-            Design::Tier => {
-                let fast = root.join("fast.img");
-                let tiers = format!("{},{}", s(&fast), s(&backing));
-                tiercache(&[
-                    "format",
-                    "--mode",
-                    "tier",
-                    "--tiers",
-                    &tiers,
-                    "--size",
-                    "8MiB",
-                    "--block-size",
-                    "64KiB",
-                ]);
-                fast
-            }
-        };
-        Setup {
-            _dir: dir,
-            design,
-            primary,
-            backing,
-            sock: root.join("nbd.sock"),
-            log: root.join("serve.log"),
-        }
-    }
-
-    fn serve(&self) -> ServeProc {
-        ServeProc::start(&self.primary, &self.sock, &self.log)
+        Setup(DesignSetup::new(design, |backing| {
+            std::fs::File::create(backing)
+                .and_then(|f| f.set_len(BACKING_BYTES))
+                .expect("backing file");
+        }))
     }
 
     fn uri(&self) -> String {
@@ -182,20 +101,6 @@ fn qemu_io(target: &str, cmds: &[&str]) -> (bool, String) {
     (ok, text)
 }
 
-/// Run `tiercache` with `args`, returning (success, stdout + stderr).
-fn try_tiercache(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", "300"])
-        .arg(bin())
-        .args(args)
-        .output()
-        .expect("run tiercache");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
-}
-
 fn sigterm(srv: &mut ServeProc) {
     let st = Command::new("kill")
         .args(["-TERM", &srv.child.id().to_string()])
@@ -222,7 +127,7 @@ fn cold_start(st: &Setup, v: &serde_json::Value) -> Option<String> {
 /// return 0xbb, say it started cold, and `check` must say "detached".
 fn detach_then_modify(st: &Setup) {
     let d = st.design;
-    let mut srv = st.serve();
+    let mut srv = st.serve(&[]);
     st.io(&["write -P 0xaa 8M 4M", "read -P 0xaa 8M 4M"]);
     let (ok, out) = st.detach();
     assert!(ok, "{d:?}: detach failed: {out}\n{}", tail(&st.log));
@@ -232,7 +137,7 @@ fn detach_then_modify(st: &Setup) {
     let c = st.check_json();
     assert_eq!(c["state"], "detached", "{d:?}: {c}");
     st.io_backing(&["write -P 0xbb 8M 4M"]);
-    let _srv = st.serve();
+    let _srv = st.serve(&[]);
     st.io(&["read -P 0xbb 8M 4M", "read -P 0 0 8M"]);
     let log = st.log_text();
     assert!(
@@ -266,7 +171,7 @@ fn a_tiered_volume_refuses_detach_and_keeps_serving() {
         return;
     }
     let st = Setup::new(Design::Tier);
-    let mut srv = st.serve();
+    let mut srv = st.serve(&[]);
     st.io(&["write -P 0xaa 8M 4M"]);
     let (ok, out) = st.detach();
     assert!(!ok, "detach of a tiered volume was accepted: {out}");
@@ -281,7 +186,7 @@ fn a_tiered_volume_refuses_detach_and_keeps_serving() {
         "read -P 0xcc 1M 64k",
     ]);
     sigterm(&mut srv);
-    let _srv = st.serve();
+    let _srv = st.serve(&[]);
     st.io(&["read -P 0xaa 8M 4M", "read -P 0xcc 1M 64k"]);
 }
 
@@ -291,14 +196,14 @@ fn a_tiered_volume_refuses_detach_and_keeps_serving() {
 /// new data. With dirty data in the cache the serve is refused, saying why.
 fn modified_while_stopped(st: &Setup) {
     let d = st.design;
-    let mut srv = st.serve();
+    let mut srv = st.serve(&[]);
     st.io(&["write -P 0xaa 8M 4M", "read -P 0xaa 8M 4M"]);
     tiercache(&["flush", "--cache", s(&st.primary)]);
     st.io(&["read -P 0xaa 8M 4M"]);
     sigterm(&mut srv);
     assert_eq!(st.check_json()["state"], "clean shutdown", "{d:?}");
     st.io_backing(&["write -P 0xbb 9M 64k"]);
-    let mut srv = st.serve();
+    let mut srv = st.serve(&[]);
     st.io(&[
         "read -P 0xaa 8M 1M",
         "read -P 0xbb 9M 64k",
@@ -358,23 +263,26 @@ fn a_backing_device_modified_while_the_cache_was_stopped_is_never_served_stale()
 fn crash_around_detach(st: &Setup) {
     let d = st.design;
     // Just after.
-    let mut srv = st.serve();
+    let mut srv = st.serve(&[]);
     st.io(&["write -P 0xaa 8M 4M"]);
     let (ok, out) = st.detach();
     assert!(ok, "{d:?}: {out}");
     srv.kill9();
     st.io_backing(&["write -P 0xbb 8M 4M"]);
-    let mut srv = st.serve();
+    // -v: the log says when the server starts to stop.
+    let mut srv = st.serve(&["-v"]);
     st.io(&["read -P 0xbb 8M 4M"]);
-    // During: the detach races the kill.
+    // During: kill -9 once the server started the detach.
     st.io(&["write -P 0xcc 8M 4M"]);
     let primary = st.primary.clone();
     let detacher = std::thread::spawn(move || try_tiercache(&["detach", "--cache", s(&primary)]));
-    std::thread::sleep(Duration::from_millis(30));
+    wait_until(format!("{d:?}: the detach to start"), READY_TIMEOUT, || {
+        detacher.is_finished() || st.log_text().contains("detach: no new connections")
+    });
     srv.kill9();
     let (ok, out) = detacher.join().expect("detach thread");
     st.io_backing(&["write -P 0xee 8M 4M"]);
-    let _srv = st.serve();
+    let _srv = st.serve(&[]);
     let mut c = NbdClient::connect(&st.sock).expect("connect");
     let got = c
         .read(8 << 20, 4 << 20)

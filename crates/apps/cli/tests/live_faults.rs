@@ -408,11 +408,9 @@ fn backing_write_errors_during_writeback_keep_dirty_data() {
     }
     // A failed writeback is retried (about 130 ms) before its lines are
     // dirty again; until then they count as being cleaned.
-    let t0 = std::time::Instant::now();
-    while u(&f.stats(), "dirty_lines") == 0 && t0.elapsed().as_secs() < 30 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(u(&f.stats(), "dirty_lines") > 0, "the data is still dirty");
+    wait_until("the lines to be dirty again", READY_TIMEOUT, || {
+        u(&f.stats(), "dirty_lines") > 0
+    });
     f.backing_fault.clear_rules();
     f.flush_all().expect("flush once the device recovered");
     check_file_latest(&f.backing, &ledger).unwrap();
@@ -447,7 +445,9 @@ fn client_disconnects_mid_request_and_bad_handshakes_leave_the_server_serving() 
         let _ = s.write_all(&0x4948_4156_454F_5054u64.to_be_bytes());
         let _ = s.write_all(&7u32.to_be_bytes());
         let _ = s.write_all(&u32::MAX.to_be_bytes());
-        std::thread::sleep(Duration::from_millis(50));
+        // The server refuses it and closes the connection.
+        s.set_read_timeout(Some(READY_TIMEOUT)).unwrap();
+        let _ = std::io::Read::read_to_end(&mut s, &mut Vec::new());
     }
     // 4. A write whose payload never fully arrives, then the client vanishes.
     {
@@ -476,8 +476,14 @@ fn client_disconnects_mid_request_and_bad_handshakes_leave_the_server_serving() 
             let _ = c.send_read((200 + i) * 4096, 4096 * 4);
         }
     }
-    std::thread::sleep(Duration::from_millis(200));
-    // The old connection and new ones work; every block holds a written version.
+    // Once the server is done with what the vanished clients sent (no op in
+    // flight), the old connection and new ones work; every block holds a
+    // written version.
+    wait_until("the vanished clients' ops to end", READY_TIMEOUT, || {
+        f.live.debug_state()["ops"]
+            .as_array()
+            .is_some_and(|ops| ops.is_empty())
+    });
     for b in 0..8 {
         read_latest(&mut good, &ledger, b).unwrap();
     }

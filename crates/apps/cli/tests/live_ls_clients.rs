@@ -118,6 +118,7 @@ fn fio_cleaning_case(policy: &str) {
     );
     run(Command::new("fio")
         .args(["--name=seqrw", "--ioengine=psync", "--rw=rw", "--bs=64k"])
+        .arg(clients_util::FIO_NO_STATE)
         .arg(format!("--filename={}", s.backing.display()))
         .arg(format!("--size={size}"))
         .args([

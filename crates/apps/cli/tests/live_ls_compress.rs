@@ -136,6 +136,7 @@ fn fio_case(codec: &str, policy: &str) {
     );
     run(Command::new("fio")
         .args(["--name=seqrw", "--ioengine=psync", "--rw=rw", "--bs=64k"])
+        .arg(clients_util::FIO_NO_STATE)
         .arg(format!("--filename={}", s.backing.display()))
         .arg(format!("--size={size}"))
         .args([
@@ -255,7 +256,7 @@ fn crash_case(label: &str, codec: &'static str, policy: &'static str, rounds: u6
                         --size 6MiB --segment-size 256KiB --write-policy";
             tiercache_in(d, &format!("{args} {policy} --compress {codec}"))
         }),
-        final_load_ms: 1500,
+        final_writes: 7500,
         on_start: Box::new(|run, st| {
             if st["mode"] != "log-structured" || st["status"] != "ok" {
                 return Err(format!("unexpected stats: {st}"));

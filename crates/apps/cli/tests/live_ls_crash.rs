@@ -25,7 +25,7 @@ fn ls_rounds(label: &str, policy: &str, rounds: u64, seed: u64) {
                         --size 6MiB --segment-size 256KiB --write-policy";
             tiercache_in(d, &format!("{args} {policy}"))
         }),
-        final_load_ms: 1500,
+        final_writes: 7500,
         on_start: Box::new(|run, st| {
             if st["mode"] != "log-structured" || st["status"] != "ok" {
                 return Err(format!("unexpected stats: {st}"));

@@ -10,10 +10,11 @@
 
 mod clients_util;
 
-use clients_util::{bin, fio, output, run, Server, Setup};
+use clients_util::{bin, fio, output, run, wait_for, wait_until, Server, Setup, READY_TIMEOUT};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::process::Command;
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -340,15 +341,10 @@ fn set_write_through_under_fio_verify_cleans_first_and_persists() {
         move || fio(&uri, "set-under-load", &fio_args)
     });
     // Switch while fio writes: as soon as write-back holds dirty lines.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
-    while stats(&s)["dirty_lines"].as_u64().unwrap() < 64 {
+    wait_until("dirty lines under fio", Duration::from_secs(300), || {
         assert!(!load.is_finished(), "fio ended before any line was dirty");
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no dirty lines under fio"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        stats(&s)["dirty_lines"].as_u64().unwrap() >= 64
+    });
     assert!(
         !load.is_finished(),
         "fio must still be running when set starts"
@@ -627,13 +623,19 @@ fn metrics_of_the_other_designs_agree_with_their_stats() {
                 // promotions in stats, then the scrape must show at least
                 // those and at most what a later stats shows.
                 let k = "tiercache_migrations_total{direction=\"promotion\"}";
-                let t0 = std::time::Instant::now();
-                let mut p = stat(&st, "/promotions");
-                while p == 0.0 && t0.elapsed() < std::time::Duration::from_secs(60) {
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                    p = stat(&ctl_stats(), "/promotions");
-                }
-                assert!(p > 0.0, "{design}: blocks read twice were never promoted");
+                let first = stat(&st, "/promotions");
+                let p = wait_for(
+                    format!("{design}: the promotion of blocks read twice"),
+                    READY_TIMEOUT,
+                    || {
+                        let p = if first > 0.0 {
+                            first
+                        } else {
+                            stat(&ctl_stats(), "/promotions")
+                        };
+                        (p > 0.0).then_some(p)
+                    },
+                );
                 let scraped = get(&scrape(&url), k);
                 let after = stat(&ctl_stats(), "/promotions");
                 assert!(

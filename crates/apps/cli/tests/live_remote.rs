@@ -21,7 +21,7 @@ mod pki;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tiercache_nbd_client as nbdc;
 
 /// Blocks of the versioned-block ledger (4 MiB); fio uses the space after it.
@@ -184,24 +184,16 @@ impl Remote {
         }
         .expect("start the NBD server");
         assert!(st.success(), "{:?} failed to start", self.kind);
-        let t0 = Instant::now();
-        loop {
+        // Started once it wrote its pid file and answers.
+        let uri: nbdc::Uri = self.uri().parse().unwrap();
+        let pid = wait_for(format!("{:?} to start", self.kind), READY_TIMEOUT, || {
             let pid = std::fs::read_to_string(&pidf)
                 .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok());
-            let uri: nbdc::Uri = self.uri().parse().unwrap();
-            if let (Some(pid), Ok(c)) = (pid, nbdc::Client::connect(&uri)) {
-                c.disconnect();
-                self.pid = Some(pid);
-                return;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{:?} did not start",
-                self.kind
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .and_then(|s| s.trim().parse::<u32>().ok())?;
+            nbdc::Client::connect(&uri).ok()?.disconnect();
+            Some(pid)
+        });
+        self.pid = Some(pid);
     }
 
     /// SIGKILL the server and the children it forked for connections
@@ -224,10 +216,9 @@ impl Remote {
         }
         // Gone when the socket no longer answers.
         let uri: nbdc::Uri = self.uri().parse().unwrap();
-        let t0 = Instant::now();
-        while nbdc::Client::connect(&uri).is_ok() && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(format!("{:?} to be gone", self.kind), READY_TIMEOUT, || {
+            nbdc::Client::connect(&uri).is_err()
+        });
     }
 }
 
@@ -297,17 +288,18 @@ fn backing_state(p: &ServeProc) -> String {
         .to_string()
 }
 
+/// When the remote dies under fio, and how long it stays down.
+const OUTAGE_AT: Duration = Duration::from_millis(300);
+const OUTAGE: Duration = Duration::from_millis(700);
+
 fn wait_state(p: &ServeProc, want: &str) {
-    let t0 = Instant::now();
-    while backing_state(p) != want {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "backing state never became {want}: {}\n{}",
-            p.stats()["backing"],
-            tail(&p.log)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let reached = poll_for(READY_TIMEOUT, || (backing_state(p) == want).then_some(()));
+    assert!(
+        reached.is_some(),
+        "backing state never became {want}: {}\n{}",
+        p.stats()["backing"],
+        tail(&p.log)
+    );
 }
 
 fn fio_verify(sock: &Path, dir: &Path) {
@@ -331,6 +323,7 @@ fn fio_verify_uri(uri: &str, dir: &Path, verify_only: bool) {
         .args(verify_only.then_some("--verify_only"))
         .args([
             "--name=remote-verify",
+            FIO_NO_STATE,
             if uri.starts_with('/') {
                 "--ioengine=psync"
             } else {
@@ -1046,13 +1039,16 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
     let turi = format!("nbd+unix:///?socket={}", sock.display());
     std::thread::scope(|s| {
         let fio = s.spawn(|| fio_verify_uri(&turi, dir.path(), false));
-        std::thread::sleep(Duration::from_millis(300));
+        // The outage is the point here: the remote dies a moment into fio's
+        // run and stays down a moment (nothing asserts how long anything
+        // takes; fio verifies every block whenever the outage falls).
+        std::thread::sleep(OUTAGE_AT);
         eprintln!(
             "{design:?} over {kind:?}: remote killed {} fio finished",
             if fio.is_finished() { "after" } else { "before" }
         );
         remote.kill9();
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(OUTAGE);
         remote.start();
         fio.join().unwrap();
     });

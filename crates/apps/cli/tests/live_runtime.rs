@@ -6,152 +6,37 @@
 
 mod common;
 
+use common::designs::*;
 use common::*;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// 16 MiB of checked blocks.
 const BLOCKS: u64 = 4096;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Design {
-    Cache,
-    LogStructured,
-    Tica,
-    Tier,
-}
+const ALL: [Design; 4] = ALL_DESIGNS;
 
-const ALL: [Design; 4] = [
-    Design::Cache,
-    Design::LogStructured,
-    Design::Tica,
-    Design::Tier,
-];
-
-/// A formatted device of one design, in a temporary directory.
-struct Setup {
-    _dir: tempfile::TempDir,
-    /// What `serve --cache` names.
-    primary: PathBuf,
-    /// The device that holds everything after a detach.
-    backing: PathBuf,
-    sock: PathBuf,
-    log: PathBuf,
+/// A device of `design` in front of 16 MiB of checked blocks.
+fn setup(design: Design) -> DesignSetup {
+    DesignSetup::new(design, |backing| init_backing(backing, BLOCKS))
 }
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-impl Setup {
-    fn new(design: Design) -> Setup {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().to_path_buf();
-        let backing = root.join("backing.img");
-        init_backing(&backing, BLOCKS);
-        let primary = match design {
-            Design::Cache => {
-                let c = root.join("cache.img");
-                format_cache(&c, &backing, "8MiB", &[]);
-                c
-            }
-            Design::LogStructured => {
-                let c = root.join("cache.img");
-                tiercache(&[
-                    "format",
-                    "--layout",
-                    "log-structured",
-                    "--cache",
-                    s(&c),
-                    "--backing",
-                    s(&backing),
-                    "--size",
-                    "8MiB",
-                    "--segment-size",
-                    "256KiB",
-                ]);
-                c
-            }
-            Design::Tica => {
-                let (ro, wo) = (root.join("ro.img"), root.join("wo.img"));
-                tiercache(&[
-                    "format",
-                    "--mode",
-                    "tica",
-                    "--ro-ssd",
-                    s(&ro),
-                    "--wo-ssd",
-                    s(&wo),
-                    "--backing",
-                    s(&backing),
-                    "--size",
-                    "8MiB",
-                    "--dram-size",
-                    "1MiB",
-                ]);
-                wo
-            }
-            Design::Tier => {
-                let fast = root.join("fast.img");
-                let tiers = format!("{},{}", s(&fast), s(&backing));
-                tiercache(&[
-                    "format",
-                    "--mode",
-                    "tier",
-                    "--tiers",
-                    &tiers,
-                    "--size",
-                    "8MiB",
-                    "--block-size",
-                    "64KiB",
-                ]);
-                fast
-            }
-        };
-        Setup {
-            primary,
-            backing,
-            sock: root.join("nbd.sock"),
-            log: root.join("serve.log"),
-            _dir: dir,
-        }
-    }
-
-    fn serve(&self, extra: &[&str]) -> ServeProc {
-        ServeProc::start_with(&self.primary, &self.sock, &self.log, extra)
-    }
-
-    fn ctl(&self) -> PathBuf {
-        let mut p = self.primary.as_os_str().to_owned();
-        p.push(".ctl");
-        p.into()
-    }
-}
-
-/// Run `tiercache` with `args`, returning (success, stdout + stderr).
-fn try_tiercache(args: &[&str]) -> (bool, String) {
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", "300"])
-        .arg(bin())
-        .args(args)
-        .output()
-        .expect("run tiercache");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// A write-only load at queue depth 32 until the connection breaks (the server stopped).
-fn write_stream(c: &mut NbdClient, ledger: &mut Ledger, seed: u64) -> LoadEnd {
+/// A write-only load at queue depth 32 until `until`, or until the
+/// connection breaks (the server stopped).
+fn write_stream(
+    c: &mut NbdClient,
+    ledger: &mut Ledger,
+    seed: u64,
+    until: impl Into<Until>,
+) -> LoadEnd {
     let shape = LoadShape {
         depth: 32,
         hot_blocks: 512,
@@ -161,29 +46,26 @@ fn write_stream(c: &mut NbdClient, ledger: &mut Ledger, seed: u64) -> LoadEnd {
         max_blocks: 1,
     };
     let mut rng = Rng(seed);
-    run_load(
-        c,
-        ledger,
-        &mut rng,
-        shape,
-        Instant::now() + Duration::from_secs(120),
-    )
-    .unwrap_or_else(|e| panic!("write stream: {e}"))
+    run_load(c, ledger, &mut rng, shape, until).unwrap_or_else(|e| panic!("write stream: {e}"))
 }
 
 fn detach_under_load(design: Design) {
-    let st = Setup::new(design);
+    let st = setup(design);
     let mut srv = st.serve(&[]);
     let mut c = NbdClient::connect(&st.sock).expect("connect");
     let mut ledger = Ledger::new(BLOCKS);
-    let ctl = st.ctl();
+    // Some writes acknowledged first, then the detach starts while the
+    // stream goes on (a bound far beyond any detach).
+    let first = write_stream(&mut c, &mut ledger, 7, Until::WritesAcked(200));
+    assert!(matches!(first, LoadEnd::Done), "{design:?}: {first:?}");
     let primary = st.primary.clone();
-    let detacher = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(700));
-        let _ = ctl;
-        try_tiercache(&["detach", "--cache", s(&primary)])
-    });
-    let end = write_stream(&mut c, &mut ledger, 7);
+    let detacher = std::thread::spawn(move || try_tiercache(&["detach", "--cache", s(&primary)]));
+    let end = write_stream(
+        &mut c,
+        &mut ledger,
+        8,
+        Instant::now() + Duration::from_secs(120),
+    );
     let (ok, out) = detacher.join().expect("detach thread");
     let status = srv.wait_exit();
     assert!(
@@ -230,7 +112,7 @@ fn detach_under_a_32_deep_write_stream_keeps_every_acknowledged_write() {
 #[test]
 fn every_design_serves_over_an_emulated_hdd() {
     for d in ALL {
-        let st = Setup::new(d);
+        let st = setup(d);
         let mut srv = st.serve(&["--emulate-hdd"]);
         let mut c = NbdClient::connect(&st.sock).expect("connect");
         // The first half: a tiered volume of both tiers holds the slow
@@ -249,7 +131,7 @@ fn every_design_serves_over_an_emulated_hdd() {
             &mut ledger,
             &mut Rng(11),
             shape,
-            Instant::now() + Duration::from_secs(3),
+            Until::WritesAcked(256),
         )
         .unwrap_or_else(|e| panic!("{d:?}: load: {e}\n{}", tail(&st.log)));
         assert!(
@@ -278,7 +160,7 @@ fn every_design_serves_over_an_emulated_hdd() {
 
 #[test]
 fn detach_of_a_tiered_volume_is_refused_and_it_keeps_serving() {
-    let st = Setup::new(Design::Tier);
+    let st = setup(Design::Tier);
     let srv = st.serve(&[]);
     let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
     assert!(!ok && out.contains("cannot be detached"), "{out}");
@@ -325,11 +207,16 @@ fn sigterm(pid: u32) {
 #[test]
 fn sigterm_with_stalled_clients_exits_within_the_grace() {
     for d in ALL {
-        let st = Setup::new(d);
+        let st = setup(d);
         let mut srv = st.serve(&["--shutdown-grace", "2s", "--io-timeout", "60s"]);
         let _w = stalled_writer(&st.sock);
-        let _r = non_reader(&st.sock, 64, 1 << 20);
-        std::thread::sleep(Duration::from_millis(500));
+        let mut r = non_reader(&st.sock, 64, 1 << 20);
+        // The server is answering the non-reader (the first reply arrived):
+        // its replies are stuck behind the full socket.
+        r.raw().set_read_timeout(Some(READY_TIMEOUT)).unwrap();
+        r.raw()
+            .read_exact(&mut [0u8; 1])
+            .expect("the first reply to the non-reader");
         let t0 = Instant::now();
         sigterm(srv.child.id());
         let status = srv.wait_exit();
@@ -352,7 +239,7 @@ fn sigterm_with_stalled_clients_exits_within_the_grace() {
 #[test]
 fn a_served_device_is_never_opened_twice() {
     for d in ALL {
-        let st = Setup::new(d);
+        let st = setup(d);
         let srv = st.serve(&[]);
         let pid = srv.child.id().to_string();
         // A second server on the same device (another socket, another control path).
@@ -448,7 +335,7 @@ fn cache_and_backing_must_differ() {
 
 #[test]
 fn the_control_socket_is_owner_only_under_umask_000() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let child = Command::new("sh")
         .args([
             "-c",
@@ -467,14 +354,9 @@ fn the_control_socket_is_owner_only_under_umask_000() {
         cache: st.primary.clone(),
         log: st.log.clone(),
     };
-    let t0 = Instant::now();
-    while srv.try_stats().is_none() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the server to answer stats", READY_TIMEOUT, || {
+        srv.try_stats().is_some()
+    });
     let mode = std::fs::metadata(st.ctl()).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "control socket mode {mode:o}");
     srv.kill9();
@@ -482,7 +364,7 @@ fn the_control_socket_is_owner_only_under_umask_000() {
 
 #[test]
 fn a_control_path_that_is_not_a_socket_is_never_replaced() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let precious = st.primary.with_file_name("notes.txt");
     std::fs::write(&precious, "keep me").unwrap();
     let (ok, out) = try_tiercache(&[
@@ -503,7 +385,7 @@ fn a_control_path_that_is_not_a_socket_is_never_replaced() {
 
 #[test]
 fn a_bad_listen_address_leaves_the_cache_untouched() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let before = std::fs::read(&st.primary).unwrap();
     let (ok, out) = try_tiercache(&[
         "serve",
@@ -530,7 +412,7 @@ fn vm_hwm_kib(pid: u32) -> u64 {
 
 #[test]
 fn idle_and_non_reading_clients_leave_the_server_serving_others() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let mut srv = st.serve(&[
         "--handshake-timeout",
         "2s",
@@ -559,23 +441,17 @@ fn idle_and_non_reading_clients_leave_the_server_serving_others() {
             })
         })
         .collect();
-    // A well-behaved client is served within the timeouts.
+    // A well-behaved client is served (once the timeouts freed the server).
     let t0 = Instant::now();
-    let mut served = None;
-    while t0.elapsed() < Duration::from_secs(30) {
-        if let Ok(mut c) = NbdClient::connect(&st.sock) {
-            c.raw()
-                .set_read_timeout(Some(Duration::from_secs(15)))
-                .unwrap();
-            if let Ok(Ok(d)) = c.read(4096, 4096) {
-                served = Some(d);
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let served = poll_for(READY_TIMEOUT, || {
+        let mut c = NbdClient::connect(&st.sock).ok()?;
+        c.raw()
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        c.read(4096, 4096).ok()?.ok()
+    });
     let took = t0.elapsed();
-    let data = served.unwrap_or_else(|| panic!("no client served within 30 s\n{}", tail(&st.log)));
+    let data = served.unwrap_or_else(|| panic!("no client served\n{}", tail(&st.log)));
     assert_eq!(parse_block(1, &data), Ok(0));
     let hwm_mib = vm_hwm_kib(srv.child.id()) / 1024;
     // The stated bound: the in-flight cap (64 MiB) plus the process's own
@@ -601,13 +477,15 @@ fn emfile_does_not_kill_the_control_channel() {
         eprintln!("SKIP: prlimit (util-linux) is not installed");
         return;
     }
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let mut srv = st.serve(&["--max-connections", "1000", "--handshake-timeout", "60s"]);
     let pid = srv.child.id();
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .count() as u64;
-    let limit = fds + 16;
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count() as u64
+    };
+    let limit = fds() + 16;
     let ok = Command::new("prlimit")
         .args([
             "--pid",
@@ -622,7 +500,17 @@ fn emfile_does_not_kill_the_control_channel() {
     let hogs: Vec<UnixStream> = (0..64)
         .filter_map(|_| UnixStream::connect(&st.sock).ok())
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The server accepted until it ran out of descriptors.
+    wait_until(
+        "the server to run out of descriptors",
+        READY_TIMEOUT,
+        || {
+            fds() >= limit
+                || std::fs::read_to_string(&st.log)
+                    .unwrap_or_default()
+                    .contains("accept failed")
+        },
+    );
     // The control socket cannot accept now (EMFILE) ...
     let mut probe = UnixStream::connect(st.ctl()).expect("connect (queued in the backlog)");
     probe
@@ -634,14 +522,9 @@ fn emfile_does_not_kill_the_control_channel() {
     // ... and answers again once descriptors are free.
     drop(hogs);
     drop(probe);
-    let t0 = Instant::now();
-    let mut st_json = None;
-    while t0.elapsed() < Duration::from_secs(20) && st_json.is_none() {
-        st_json = srv.try_stats();
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let recovered = poll_for(READY_TIMEOUT, || srv.try_stats());
     assert!(
-        st_json.is_some(),
+        recovered.is_some(),
         "the control channel did not recover after EMFILE\n{}",
         tail(&st.log)
     );
@@ -660,7 +543,7 @@ fn a_panic_aborts_and_recovery_keeps_every_flushed_write() {
     // Enables the `panic` control command in the servers this test starts.
     std::env::set_var("TIERCACHE_TEST_PANIC", "1");
     for d in ALL {
-        let st = Setup::new(d);
+        let st = setup(d);
         let mut srv = st.serve(&[]);
         let mut c = NbdClient::connect(&st.sock).expect("connect");
         for b in 0..64u64 {
@@ -704,7 +587,7 @@ fn a_panic_aborts_and_recovery_keeps_every_flushed_write() {
 #[test]
 fn check_json_is_structured_for_every_design() {
     for d in ALL {
-        let st = Setup::new(d);
+        let st = setup(d);
         let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
         assert!(ok, "{d:?}: {out}");
         let v: serde_json::Value =
@@ -720,7 +603,7 @@ fn check_json_is_structured_for_every_design() {
         assert_eq!(v["device"], s(&st.primary), "{d:?}: {v}");
     }
     // A damaged checkpoint is a finding with a severity, and the exit is non-zero.
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let mut img = std::fs::read(&st.primary).unwrap();
     let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
     assert!(ok, "{out}");
@@ -776,7 +659,7 @@ fn format_says_when_the_cache_outgrows_its_backing_and_leaves_nothing_behind_on_
 
 #[test]
 fn one_log_style_and_verbosity_flags() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let mut srv = st.serve(&["-v"]);
     let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
     assert!(ok, "{out}");
@@ -815,7 +698,7 @@ fn systemd_socket_activation_and_readiness() {
         eprintln!("SKIP: systemd-socket-activate is not installed");
         return;
     }
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     // Readiness goes to NOTIFY_SOCKET.
     let notify_path = st.primary.with_file_name("notify.sock");
     let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
@@ -834,11 +717,7 @@ fn systemd_socket_activation_and_readiness() {
         .stderr(log)
         .spawn()
         .expect("systemd-socket-activate");
-    let t0 = Instant::now();
-    while !st.sock.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the activation socket", READY_TIMEOUT, || st.sock.exists());
     // The first connection starts the server on the inherited socket.
     let mut c = NbdClient::connect(&st.sock).expect("connect through the activated socket");
     assert!(c.write(0, &make_block(0, 5), true).unwrap().is_ok());
@@ -855,18 +734,10 @@ fn systemd_socket_activation_and_readiness() {
     assert!(ok, "{out}\n{}", tail(&st.log));
     let n = notify.recv(&mut buf).expect("STOPPING=1");
     assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
-    let t0 = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}\n{}", tail(&st.log));
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "server did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = wait_for("the server to exit", READY_TIMEOUT, || {
+        child.try_wait().unwrap()
+    });
+    assert!(status.success(), "{status}\n{}", tail(&st.log));
     assert!(
         st.sock.exists(),
         "an inherited socket belongs to systemd: never removed"
@@ -875,7 +746,7 @@ fn systemd_socket_activation_and_readiness() {
 
 #[test]
 fn stats_watch_prints_a_line_per_interval_until_the_server_stops() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let mut srv = st.serve(&[]);
     let mut w = Command::new(bin())
         .args(["stats", "--watch", "0.2", "--cache", s(&st.primary)])
@@ -883,46 +754,61 @@ fn stats_watch_prints_a_line_per_interval_until_the_server_stops() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut c = NbdClient::connect(&st.sock).unwrap();
-    for b in 0..200u64 {
-        assert!(c
-            .write(b * BLOCK as u64, &make_block(b, 1), false)
-            .unwrap()
-            .is_ok());
-    }
-    std::thread::sleep(Duration::from_millis(1200));
-    c.disconnect();
-    let (ok, out) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
-    assert!(ok, "{out}");
-    assert!(srv.wait_exit().success());
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = w.try_wait().unwrap() {
-            break s;
+    // What it prints, line by line, as it comes.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = w.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "stats --watch did not end"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut out = String::new();
-    w.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(status.success(), "{status}: {out}");
-    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("cache hit")).collect();
-    assert!(lines.len() >= 3, "one line per interval: {out}");
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("/s") && !l.contains("accesses          -")),
-        "{out}"
+    });
+    // Writes go on until at least three interval lines were printed, one
+    // of them with the writes' rates.
+    let mut c = NbdClient::connect(&st.sock).unwrap();
+    let mut out = Vec::new();
+    let busy = |l: &String| l.contains("/s") && !l.contains("accesses          -");
+    let mut b = 0u64;
+    wait_until(
+        "three stats --watch lines, one with rates",
+        READY_TIMEOUT,
+        || {
+            for _ in 0..20 {
+                assert!(c
+                    .write(
+                        b % 200 * BLOCK as u64,
+                        &make_block(b % 200, b / 200 + 1),
+                        false
+                    )
+                    .unwrap()
+                    .is_ok());
+                b += 1;
+            }
+            out.extend(rx.try_iter());
+            let lines: Vec<&String> = out.iter().filter(|l| l.starts_with("cache hit")).collect();
+            lines.len() >= 3 && lines.iter().any(|l| busy(l))
+        },
     );
+    c.disconnect();
+    let (ok, detached) = try_tiercache(&["detach", "--cache", s(&st.primary)]);
+    assert!(ok, "{detached}");
+    assert!(srv.wait_exit().success());
+    let status = wait_for("stats --watch to end", READY_TIMEOUT, || {
+        w.try_wait().unwrap()
+    });
+    reader.join().unwrap();
+    out.extend(rx.try_iter());
+    let out = out.join("\n");
+    assert!(status.success(), "{status}: {out}");
     assert!(!out.contains('\x1b'), "no terminal escapes on a pipe");
 }
 
 #[test]
 fn an_exposed_tcp_address_needs_the_risk_named() {
-    let st = Setup::new(Design::Cache);
+    let st = setup(Design::Cache);
     let before = std::fs::read(&st.primary).unwrap();
     let (ok, out) = try_tiercache(&[
         "serve",

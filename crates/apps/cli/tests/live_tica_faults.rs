@@ -13,9 +13,9 @@ mod common;
 
 use common::crash::tiercache_in;
 use common::inproc::{dev, InProcess};
+use common::{wait_until, READY_TIMEOUT};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use tiercache_io::{FaultRule, OpKinds};
 use tiercache_three_level::{open_with_devices, Role, Tica};
@@ -33,6 +33,7 @@ fn have_fio() -> bool {
 fn job() -> Vec<String> {
     [
         "--name=tica",
+        common::FIO_NO_STATE,
         "--rw=randwrite",
         "--bs=4k",
         &format!("--size={DATA}"),
@@ -100,11 +101,9 @@ fn fail_under_fio(role: Role, removal: bool) {
         .spawn()
         .expect("spawn fio");
     // Fail the device while fio writes and verifies.
-    let t0 = Instant::now();
-    while cache.stats_json()["write_pages"].as_u64().unwrap_or(0) < 1500 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "fio does not write");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until("fio to write 1500 pages", READY_TIMEOUT, || {
+        cache.stats_json()["write_pages"].as_u64().unwrap_or(0) >= 1500
+    });
     // fio's pipelined writes arrive together: while the SSDs have room
     // they run as write batches, up to the failure.
     let before = cache.stats_json();

@@ -10,6 +10,7 @@ mod common;
 
 use clients_util::fio;
 use common::ServeProc;
+use common::{wait_for, wait_until, READY_TIMEOUT};
 use std::path::Path;
 use std::process::Command;
 
@@ -390,11 +391,9 @@ fn a_moved_slow_tier_is_named_with_backing_and_checked() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = std::time::Instant::now();
-    while std::os::unix::net::UnixStream::connect(&v.sock).is_err() {
-        assert!(t0.elapsed().as_secs() < 30, "serve --backing did not start");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until("serve --backing to listen", READY_TIMEOUT, || {
+        std::os::unix::net::UnixStream::connect(&v.sock).is_ok()
+    });
     run(Command::new("qemu-io").args(["-f", "raw", "-c", "read -P 0x77 5M 1M", &v.uri()]));
     let _ = child.kill();
     let _ = child.wait();
@@ -466,18 +465,9 @@ fn sum_volume_exports_both_tiers_and_fio_verifies_all_of_it_while_blocks_exchang
     }
     // A migration still in flight holds a tier's scratch slot: count the
     // slots once the planner is between moves (the load has stopped).
-    let t0 = std::time::Instant::now();
-    let st = loop {
-        let st = srv.stats();
-        if st["migrations_in_flight"] == 0 || t0.elapsed().as_secs() > 60 {
-            break st;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    assert_eq!(
-        st["migrations_in_flight"], 0,
-        "a migration never ended: {st}"
-    );
+    let st = wait_for("the migrations in flight to end", READY_TIMEOUT, || {
+        Some(srv.stats()).filter(|st| st["migrations_in_flight"] == 0)
+    });
     assert_eq!(st["capacity"], "sum", "{st}");
     assert_eq!(st["volume_bytes"], SIZE, "{st}");
     assert!(

@@ -8,7 +8,10 @@
 mod clients_util;
 mod pki;
 
-use clients_util::{assert_same_file, bin, output, pattern, run, write_file, Server, Setup};
+use clients_util::{
+    assert_same_file, bin, output, pattern, run, wait_until, write_file, Server, Setup,
+    READY_TIMEOUT,
+};
 use pki::pki;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -326,23 +329,21 @@ impl TcpServer {
             .spawn()
             .expect("starting tiercache serve");
         let mut srv = TcpServer { child: Some(child) };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         // Listening and the control socket answering: the cache is open.
         let ctl = format!("{}.ctl", cache.display());
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-            || std::os::unix::net::UnixStream::connect(&ctl).is_err()
-        {
-            let c = srv.child.as_mut().unwrap();
-            assert!(
-                c.try_wait().unwrap().is_none(),
-                "serve on {listen} exited early"
-            );
-            assert!(
-                std::time::Instant::now() < deadline,
-                "serve on {listen} never listened"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait_until(
+            format!("serve on {listen} to listen"),
+            READY_TIMEOUT,
+            || {
+                let c = srv.child.as_mut().unwrap();
+                assert!(
+                    c.try_wait().unwrap().is_none(),
+                    "serve on {listen} exited early"
+                );
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                    && std::os::unix::net::UnixStream::connect(&ctl).is_ok()
+            },
+        );
         srv
     }
 

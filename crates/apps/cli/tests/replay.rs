@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{format_cache, shared_sample, tiercache, ServeProc};
+use common::{format_cache, shared_sample, tiercache, wait_until, ServeProc, READY_TIMEOUT};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 fn have_nbdkit() -> bool {
     let ok = Command::new("nbdkit")
@@ -37,17 +36,12 @@ impl Nbdkit {
             .spawn()
             .expect("spawn nbdkit");
         let mut n = Nbdkit(child);
-        let t0 = Instant::now();
-        while UnixStream::connect(sock).is_err() {
+        wait_until("nbdkit to listen", READY_TIMEOUT, || {
             if let Ok(Some(st)) = n.0.try_wait() {
                 panic!("nbdkit {plugin_args:?} exited with {st} before listening");
             }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "nbdkit did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            UnixStream::connect(sock).is_ok()
+        });
         n
     }
 }

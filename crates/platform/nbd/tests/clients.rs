@@ -333,6 +333,8 @@ fn fio_randrw_crc32c_verify_at_iodepth_32() {
             .args([
                 "--name=verify",
                 "--ioengine=nbd",
+                // No verify state file in the working directory.
+                "--verify_state_save=0",
                 "--rw=randrw",
                 "--bs=4k",
                 "--iodepth=32",

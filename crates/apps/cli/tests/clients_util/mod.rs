@@ -8,7 +8,21 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The standalone helpers of `common`, for the tests that do not load it
+// (a test that loads both has two copies: harmless).
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/fio.rs"]
+mod fio_opts;
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/wait.rs"]
+mod wait;
+// Not every test uses each of these.
+#[allow(unused_imports)]
+pub use fio_opts::FIO_NO_STATE;
+#[allow(unused_imports)]
+pub use wait::{poll_for, wait_for, wait_until, READY_TIMEOUT};
 
 /// The `tiercache` binary under test.
 pub fn bin() -> &'static str {
@@ -75,18 +89,11 @@ pub fn output(cmd: &mut Command) -> Output {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} hung: still running after {COMMAND_TIMEOUT:?}, killed");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = poll_for(COMMAND_TIMEOUT, || child.try_wait().unwrap()).unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{cmd:?} hung: still running after {COMMAND_TIMEOUT:?}, killed");
+    });
     Output {
         status,
         stdout: out.join().unwrap(),
@@ -241,22 +248,15 @@ impl Server {
     }
 
     fn wait_ready(&mut self) {
-        // Generous: the machine may be loaded; only a dead server fails early.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
-                return;
-            }
+        let ready = poll_for(READY_TIMEOUT, || {
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("tiercache serve exited early ({st}): {}", self.stderr());
             }
-            assert!(
-                Instant::now() < deadline,
-                "server never listened: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            std::os::unix::net::UnixStream::connect(&self.socket)
+                .is_ok()
+                .then_some(())
+        });
+        assert!(ready.is_some(), "server never listened: {}", self.stderr());
     }
 
     /// The NBD URI of the export (empty default name).
@@ -277,18 +277,11 @@ impl Server {
     /// running after [`COMMAND_TIMEOUT`] is killed and the test fails.
     pub fn wait(&mut self) -> ExitStatus {
         let mut c = self.child.take().unwrap();
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
-        loop {
-            if let Some(st) = c.try_wait().unwrap() {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!("tiercache serve did not exit: {}", self.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        poll_for(COMMAND_TIMEOUT, || c.try_wait().unwrap()).unwrap_or_else(|| {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("tiercache serve did not exit: {}", self.stderr());
+        })
     }
 
     /// SIGTERM by PID, then wait: a clean shutdown must exit successfully.
@@ -320,6 +313,7 @@ pub fn fio(uri: &str, name: &str, args: &[&str]) -> serde_json::Value {
         Command::new("fio")
             .arg(format!("--name={name}"))
             .args(["--ioengine=nbd", "--output-format=json"])
+            .arg(FIO_NO_STATE)
             .arg(format!("--uri={uri}"))
             .args(args),
     );

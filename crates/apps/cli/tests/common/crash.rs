@@ -2,7 +2,8 @@
 //! how to format a design and what to check of it; [`crash_rounds`] runs the
 //! loop every design shares: start `tiercache serve`, check its stats, verify
 //! every block against the client's ledger, run a random pipelined load and
-//! kill -9 the server at a random moment of it; after the last kill a load
+//! kill -9 the server at a random point of it (after a random number of
+//! acknowledged writes, requests still in flight); after the last kill a load
 //! without a crash, then `tiercache detach` (and the backing file alone must
 //! hold the newest data) or, for a design that refuses detach, SIGTERM.
 //!
@@ -15,6 +16,13 @@ use super::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+/// The default of [`CrashDesign::kill_writes`].
+pub const KILL_WRITES: Range<u64> = 500..7500;
+/// The default of [`CrashDesign::final_writes`].
+pub const FINAL_WRITES: u64 = 2500;
+/// The longest a round's load may take to reach its kill point.
+const KILL_BOUND: Duration = Duration::from_secs(300);
 
 /// A per-round check of the stats a (re)started server reports: a note for
 /// the round's log line, or why the round fails.
@@ -46,10 +54,11 @@ pub struct CrashDesign<'a> {
     pub detach: bool,
     /// The load of every round.
     pub shape: LoadShape,
-    /// The kill -9 comes this many milliseconds into the load (uniform).
-    pub kill_ms: Range<u64>,
-    /// Length of the final load, without a crash.
-    pub final_load_ms: u64,
+    /// The kill -9 comes once this many writes of the round's load were
+    /// acknowledged (uniform), with the load's requests still in flight.
+    pub kill_writes: Range<u64>,
+    /// Acknowledged writes of the final load, without a crash.
+    pub final_writes: u64,
     /// Stats check after every start (round 0 is the fresh one).
     pub on_start: StartCheck<'a>,
     /// After the verification of every round, before its load.
@@ -72,8 +81,8 @@ impl Default for CrashDesign<'_> {
             serve: &["cache.img"],
             detach: true,
             shape: LoadShape::default(),
-            kill_ms: 150..1500,
-            final_load_ms: 500,
+            kill_writes: KILL_WRITES,
+            final_writes: FINAL_WRITES,
             on_start: Box::new(|_, _| Ok(String::new())),
             before_load: Box::new(|_, _| Ok(())),
             after_kill: Box::new(|_| Ok(())),
@@ -285,7 +294,7 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
             .unwrap_or_else(|e| run.fail(format!("round {round}: {e}")));
         if round == rounds {
             // The last round: a load without a crash.
-            let until = Instant::now() + Duration::from_millis(design.final_load_ms);
+            let until = Until::WritesAcked(run.ledger.writes_acked + design.final_writes);
             match run_load(&mut c, &mut run.ledger, &mut run.rng, shape, until) {
                 Ok(LoadEnd::Done) => {}
                 Ok(LoadEnd::Broken(e)) => run.fail(format!(
@@ -297,25 +306,38 @@ pub fn crash_rounds(design: CrashDesign, label: &str, rounds: u64, seed: u64) {
             c.disconnect();
             break srv;
         }
-        // Load, and kill -9 at a random point of it.
-        let kill_after = Duration::from_millis(
-            design.kill_ms.start + run.rng.below(design.kill_ms.end - design.kill_ms.start),
-        );
+        // Load, and kill -9 at a random point of it: once a random number
+        // of its writes were acknowledged.
+        let kill_after = design.kill_writes.start
+            + run
+                .rng
+                .below(design.kill_writes.end - design.kill_writes.start);
+        let kill_at = run.ledger.writes_acked + kill_after;
+        let acked = std::sync::Arc::clone(&run.ledger.writes_acked_shared);
         let pid = srv.child.id();
         let killer = std::thread::spawn(move || {
-            std::thread::sleep(kill_after);
+            let reached = poll_for(KILL_BOUND, || {
+                (acked.load(std::sync::atomic::Ordering::Relaxed) >= kill_at).then_some(())
+            });
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            reached.is_some()
         });
-        let until = Instant::now() + kill_after + Duration::from_secs(30);
+        // The load's bound is far beyond the kill: only a hung load reaches it.
+        let until = Instant::now() + KILL_BOUND + Duration::from_secs(30);
         match run_load(&mut c, &mut run.ledger, &mut run.rng, shape, until) {
             Ok(LoadEnd::Broken(_)) => {}
             Ok(LoadEnd::Done) => run.fail("load ended before the kill"),
             Err(e) => run.fail(format!("round {round}: during load: {e}")),
         }
-        killer.join().expect("killer thread");
+        if !killer.join().expect("killer thread") {
+            run.fail(format!(
+                "round {round}: {kill_after} writes were not acknowledged within {} s",
+                KILL_BOUND.as_secs()
+            ));
+        }
         srv.kill9();
         run.note_in_log(&format!(
-            "=== killed after {kill_after:?} (round {round}) ==="
+            "=== killed after {kill_after} acknowledged writes (round {round}) ==="
         ));
         (design.after_kill)(&mut run)
             .unwrap_or_else(|e| run.fail(format!("round {round}: after the kill: {e}")));

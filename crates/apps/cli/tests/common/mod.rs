@@ -6,7 +6,16 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod designs;
+pub mod fio;
 pub mod inproc;
+pub mod wait;
+
+// Not every test uses each of these.
+#[allow(unused_imports)]
+pub use fio::FIO_NO_STATE;
+#[allow(unused_imports)]
+pub use wait::{poll_for, wait_for, wait_until, READY_TIMEOUT};
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -393,6 +402,8 @@ pub struct Ledger {
     pub reads_checked: u64,
     /// Reads that overlapped a write and returned a mix of two versions (legal).
     pub reads_mixed: u64,
+    /// `writes_acked`, for another thread to watch while a load runs.
+    pub writes_acked_shared: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ledger {
@@ -408,6 +419,7 @@ impl Ledger {
             flushes_done: 0,
             reads_checked: 0,
             reads_mixed: 0,
+            writes_acked_shared: Default::default(),
         }
     }
 
@@ -558,10 +570,34 @@ enum Pending {
 /// How a load run ended.
 #[derive(Debug)]
 pub enum LoadEnd {
-    /// The deadline passed and every request was answered.
+    /// The load stopped sending and every request was answered.
     Done,
     /// The connection broke (the server was killed): the I/O error.
     Broken(String),
+}
+
+/// When a load stops sending.
+#[derive(Clone, Copy, Debug)]
+pub enum Until {
+    /// At this instant (a bound on a load that runs until the server stops).
+    Time(Instant),
+    /// Once the ledger counts this many acknowledged writes.
+    WritesAcked(u64),
+}
+
+impl From<Instant> for Until {
+    fn from(t: Instant) -> Until {
+        Until::Time(t)
+    }
+}
+
+impl Until {
+    fn reached(self, ledger: &Ledger) -> bool {
+        match self {
+            Until::Time(t) => Instant::now() >= t,
+            Until::WritesAcked(n) => ledger.writes_acked >= n,
+        }
+    }
 }
 
 /// Run the random load on `c` until `until` (then drain) or until the
@@ -572,8 +608,9 @@ pub fn run_load(
     ledger: &mut Ledger,
     rng: &mut Rng,
     shape: LoadShape,
-    until: Instant,
+    until: impl Into<Until>,
 ) -> Result<LoadEnd, String> {
+    let until = until.into();
     let nblocks = ledger.blocks.len() as u64;
     let mut pending: HashMap<u64, Pending> = HashMap::new();
     let pick = |rng: &mut Rng, n: u64| -> u64 {
@@ -585,7 +622,7 @@ pub fn run_load(
         first.min(nblocks - n)
     };
     loop {
-        let sending = Instant::now() < until;
+        let sending = !until.reached(ledger);
         if sending && pending.len() < shape.depth {
             let r = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
             let n = 1 + rng.below(shape.max_blocks);
@@ -686,6 +723,9 @@ pub fn run_load(
                 fua,
             } => {
                 ledger.writes_acked += 1;
+                ledger
+                    .writes_acked_shared
+                    .store(ledger.writes_acked, std::sync::atomic::Ordering::Relaxed);
                 for (i, v) in versions.into_iter().enumerate() {
                     let s = &mut ledger.blocks[(first + i as u64) as usize];
                     s.acked = s.acked.max(v);
@@ -907,24 +947,22 @@ impl ServeProc {
             cache: cache.to_path_buf(),
             log: log.to_path_buf(),
         };
-        let t0 = Instant::now();
-        loop {
+        // Listening and the control socket answering: the cache is open.
+        let ready = poll_for(READY_TIMEOUT, || {
             if let Ok(Some(st)) = p.child.try_wait() {
                 panic!(
                     "tiercache serve exited with {st} before listening:\n{}",
                     std::fs::read_to_string(log).unwrap_or_default()
                 );
             }
-            if UnixStream::connect(sock).is_ok() && p.try_stats().is_some() {
-                return p;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "tiercache serve did not start listening:\n{}",
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            (UnixStream::connect(sock).is_ok() && p.try_stats().is_some()).then_some(())
+        });
+        assert!(
+            ready.is_some(),
+            "tiercache serve did not start listening:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        p
     }
 
     pub fn try_stats(&self) -> Option<serde_json::Value> {
@@ -968,17 +1006,9 @@ impl ServeProc {
 
     /// Wait for the process to exit on its own (after detach or SIGTERM).
     pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let t0 = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().expect("try_wait") {
-                return st;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "server did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for("the server to exit", READY_TIMEOUT, || {
+            self.child.try_wait().expect("try_wait")
+        })
     }
 }
 

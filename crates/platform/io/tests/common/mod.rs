@@ -6,6 +6,18 @@ use std::path::Path;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 use tempfile::TempDir;
+use tiercache_io::FileDevOptions;
+
+/// Read-write with O_DIRECT.
+pub const DIRECT: FileDevOptions = FileDevOptions {
+    direct: true,
+    read_only: false,
+};
+/// Read-write through the page cache.
+pub const BUFFERED: FileDevOptions = FileDevOptions {
+    direct: false,
+    read_only: false,
+};
 
 /// A scratch directory on a real disk file system. tmpfs (usually `/tmp`)
 /// refuses `O_DIRECT`, so prefer `/var/tmp`, then the target directory.

@@ -235,3 +235,12 @@ pub fn random_ops(rng: &mut SplitMix, n: usize) -> Vec<Op> {
 pub fn empty_model(slots: usize) -> Model {
     Model::new(vec![None; slots])
 }
+
+/// A file `name` of `len` bytes in `dir`, its first 128 KiB filled with `fill`.
+pub fn temp_file(dir: &tempfile::TempDir, name: &str, len: u64, fill: u8) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    std::io::Write::write_all(&mut f, &vec![fill; (128 << 10).min(len) as usize]).unwrap();
+    f.set_len(len).unwrap();
+    p
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The system tier: the test targets that run real programs (the tiercache
+binary, fio, qemu, nbd tools, mkfs, loop devices and mounts, python3) or
+replay the whole shared traces (minutes of CPU).
+
+A crate marks such a target `test = false` in its Cargo.toml (`[[test]]`), so
+the default `cargo test` (the fast tier) skips it; this script finds them with
+`cargo metadata`.
+
+    scripts/system_tests.py args            the cargo arguments that select them all
+                                            (`--workspace --test NAME ...`)
+    scripts/system_tests.py run [--jobs N] [-- TEST-ARGS]
+                                            build them, then run N test binaries at a
+                                            time (default: the CPU count), each in its
+                                            crate's directory as `cargo test` would;
+                                            prints each target's result and wall time,
+                                            and the output of those that failed.
+
+The times of the last run (target/system-tier-times.json) order the next one,
+longest first.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def metadata():
+    out = subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out)
+
+
+def system_targets(meta):
+    """[(package name, [target names])] of the targets marked `test = false`."""
+    found = []
+    for p in meta["packages"]:
+        names = sorted(
+            t["name"] for t in p["targets"]
+            if "test" in t["kind"] and not t.get("test", True)
+        )
+        if names:
+            found.append((p["name"], names))
+    return found
+
+
+def selection(meta):
+    """The cargo arguments that select every system target. With `--workspace`
+    the features are unified as for the fast tier's `cargo test --workspace`,
+    so both tiers share one build of the dependencies (a `-p CRATE` selection
+    resolves features for that crate alone and rebuilds what differs). A name
+    may select a fast target of another crate too: `build` leaves it out."""
+    names = sorted({n for _, targets in system_targets(meta) for n in targets})
+    return ["--workspace"] + [a for n in names for a in ("--test", n)]
+
+
+def build(meta):
+    """Build every system target; [(label, executable, crate directory)]."""
+    dirs = {p["id"]: str(Path(p["manifest_path"]).parent) for p in meta["packages"]}
+    names = {p["id"]: p["name"] for p in meta["packages"]}
+    wanted = {(p, n) for p, targets in system_targets(meta) for n in targets}
+    cmd = ["cargo", "test", "--no-run", "--message-format=json-render-diagnostics"]
+    proc = subprocess.run(cmd + selection(meta), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit("system tier: the build failed")
+    binaries = []
+    for line in proc.stdout.splitlines():
+        m = json.loads(line)
+        if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+            continue
+        pid, target = m["package_id"], m["target"]["name"]
+        if "test" in m["target"]["kind"] and (names[pid], target) in wanted:
+            binaries.append((f"{names[pid]}/{target}", m["executable"], dirs[pid]))
+    return binaries
+
+
+def run(jobs, test_args):
+    meta = metadata()
+    t0 = time.monotonic()
+    binaries = build(meta)
+    built = time.monotonic() - t0
+    print(f"== system tier: {len(binaries)} test targets built in {built:.0f} s", flush=True)
+    times_file = Path(meta["target_directory"]) / "system-tier-times.json"
+    try:
+        last = json.loads(times_file.read_text())
+    except (OSError, ValueError):
+        last = {}
+    binaries.sort(key=lambda b: -last.get(b[0], 0.0))
+    logs = Path(meta["target_directory"]) / "system-tier-logs"
+    logs.mkdir(exist_ok=True)
+
+    def one(b):
+        label, exe, cwd = b
+        log = logs / (label.replace("/", "--") + ".log")
+        start = time.monotonic()
+        with open(log, "w") as f:
+            rc = subprocess.run([exe] + test_args, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT).returncode
+        return label, rc, time.monotonic() - start, log
+
+    failed, times = [], {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for fut in as_completed([pool.submit(one, b) for b in binaries]):
+            label, rc, secs, log = fut.result()
+            times[label] = secs
+            print(f"{'ok' if rc == 0 else 'FAILED':6} {secs:7.1f} s  {label}", flush=True)
+            if rc != 0:
+                failed.append((label, log))
+    times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
+    for label, log in failed:
+        print(f"\n==== {label} failed; its output ({log}):\n{log.read_text()}", flush=True)
+    total = time.monotonic() - t0
+    print(f"== system tier: {len(binaries) - len(failed)} of {len(binaries)} targets passed "
+          f"in {total:.0f} s ({jobs} at a time)", flush=True)
+    return 1 if failed else 0
+
+
+def main():
+    argv = sys.argv[1:]
+    test_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, test_args = argv[:i], argv[i + 1:]
+    if argv[:1] == ["args"] and len(argv) == 1:
+        print(" ".join(selection(metadata())))
+        return 0
+    if argv[:1] == ["run"]:
+        jobs = os.cpu_count() or 2
+        rest = argv[1:]
+        if rest[:1] == ["--jobs"] and len(rest) == 2 and rest[1].isdigit():
+            jobs, rest = int(rest[1]), []
+        if not rest and jobs > 0:
+            return run(jobs, test_args)
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
