@@ -1,6 +1,6 @@
 /*
  * What one 4 KiB page write costs through the page cache of a file: the
- * numbers behind TICA's write path (docs/benchmarks.md, issue 16 (5)).
+ * numbers behind TICA's write path (docs/results.md).
  *
  *   cc -O2 -o /tmp/pwc bench/page_write_cost.c && /tmp/pwc DIR [MIB]
  *
