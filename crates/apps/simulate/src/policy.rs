@@ -9,7 +9,7 @@ use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
 use tiercache_core::cleaning::CleaningConfig;
 use tiercache_core::eviction::EvictionKind;
 use tiercache_core::{Assoc, CacheConfig, WritePolicy};
-use tiercache_sim::units::{parse_bytes, parse_fraction};
+use tiercache_sim::units::{check_fraction, parse_bytes, parse_fraction};
 
 /// The SSD cache's option defaults as the command line spells them: the one
 /// definition `format`, `sim`, Python and [`PolicySpec::default`] take
@@ -211,7 +211,7 @@ impl PolicySpec {
             ("nhit_trigger", self.nhit_trigger),
             ("dirty_target", self.dirty_target),
         ] {
-            parse_fraction(&v.to_string()).map_err(|e| PolicyError::of(option, e))?;
+            check_fraction(v, &v.to_string()).map_err(|e| PolicyError::of(option, e))?;
         }
         cfg.geometry().map_err(|e| PolicyError {
             option: None,

@@ -176,11 +176,18 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
         Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
         None => t.parse::<f64>(),
     };
-    match v {
-        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
-        _ => Err(format!(
-            "{s} is not a share (allowed: a percentage from 0% to 100% such as 10%, or a share from 0.0 to 1.0 such as 0.1)"
-        )),
+    check_fraction(v.unwrap_or(f64::NAN), s)
+}
+
+/// `x` if it is a share from 0 to 1, else the one message every fraction
+/// option gives (naming the value as the user wrote it, `shown`).
+pub fn check_fraction(x: f64, shown: &str) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!(
+            "{shown} is not a share (allowed: a percentage from 0% to 100% such as 10%, or a share from 0.0 to 1.0 such as 0.1)"
+        ))
     }
 }
 
