@@ -674,6 +674,10 @@ fn memory_follows_the_trace_not_the_cache_size() {
             if size == "16TiB" && mode[1] == "cache" {
                 args.extend_from_slice(&["--line-size", "64KiB"]);
             }
+            // The flash model numbers its pages in 32 bits: just under 16 TiB.
+            if size == "16TiB" && mode[1].starts_with("ss") {
+                args[4] = "15TiB";
+            }
             args.extend_from_slice(mode);
             let Some(kib) = peak_rss_kib(&args) else {
                 eprintln!("skipped: /usr/bin/time is not installed");
@@ -696,6 +700,32 @@ fn memory_follows_the_trace_not_the_cache_size() {
         ];
         let kib = peak_rss_kib(&args).unwrap();
         assert!(kib < LIMIT_KIB, "{args:?}: peak RSS {kib} KiB");
+    }
+}
+
+#[test]
+fn a_flash_device_past_32_bit_page_numbers_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let t = msr_trace(d.path());
+    for size in ["16TiB", "1PiB"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+            .args([
+                "sim",
+                "--trace",
+                t.to_str().unwrap(),
+                "--mode",
+                "ssd",
+                "--cache-size",
+                size,
+            ])
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{size}: {e}");
+        assert!(
+            e.contains("at most 2^32 pages") && !e.contains("panicked"),
+            "{size}: {e}"
+        );
     }
 }
 

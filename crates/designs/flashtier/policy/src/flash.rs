@@ -69,6 +69,18 @@ impl Geometry {
                 "packages, planes and blocks per plane must be at least 1".into(),
             ));
         }
+        // Physical page numbers are 32-bit: at most 2^32 pages (16 TiB of
+        // 4 KiB pages, less the rounding to whole erase blocks per plane).
+        let pages = u64::from(self.packages)
+            * u64::from(self.planes_per_package)
+            * u64::from(self.blocks_per_plane)
+            * u64::from(self.pages_per_block);
+        if pages > 1 << 32 {
+            return Err(FlashError::Config(format!(
+                "flash of {pages} pages is too large (allowed: at most 2^32 pages, just under 16 TiB of {} B pages)",
+                self.page_bytes
+            )));
+        }
         if !(2..=1024).contains(&self.pages_per_block) {
             return Err(FlashError::Config(format!(
                 "{} pages per erase block (allowed: 2 to 1024)",
@@ -591,10 +603,10 @@ mod tests {
         assert!(w.max_block_erases > 0);
     }
 
-    /// A 16 TiB device costs memory only for the blocks it used.
+    /// A 15 TiB device costs memory only for the blocks it used.
     #[test]
     fn a_huge_device_allocates_by_use() {
-        let g = Geometry::for_capacity(16 << 40).unwrap();
+        let g = Geometry::for_capacity(15 << 40).unwrap();
         let mut f = Flash::new(g, Timing::default()).unwrap();
         let b = f.alloc().unwrap();
         f.append(b, 1, true, Cause::Host).unwrap();
