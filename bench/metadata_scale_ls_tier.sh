@@ -64,7 +64,7 @@ for row in "${rows[@]}"; do
         fast=$(( total / 16 ))
         truncate -s $(( total - fast )) "$D/slow.img"
         dev=$D/fast.img
-        fmt=(format --mode tier --tiers "$dev,$D/slow.img" --size "$fast" --block-size "$block") ;;
+        fmt=(format --mode tier --tiers "$dev,$D/slow.img" --size "$fast" --tier-block "$block") ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
     esac
     # A refusal is a failed format; a warning (say, a sparse file larger than

@@ -37,7 +37,7 @@ BIN = REPO / "target" / "release" / "tiercache"
 
 def run_tiercache(native: Path, n: int, timed: bool) -> tuple[float, float, int]:
     """Wall seconds, hit ratio and peak RSS (bytes) of one tiercache run."""
-    cmd = [str(BIN), "sim", "--trace", str(native), "--format", "native", "--cache-size", str(n),
+    cmd = [str(BIN), "sim", "--trace", str(native), "--format", "native", "--cache-size", f"{n}lines",
            "--line-size", "512B", "--eviction", "lru", "--json", "--no-baseline"]
     if not timed:
         cmd.append("--no-timing")

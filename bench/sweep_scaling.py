@@ -60,9 +60,9 @@ def main() -> int:
     if not os.path.exists(a.trace):
         print(f"trace {a.trace} not found (pass --trace)", file=sys.stderr)
         return 1
-    grid = {"cache_size": [1000, 2000, 5000, 10000], "line_size": "512B", "eviction": ["lru", "arc"]}
+    grid = {"cache_size": ["1000lines", "2000lines", "5000lines", "10000lines"], "line_size": "512B", "eviction": ["lru", "arc"]}
     n_runs = 8
-    one = {"cache_size": 2000, "line_size": "512B", "eviction": "arc"}
+    one = {"cache_size": "2000lines", "line_size": "512B", "eviction": "arc"}
 
     def med(f):
         return statistics.median(wall(f) for _ in range(a.repeat))
@@ -89,7 +89,7 @@ def main() -> int:
     t_sweep1 = med(lambda: tiercache.sweep(a.trace, [one], workers=1, cache_dir=False, progress=False))
     t_cli = None
     if os.path.exists(a.cli):
-        cmd = [a.cli, "sim", "--trace", a.trace, "--cache-size", "2000", "--line-size", "512B", "--eviction", "arc", "--json"]
+        cmd = [a.cli, "sim", "--trace", a.trace, "--cache-size", "2000lines", "--line-size", "512B", "--eviction", "arc", "--json"]
         t_cli = med(lambda: subprocess.run(cmd, check=True, capture_output=True))
 
     ms = lambda s: f"{s * 1000:.0f} ms"  # noqa: E731

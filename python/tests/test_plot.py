@@ -107,6 +107,21 @@ def test_python_entry_point_writes_svg(tmp_path):
     assert "<svg" in svg and "Hit ratio (%)" in svg
     bad = subprocess.run([sys.executable, "-m", "tiercache.plot", str(res), "-o", str(tmp_path / "fig.pdf")], capture_output=True, text=True)
     assert bad.returncode == 2 and "allowed: a name ending in .svg" in bad.stderr
+    assert "\ntiercache: error: figure file" in "\n" + bad.stderr, bad.stderr
+
+
+def test_plot_output_option_is_spelled_as_in_every_command(tmp_path):
+    """`-o`/`--out` as `sim`, `reproduce` and `trace convert` take it; the old
+    `--output` still works; argument errors carry tiercache's prefix."""
+    res = tmp_path / "results.parquet"
+    frame().to_parquet(res)
+    for flag in ("--out", "--output"):
+        fig = tmp_path / f"fig{flag}.svg"
+        r = subprocess.run([sys.executable, "-m", "tiercache.plot", str(res), flag, str(fig)], capture_output=True, text=True)
+        assert r.returncode == 0 and "<svg" in fig.read_text(), (flag, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "tiercache.plot", str(res)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "tiercache: error: the following arguments are required: -o/--out/--output" in r.stderr, r.stderr
 
 
 def test_rust_cli_plot_subcommand(tmp_path, cli):

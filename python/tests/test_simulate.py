@@ -21,8 +21,8 @@ CONFIGS = [
         ["--cache-size", "10%", "--eviction", "arc", "--write-policy", "write-through"],
     ),
     (
-        {"cache_size": 64, "line_size": "8KiB", "assoc": "direct", "write_policy": "write-hdd-inv", "replay": "closed", "queue_depth": 4},
-        ["--cache-size", "64", "--line-size", "8KiB", "--assoc", "direct", "--write-policy", "write-hdd-inv", "--replay", "closed", "--queue-depth", "4"],
+        {"cache_size": "64lines", "line_size": "8KiB", "assoc": "direct", "write_policy": "write-hdd-inv", "replay": "closed", "queue_depth": 4},
+        ["--cache-size", "64lines", "--line-size", "8KiB", "--assoc", "direct", "--write-policy", "write-hdd-inv", "--replay", "closed", "--queue-depth", "4"],
     ),
     (
         {"cache_size": "5%", "admission": "nhit", "nhit_threshold": 2, "nhit_trigger": 0.5, "no_timing": True},

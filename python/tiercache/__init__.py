@@ -92,14 +92,14 @@ ALLOWED: dict[str, str] = {
     "format": "msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native",
 }
 
-_SIZE = "a SIZE such as '64MiB', a number of lines, or a percentage such as '10%'"
+_SIZE = "a SIZE such as '64MiB', a number of lines such as '1000lines', or a percentage such as '10%' (a bare number is refused: it would mean bytes in one place and lines in another)"
 _BYTES = "a size in bytes such as '4KiB' or 4096"
 #: Type of every option: (accepted Python types, what to write in an error).
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "mode": ((str,), "a string"),
-    "cache_size": ((str, int), _SIZE),
-    "fast_tier_size": ((str, int), _SIZE),
-    "dram_size": ((str, int), _SIZE),
+    "cache_size": ((str,), _SIZE),
+    "fast_tier_size": ((str,), _SIZE),
+    "dram_size": ((str,), _SIZE),
     "line_size": ((str, int), _BYTES),
     "sub_block": ((str, int), _BYTES),
     "tier_block": ((str, int), _BYTES),
@@ -161,7 +161,7 @@ def simulate(
     trace: str | os.PathLike,
     *,
     mode: str = "cache",
-    cache_size: str | int | None = None,
+    cache_size: str | None = None,
     line_size: str | int = "4KiB",
     sub_block: str | int | None = None,
     assoc: str = "full",

@@ -304,9 +304,17 @@ def _read_results(path: str):
     return pd.read_parquet(path)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the prefix every tiercache error carries."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"tiercache: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """``tiercache plot RESULTS --x COL --y COL [--hue COL] -o FIG.svg``."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="tiercache plot",
         description="Plot sweep results (Parquet from tiercache.sweep(out=...), or CSV/JSON) as an SVG figure.",
     )
@@ -317,20 +325,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--style", default=None, help="line dashes per value of this column (e.g. trace)")
     p.add_argument("--title", default=None)
     p.add_argument("--logx", action=argparse.BooleanOptionalAction, default=None, help="logarithmic x axis [default: for size columns]")
-    p.add_argument("-o", "--output", required=True, help="figure file (.svg)")
+    p.add_argument("-o", "--out", "--output", dest="output", required=True,
+                   help="figure file (.svg); --output is the old spelling, still accepted")
     a = p.parse_args(argv)
     if not a.output.endswith(".svg"):
-        print(f"tiercache plot: error: figure file {a.output}: figures are written as SVG (allowed: a name ending in .svg)", file=sys.stderr)
+        print(f"tiercache: error: figure file {a.output}: figures are written as SVG (allowed: a name ending in .svg)", file=sys.stderr)
         return 2
     try:
         df = _read_results(a.results)
     except (OSError, ValueError) as e:
-        print(f"tiercache plot: error: cannot read results {a.results}: {e}", file=sys.stderr)
+        print(f"tiercache: error: cannot read results {a.results}: {e}", file=sys.stderr)
         return 1
     try:
         curves(df, x=a.x, y=a.y, hue=a.hue, style=a.style, title=a.title, logx=a.logx).save(a.output)
     except (OSError, KeyError, ValueError) as e:
-        print(f"tiercache plot: error: {e}", file=sys.stderr)
+        print(f"tiercache: error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {a.output}", file=sys.stderr)
     return 0

@@ -289,7 +289,7 @@ fn one_config_from_sim_format_and_stats() {
     assert_eq!(p["timed_cleaning"], "off", "{p:#}");
     let like = sim_json(&trace, &["--like", cache.to_str().unwrap(), "--no-timing"]);
     let mut args: Vec<&str> = ALL_OPTIONS.to_vec();
-    let lines = slots.to_string();
+    let lines = format!("{slots}lines");
     args.extend_from_slice(&["--cache-size", &lines, "--no-timing"]);
     let given = sim_json(&trace, &args);
     assert_eq!(
@@ -366,7 +366,7 @@ fn bad_values_give_the_same_error_in_sim_and_format() {
                 "--trace",
                 trace.to_str().unwrap(),
                 "--cache-size",
-                "100",
+                "100lines",
                 flag,
                 value,
             ])
@@ -432,7 +432,10 @@ fn tica_run(trace: &Path, ssd: u64, dram: &str, policy: &str) -> (Value, Value) 
     let live = srv.stats();
     drop(srv);
     let p = &live["policy"];
-    let (ssd_pages, dram_pages) = (p["ssd_pages"].to_string(), p["dram_pages"].to_string());
+    let (ssd_pages, dram_pages) = (
+        format!("{}lines", p["ssd_pages"]),
+        format!("{}lines", p["dram_pages"]),
+    );
     let sim = sim_json(
         trace,
         &[
@@ -544,7 +547,7 @@ fn tier_run(trace: &Path, capacity: &str) -> (Value, Value) {
         &tiers,
         "--size",
         "33280KiB",
-        "--block-size",
+        "--tier-block",
         "4KiB",
         "--capacity",
         capacity,
@@ -721,4 +724,138 @@ fn reproduce_options_take_units() {
             "{args:?}: {e}"
         );
     }
+}
+
+/// `tiercache ARGS`, expected to fail: its stderr.
+fn refused(args: &[&str]) -> String {
+    let o = Command::new(common::bin()).args(args).output().unwrap();
+    assert!(!o.status.success(), "{args:?} must fail");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `tiercache ARGS`, expected to succeed: its stderr (warnings).
+fn warnings(args: &[&str]) -> String {
+    let o = Command::new(common::bin()).args(args).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{args:?}: {e}");
+    e
+}
+
+/// The `[default: N]` of `--OPT` in `tiercache CMD --help`.
+fn help_default(cmd: &[&str], opt: &str) -> String {
+    let mut args = cmd.to_vec();
+    args.push("--help");
+    let help = tiercache(&args);
+    let at = help
+        .find(&format!("--{opt} "))
+        .unwrap_or_else(|| panic!("{cmd:?}: no --{opt}"));
+    let rest = &help[at..];
+    let next = rest[2..].find("\n  -").map_or(rest.len(), |n| n + 2);
+    let d = rest[..next].split("[default: ").nth(1).expect("a default");
+    d[..d.find(']').unwrap()].to_string()
+}
+
+/// Each option means one thing in every command, spelled one way; the old
+/// spellings still work and say what replaces them.
+#[test]
+fn options_mean_the_same_in_every_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = |n: &str| tmp.path().join(n).to_str().unwrap().to_string();
+    // A bare number is bytes in `format --size` ...
+    std::fs::File::create(p("b.img"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    format_cache(
+        Path::new(&p("c.img")),
+        Path::new(&p("b.img")),
+        "8388608",
+        &[],
+    );
+    assert_eq!(std::fs::metadata(p("c.img")).unwrap().len(), 8 << 20);
+    // ... and never lines: the simulator's sizes refuse it, naming both spellings.
+    let t = tmp.path().join("t.csv");
+    std::fs::write(&t, "0,h,0,Read,0,4096,10\n1,h,0,Write,4096,4096,10\n").unwrap();
+    let t = t.to_str().unwrap();
+    for args in [
+        &["--cache-size", "64"][..],
+        &["--mode", "tier", "--fast-tier-size", "64"],
+        &["--mode", "tica", "--cache-size", "10%", "--dram-size", "64"],
+    ] {
+        let mut a = vec!["sim", "--trace", t, "--format", "msr"];
+        a.extend_from_slice(args);
+        let e = refused(&a);
+        assert!(
+            e.starts_with("tiercache: error: ")
+                && e.contains("64lines for 64 cache lines, 64B for bytes"),
+            "{args:?}: {e}"
+        );
+    }
+    let v = sim_json(Path::new(t), &["--cache-size", "2lines"]);
+    assert_eq!(v["cache_lines"], 2, "{v}");
+    // One queue-depth default for the simulator and the live replay.
+    assert_eq!(help_default(&["sim"], "queue-depth"), "1");
+    assert_eq!(help_default(&["replay"], "queue-depth"), "1");
+    // Bytes per trace block id: one default wherever a trace is read.
+    for cmd in [
+        &["sim"][..],
+        &["replay"],
+        &["trace", "convert"],
+        &["trace", "stats"],
+    ] {
+        assert_eq!(help_default(cmd, "block-size"), "512B", "{cmd:?}");
+    }
+    // `check` takes the device as --cache like every command; the positional
+    // form still works and says so.
+    assert!(!warnings(&["check", "--cache", &p("c.img")]).contains("deprecated"));
+    let e = warnings(&["check", &p("c.img")]);
+    assert!(
+        e.contains("`check CACHE` is deprecated; use `check --cache"),
+        "{e}"
+    );
+    assert!(!tiercache(&["check", "--help"]).contains("[CACHE]"));
+    // The tiered volume's block is --tier-block, as in `sim`; `--block-size`
+    // (a trace's bytes per block id elsewhere) still works, with a warning.
+    for n in ["fast.img", "slow.img"] {
+        std::fs::File::create(p(n))
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+    }
+    let tiers = format!("{},{}", p("fast.img"), p("slow.img"));
+    let fmt = ["format", "--mode", "tier", "--tiers", &tiers, "--force"];
+    let e = warnings(&[&fmt[..], &["--tier-block", "64KiB"]].concat());
+    assert!(!e.contains("deprecated"), "{e}");
+    let e = warnings(&[&fmt[..], &["--block-size", "64KiB"]].concat());
+    assert!(
+        e.contains("--block-size is deprecated; use --tier-block 64KiB"),
+        "{e}"
+    );
+    let e = refused(
+        &[
+            &fmt[..],
+            &["--block-size", "64KiB", "--tier-block", "64KiB"],
+        ]
+        .concat(),
+    );
+    assert!(
+        e.starts_with("tiercache: error: ") && e.contains("cannot be used with"),
+        "{e}"
+    );
+    // Output: `-o`/`--out` in every command that writes files.
+    for cmd in [
+        &["sim"][..],
+        &["reproduce", "azor"],
+        &["reproduce", "flashtier"],
+        &["trace", "convert"],
+        &["trace", "compressibility"],
+    ] {
+        let mut a = cmd.to_vec();
+        a.push("--help");
+        assert!(tiercache(&a).contains("-o, --out <"), "{cmd:?}");
+    }
+    // `trace convert --output`: the old spelling still works.
+    let out = p("t.tct");
+    tiercache(&["trace", "convert", t, "--format", "msr", "--output", &out]);
+    assert!(std::fs::metadata(&out).unwrap().len() > 0);
 }

@@ -170,14 +170,14 @@ fn tier_format_and_serve_refuse_a_volume_whose_metadata_does_not_fit() {
                 "fast.img,slow.img",
                 "--size",
                 "1GiB",
-                "--block-size",
+                "--tier-block",
                 block,
             ],
             env,
         )
     };
     let o = fmt("4KiB", &env);
-    assert_refusal(&o, "--block-size 64KiB or larger");
+    assert_refusal(&o, "--tier-block 64KiB or larger");
     assert!(
         !d.path().join("fast.img").exists(),
         "format left the fast tier behind"
@@ -190,7 +190,7 @@ fn tier_format_and_serve_refuse_a_volume_whose_metadata_does_not_fit() {
         &["serve", "--cache", "fast.img", "--listen", "unix:nbd.sock"],
         &env,
     );
-    assert_refusal(&o, "--block-size 64KiB or larger");
+    assert_refusal(&o, "--tier-block 64KiB or larger");
     // The block size it names fits.
     std::fs::remove_file(d.path().join("fast.img")).unwrap();
     let o = fmt("64KiB", &env);
@@ -262,7 +262,7 @@ fn tier_sparse_1tib_volume_restarts_after_kill9_within_its_bound() {
         &tiers,
         "--size",
         "64GiB",
-        "--block-size",
+        "--tier-block",
         "64KiB",
     ]);
     let sb = tiercache_tiered_volume::Superblock::read(&fast).unwrap();

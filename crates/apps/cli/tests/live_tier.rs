@@ -52,7 +52,7 @@ impl Volume {
             &tiers,
             "--size",
             "4MiB",
-            "--block-size",
+            "--tier-block",
             "64KiB",
             "--plan-every",
             "100",
@@ -257,7 +257,7 @@ fn format_refuses_what_it_would_destroy_and_bad_options() {
     assert!(o.status.success(), "{}", err(&o));
     // Bad options are named.
     for (extra, what) in [
-        (&["--block-size", "3KiB", "--force"][..], "block size"),
+        (&["--tier-block", "3KiB", "--force"][..], "block size"),
         (&["--tier-policy", "lru", "--force"][..], "tier policy"),
     ] {
         let o = fmt(extra);
@@ -509,7 +509,7 @@ fn sum_volume_fills_trims_and_fills_again() {
     let (v, text) = sum_volume(
         8 * MIB,
         16 * MIB,
-        &["--block-size", "64KiB", "--plan-every", "50"],
+        &["--tier-block", "64KiB", "--plan-every", "50"],
     );
     // 123 fast slots after 320 KiB of metadata, 256 slow slots, 2 scratch.
     let size: u64 = text

@@ -41,7 +41,7 @@ fn tier_rounds(label: &str, policy: &str, capacity: &str, rounds: u64, seed: u64
         backing_bytes: sum.then_some(12 << 20),
         format: Box::new(|d| {
             let args = "format --mode tier --tiers fast.img,slow.img --size 1MiB \
-                        --block-size 16KiB --plan-every 40 --tier-policy";
+                        --tier-block 16KiB --plan-every 40 --tier-policy";
             tiercache_in(d, &format!("{args} {policy} --capacity {capacity}"))
         }),
         serve: &["fast.img"],

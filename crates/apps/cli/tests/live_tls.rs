@@ -381,7 +381,7 @@ fn format_design(dir: &Path, design: &str) -> PathBuf {
             let tiers = format!("{},{b}", s(&fast));
             #[rustfmt::skip]
             run(Command::new(bin()).args(["format", "--mode", "tier", "--tiers", &tiers,
-                "--size", "8MiB", "--block-size", "64KiB"]));
+                "--size", "8MiB", "--tier-block", "64KiB"]));
             fast
         }
         _ => {

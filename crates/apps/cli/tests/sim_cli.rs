@@ -62,7 +62,7 @@ fn json_has_the_documented_fields() {
         "--trace",
         t.to_str().unwrap(),
         "--cache-size",
-        "32",
+        "32lines",
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -108,7 +108,7 @@ fn json_has_the_documented_fields() {
         "--trace",
         t.to_str().unwrap(),
         "--cache-size",
-        "32",
+        "32lines",
         "--json",
         "--no-timing",
     ]);
@@ -156,7 +156,7 @@ fn sweep_writes_json_array_csv_and_svg() {
         "--trace",
         t.to_str().unwrap(),
         "--cache-size",
-        "8,16,32",
+        "8lines,16lines,32lines",
         "--eviction",
         "lru,arc",
         "--json",
@@ -194,7 +194,7 @@ fn malformed_trace_line_names_file_and_line_and_skip_bad_counts() {
         "--format",
         "msr",
         "--cache-size",
-        "4",
+        "4lines",
     ]);
     assert!(e.contains("bad.csv:2"), "error names file and line: {e}");
     let out = ok(&[
@@ -204,7 +204,7 @@ fn malformed_trace_line_names_file_and_line_and_skip_bad_counts() {
         "--format",
         "msr",
         "--cache-size",
-        "4",
+        "4lines",
         "--skip-bad",
         "--json",
         "--no-timing",
@@ -269,7 +269,7 @@ fn truncated_compressed_trace_is_an_error() {
         "--format",
         "msr",
         "--cache-size",
-        "4",
+        "4lines",
         "--no-timing",
     ]);
     assert!(e.contains("cut.csv.gz"), "{e}");
@@ -280,34 +280,40 @@ fn impossible_configurations_say_what_is_allowed() {
     let d = tempfile::tempdir().unwrap();
     let t = msr_trace(d.path());
     let t = t.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["--cache-size", "2KiB", "--line-size", "4KiB"],
             "larger than the cache size",
         ),
-        (&["--cache-size", "0"], "zero"),
+        (&["--cache-size", "0lines"], "zero"),
+        // A bare number is bytes in `format --size`: here it is refused,
+        // naming both spellings, instead of meaning lines.
         (
-            &["--cache-size", "64", "--line-size", "3000B"],
+            &["--cache-size", "64"],
+            "64lines for 64 cache lines, 64B for bytes",
+        ),
+        (
+            &["--cache-size", "64lines", "--line-size", "3000B"],
             "power of two from 512 B to 1 MiB",
         ),
         (
-            &["--cache-size", "64", "--eviction", "lfu"],
+            &["--cache-size", "64lines", "--eviction", "lfu"],
             "allowed: lru, fifo, arc, s3fifo",
         ),
         (
-            &["--cache-size", "64", "--write-policy", "sideways"],
+            &["--cache-size", "64lines", "--write-policy", "sideways"],
             "allowed: write-back",
         ),
         (
-            &["--cache-size", "64", "--assoc", "0-way"],
+            &["--cache-size", "64lines", "--assoc", "0-way"],
             "allowed: direct",
         ),
         (
-            &["--cache-size", "64", "--admission", "maybe"],
+            &["--cache-size", "64lines", "--admission", "maybe"],
             "allowed: always, seq-cutoff, nhit, 2lbs",
         ),
         (
-            &["--cache-size", "4", "--assoc", "8-way"],
+            &["--cache-size", "4lines", "--assoc", "8-way"],
             "8-way needs at least 8 lines",
         ),
     ];
@@ -322,7 +328,7 @@ fn impossible_configurations_say_what_is_allowed() {
         "--trace",
         "/nonexistent/trace.csv",
         "--cache-size",
-        "4",
+        "4lines",
     ]);
     assert!(e.contains("does not exist"), "{e}");
     let e = fail(&[
@@ -332,7 +338,7 @@ fn impossible_configurations_say_what_is_allowed() {
         "--format",
         "nosuch",
         "--cache-size",
-        "4",
+        "4lines",
     ]);
     assert!(e.contains("allowed"), "{e}");
 }
@@ -360,7 +366,7 @@ fn trace_stats_and_convert_round_trip() {
         "--trace",
         t.to_str().unwrap(),
         "--cache-size",
-        "16",
+        "16lines",
         "--json",
         "--no-timing",
     ]);
@@ -371,7 +377,7 @@ fn trace_stats_and_convert_round_trip() {
         "--format",
         "native",
         "--cache-size",
-        "16",
+        "16lines",
         "--json",
         "--no-timing",
     ]);
@@ -436,7 +442,7 @@ fn results_schema_matches_the_doc() {
     let d = tempfile::tempdir().unwrap();
     let t = msr_trace(d.path());
     let t = t.to_str().unwrap();
-    let cache = ok(&["sim", "--trace", t, "--cache-size", "16", "--json"]);
+    let cache = ok(&["sim", "--trace", t, "--cache-size", "16lines", "--json"]);
     assert_eq!(
         json_keys(&cache),
         documented("cache", "json"),
@@ -448,7 +454,7 @@ fn results_schema_matches_the_doc() {
         "--trace",
         t,
         "--cache-size",
-        "8,16",
+        "8lines,16lines",
         "--no-timing",
         "--out",
         prefix.to_str().unwrap(),
@@ -522,7 +528,7 @@ fn sweep_svg_follows_the_plot_rules() {
         "--trace",
         t.to_str().unwrap(),
         "--cache-size",
-        "2,8,64,512",
+        "2lines,8lines,64lines,512lines",
         "--eviction",
         "lru,arc",
         "--line-size",
@@ -803,7 +809,7 @@ fn traces_that_hold_no_requests_are_refused() {
                 "--format",
                 format,
                 "--cache-size",
-                "4",
+                "4lines",
             ][..],
             &["trace", "stats", trace, "--format", format][..],
         ] {
@@ -828,7 +834,7 @@ fn traces_that_hold_no_requests_are_refused() {
                 "--format",
                 format,
                 "--cache-size",
-                "4",
+                "4lines",
             ];
             cmd.extend_from_slice(extra);
             let e = fail(&cmd);
@@ -851,7 +857,7 @@ fn traces_that_hold_no_requests_are_refused() {
         "--format",
         "msr",
         "--cache-size",
-        "4",
+        "4lines",
         "--skip-bad",
     ]);
     assert!(

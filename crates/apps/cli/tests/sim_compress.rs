@@ -256,7 +256,7 @@ fn bad_input_is_refused_with_a_reason() {
         "--trace",
         t,
         "--cache-size",
-        "16",
+        "16lines",
         "--compress",
         "lz4",
     ]);

@@ -114,7 +114,7 @@ fn like_a_tiered_volume() {
             &tiers,
             "--size",
             "4MiB",
-            "--block-size",
+            "--tier-block",
             "64KiB",
             "--tier-policy",
             "frequency",
@@ -185,7 +185,7 @@ fn like_a_three_level_cache() {
     assert!(pages > 0 && pages < 2048, "{like:#}");
     assert_eq!(like["dram_bytes"], 256 << 10, "{like:#}");
     assert_eq!(like["mode"], "tica-wed", "{like:#}");
-    let pages = pages.to_string();
+    let pages = format!("{pages}lines");
     for dev in [&wo, &ro] {
         assert_like(
             &trace,
@@ -199,7 +199,7 @@ fn like_a_three_level_cache() {
                 "--cache-size",
                 &pages,
                 "--dram-size",
-                "64",
+                "64lines",
             ],
             ["--dram-size", "1MiB"],
         );

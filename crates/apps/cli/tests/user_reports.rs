@@ -282,7 +282,7 @@ fn every_design_warns_of_a_cache_larger_than_its_backing() {
             "slow",
             "--size",
             "16MiB",
-            "--block-size",
+            "--tier-block",
             "64KiB",
         ]
         .into_iter()

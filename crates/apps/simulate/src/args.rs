@@ -12,11 +12,11 @@ use crate::policy::defaults as d;
 /// values; several values make a sweep over their cross product.
 #[derive(Args, Debug, Clone)]
 #[command(
-    after_help = "SIZE takes units (512B, 4KiB, 10GiB, 1.5GB); a plain integer is a number of cache lines; \
-a percentage is a share of the trace's footprint (unique blocks x line size).\n\n\
-Examples:\n  tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000 --line-size 512B --eviction lru,arc\n  \
+    after_help = "SIZE takes units (512B, 4KiB, 10GiB, 1.5GB), a number of cache lines (1000lines) or a \
+percentage; a bare number is refused (it is bytes in `format --size`). A percentage is a share of the trace's footprint (unique blocks x line size).\n\n\
+Examples:\n  tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000lines --line-size 512B --eviction lru,arc\n  \
 tiercache sim --trace ../shared/traces/disksim/ssd-postmark-aligned2.trace --format disksim --cache-size 1%,5%,10% --no-timing --json\n  \
-tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000,5000 --line-size 512B --no-timing --out oltp\n  \
+tiercache sim --trace ../shared/traces/arc/OLTP.lis.zst --cache-size 1000lines,5000lines --line-size 512B --no-timing --out oltp\n  \
 tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tier --fast-tier-size 8%\n  \
 tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tica --cache-size 10% --dram-size 1%"
 )]
@@ -31,7 +31,7 @@ pub struct SimArgs {
     /// Tiering: placement policy: oodt, frequency, hystor, raf.
     #[arg(long, default_value = "oodt")]
     pub tier_policy: String,
-    /// Tiering: fast tier size (SIZE or percentage of the footprint).
+    /// Tiering: fast tier size (SIZE, blocks as 100lines, or percentage of the footprint).
     #[arg(long)]
     pub fast_tier_size: Option<String>,
     /// Tiering: capacity rule, as `format --capacity`: sum (default: every
@@ -101,13 +101,13 @@ pub struct SimArgs {
     /// TICA: policy: ef, wed, adaptive.
     #[arg(long, default_value = "adaptive")]
     pub tica_policy: String,
-    /// TICA, uCache, S-RAC: DRAM level size (SIZE or percentage of the footprint).
+    /// TICA, uCache, S-RAC: DRAM level size (SIZE, pages as 100lines, or percentage of the footprint).
     #[arg(long)]
     pub dram_size: Option<String>,
     /// Trace format: msr, arc-lis, disksim, blkparse, fiu, tencent, systor, cloudphysics, vscsi, blockid, native [default: detected].
     #[arg(long)]
     pub format: Option<String>,
-    /// Cache size (list): SIZE, number of lines, or percentage of the footprint
+    /// Cache size (list): SIZE, lines (1000lines), or percentage of the footprint
     /// (required for --mode cache and the flash and three-level modes).
     #[arg(long, value_delimiter = ',')]
     pub cache_size: Vec<String>,
@@ -209,7 +209,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub skip_bad: bool,
     /// Bytes per block id for blockid, cloudphysics and arc-lis traces.
-    #[arg(long, default_value = "512B")]
+    #[arg(long, default_value = DEFAULT_TRACE_BLOCK)]
     pub block_size: String,
     /// Only this volume/LUN/disk of a multi-volume trace.
     #[arg(long)]
@@ -219,15 +219,20 @@ pub struct SimArgs {
     pub json: bool,
     /// Also write the results as PREFIX.csv and a figure as PREFIX.svg (nothing is written
     /// without it).
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(short = 'o', long, value_name = "PREFIX")]
     pub out: Option<PathBuf>,
     /// Parallel runs in a sweep [default: number of CPUs].
     #[arg(long)]
     pub jobs: Option<usize>,
 }
 
-/// Queue depth of closed-loop replay without `--queue-depth`.
+/// Queue depth of closed-loop replay without `--queue-depth`: `sim` and
+/// `replay` alike, so a replay is comparable to its simulation as given.
 pub const DEFAULT_QUEUE_DEPTH: u32 = 1;
+
+/// `--block-size` of traces that count in block ids (blockid, cloudphysics,
+/// arc-lis): bytes per id, for every command that reads a trace.
+pub const DEFAULT_TRACE_BLOCK: &str = "512B";
 
 /// `--replay` and `--queue-depth`: `None` for open-loop replay, else the
 /// queue depth of closed-loop replay. Without `--replay`, replay is open when

@@ -9,6 +9,6 @@ pub mod compress;
 pub mod modes;
 pub mod policy;
 
-pub use args::{replay_choice, SimArgs, DEFAULT_QUEUE_DEPTH};
+pub use args::{replay_choice, SimArgs, DEFAULT_QUEUE_DEPTH, DEFAULT_TRACE_BLOCK};
 pub use modes::{BadOption, ModeOutput};
 pub use policy::{parse_2lbs_levels, PolicyError, PolicySpec};

@@ -1,5 +1,5 @@
-//! Sizes as users write them: `512B`, `4KiB`, `10GiB`, `1.5GB`, a plain
-//! integer (a number of cache lines), or a percentage of the trace footprint;
+//! Sizes as users write them: `512B`, `4KiB`, `10GiB`, `1.5GB`, a number of
+//! cache lines (`1000lines`), or a percentage of the trace footprint;
 //! fractions (`10%` or `0.1`) and durations (`500ms`, `10s`, `2m`): the one
 //! parser of each for every command.
 
@@ -33,7 +33,7 @@ impl fmt::Display for SizeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SizeSpec::Bytes(b) => f.write_str(&format_bytes(*b)),
-            SizeSpec::Lines(n) => write!(f, "{n}"),
+            SizeSpec::Lines(n) => write!(f, "{n}lines"),
             SizeSpec::Percent(p) => write!(f, "{p}%"),
         }
     }
@@ -89,12 +89,15 @@ fn negative(s: &str, t: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Parse a size: bytes with a unit, a plain integer (lines) or a percentage.
+/// The units a cache size may carry, for the messages that list them.
+const SIZE_UNITS: &str = "a number with a unit such as 512B, 4KiB, 10GiB, 1.5GB; a number of cache lines such as 1000lines; or a percentage of the trace footprint such as 10%";
+
+/// Parse a cache size: bytes with a unit, lines (`1000lines`) or a
+/// percentage of the footprint. A bare number is refused: it is bytes in
+/// `format --size` and was lines here, so it would mean two things.
 pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
     let t = s.trim();
-    let err = || {
-        format!("invalid size '{s}' (allowed: a number with a unit such as 512B, 4KiB, 10GiB, 1.5GB; a plain integer number of cache lines; or a percentage of the trace footprint such as 10%)")
-    };
+    let err = || format!("invalid size '{s}' (allowed: {SIZE_UNITS})");
     negative(s, t)?;
     if let Some(p) = t.strip_suffix('%') {
         let v: f64 = p.trim().parse().map_err(|_| err())?;
@@ -104,6 +107,16 @@ pub fn parse_size(s: &str) -> Result<SizeSpec, String> {
         return Ok(SizeSpec::Percent(v));
     }
     if let Ok(n) = t.parse::<u64>() {
+        return Err(format!(
+            "invalid size '{s}': a number needs a unit here ({n}lines for {n} cache lines, {n}B for bytes; allowed: {SIZE_UNITS})"
+        ));
+    }
+    let lower = t.to_ascii_lowercase();
+    if let Some(n) = lower
+        .strip_suffix("lines")
+        .or_else(|| lower.strip_suffix("line"))
+    {
+        let n: u64 = n.trim().parse().map_err(|_| err())?;
         if n == 0 {
             return Err(format!(
                 "invalid size '{s}': zero (allowed: at least one line)"
@@ -251,9 +264,29 @@ mod tests {
         assert_eq!(parse_size("4k"), Ok(SizeSpec::Bytes(4096)));
         assert_eq!(parse_size("10GiB"), Ok(SizeSpec::Bytes(10 << 30)));
         assert_eq!(parse_size("1.5GB"), Ok(SizeSpec::Bytes(1_500_000_000)));
-        assert_eq!(parse_size("1000"), Ok(SizeSpec::Lines(1000)));
+        assert_eq!(parse_size("1000lines"), Ok(SizeSpec::Lines(1000)));
+        assert_eq!(parse_size("1 line"), Ok(SizeSpec::Lines(1)));
+        assert_eq!(parse_size(" 20 Lines "), Ok(SizeSpec::Lines(20)));
         assert_eq!(parse_size("10%"), Ok(SizeSpec::Percent(10.0)));
-        assert!(parse_size("0").unwrap_err().contains("zero"));
+        assert!(parse_size("0lines").unwrap_err().contains("zero"));
+        assert!(parse_size("1.5lines").unwrap_err().contains("allowed"));
+        // What a spec prints parses back to the same spec.
+        for spec in [
+            SizeSpec::Lines(7),
+            SizeSpec::Percent(2.5),
+            SizeSpec::Bytes(4096),
+        ] {
+            assert_eq!(parse_size(&spec.to_string().replace(' ', "")), Ok(spec));
+        }
+        // A bare number is refused (it is bytes in `format --size`), and the
+        // message gives both spellings it could have meant.
+        for bare in ["1000", "0", " 64 "] {
+            let e = parse_size(bare).unwrap_err();
+            assert!(
+                e.contains("lines for") && e.contains("B for bytes"),
+                "{bare}: {e}"
+            );
+        }
         // Byte counts: a plain integer is bytes, and the error says so.
         assert_eq!(parse_bytes("4096"), Ok(4096));
         assert!(parse_bytes("0").unwrap_err().contains("at least 1 byte"));

@@ -35,7 +35,7 @@ pub struct CompressibilityArgs {
     pub json: bool,
     /// Write the result as a model file for `sim --compress
     /// --compressibility FILE`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 }
 

@@ -50,8 +50,9 @@ pub struct ReplayArgs {
     /// NBD server: nbd+unix:///EXPORT?socket=PATH or nbd://HOST[:PORT]/EXPORT.
     #[arg(long)]
     pub uri: String,
-    /// Requests in flight at most (closed loop: always this many).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// Requests in flight at most (closed loop: always this many), as `sim --queue-depth`;
+    /// raise it to load the server (e.g. 32).
+    #[arg(long, default_value_t = tiercache_simulate::DEFAULT_QUEUE_DEPTH, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub queue_depth: u32,
     /// Open loop: issue each request at its trace timestamp divided by X (1: real time), still
     /// bounded by --queue-depth.
@@ -70,7 +71,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub skip_bad: bool,
     /// Bytes per block id for blockid, cloudphysics and arc-lis traces.
-    #[arg(long, default_value = "512B")]
+    #[arg(long, default_value = tiercache_simulate::DEFAULT_TRACE_BLOCK)]
     pub block_size: String,
     /// Only this volume/LUN/disk of a multi-volume trace.
     #[arg(long)]

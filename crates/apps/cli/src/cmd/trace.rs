@@ -43,7 +43,7 @@ pub struct Input {
     #[arg(long)]
     pub skip_bad: bool,
     /// Bytes per block id for blockid, cloudphysics and arc-lis traces.
-    #[arg(long, default_value = "512B")]
+    #[arg(long, default_value = tiercache_simulate::DEFAULT_TRACE_BLOCK)]
     pub block_size: String,
     /// Only this volume/LUN/disk of a multi-volume trace.
     #[arg(long)]
@@ -66,8 +66,8 @@ pub struct StatsArgs {
 pub struct ConvertArgs {
     #[command(flatten)]
     pub input: Input,
-    /// Output file.
-    #[arg(short, long)]
+    /// Output file (`--output` is the old spelling, still accepted).
+    #[arg(short = 'o', long = "out", alias = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Output format: native, blockid, msr.
     #[arg(long, default_value = "native")]

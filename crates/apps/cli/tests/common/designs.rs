@@ -103,7 +103,7 @@ impl DesignSetup {
                     &tiers,
                     "--size",
                     "8MiB",
-                    "--block-size",
+                    "--tier-block",
                     "64KiB",
                 ]);
                 fast

@@ -22,6 +22,10 @@ pub mod superblock;
 pub mod volume;
 
 pub use design::Tiered;
+
+/// `format --mode tier --tier-block` without a value: large enough that the
+/// fast device sees erase-block-sized writes and the tables stay small.
+pub const DEFAULT_TIER_BLOCK: &str = "1MiB";
 pub use journal::RecoveryReport;
 pub use superblock::{is_tiered_volume, Capacity, Superblock};
 pub use volume::{

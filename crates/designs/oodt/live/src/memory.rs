@@ -113,13 +113,13 @@ pub fn check_fits(
             .map(|s| 1u64 << s)
             .find(|&bs| at(bs) <= allowance as f64);
         match fits {
-            Some(bs) => format!("format it with --block-size {} or larger", size_arg(bs)),
+            Some(bs) => format!("format it with --tier-block {} or larger", size_arg(bs)),
             None => "no block size up to 4MiB fits: use a smaller volume".to_string(),
         }
     })
 }
 
-/// A size as `--block-size` takes it.
+/// A size as `--tier-block` takes it.
 fn size_arg(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{}MiB", b >> 20)

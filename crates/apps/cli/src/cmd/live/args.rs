@@ -114,9 +114,19 @@ pub struct TierFormatArgs {
     /// block; choose slow when the volume must stay exactly the disk.
     #[arg(long, default_value = "sum")]
     pub capacity: String,
-    /// Tiered volume: block size, a power of two from 4KiB to 4MiB.
-    #[arg(long, allow_hyphen_values = true, default_value = "1MiB")]
-    pub block_size: String,
+    /// Tiered volume: block size, a power of two from 4KiB to 4MiB (as `sim --tier-block`)
+    /// [default: 1MiB].
+    #[arg(long, allow_hyphen_values = true)]
+    pub tier_block: Option<String>,
+    /// Deprecated spelling of --tier-block (`--block-size` is the bytes per block id of a
+    /// trace in `sim`, `replay` and `trace`): still accepted, with a warning.
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        hide = true,
+        conflicts_with = "tier_block"
+    )]
+    pub block_size: Option<String>,
     /// Tiered volume: placement policy: oodt, frequency, hystor, raf.
     #[arg(long, default_value = "oodt")]
     pub tier_policy: String,
@@ -408,10 +418,14 @@ impl CtlArgs {
 /// `tiercache check`: verify the metadata of a cache that is not in use.
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Cache device (or give it with --cache, as the other commands take it).
-    #[arg(value_name = "CACHE", required_unless_present = "cache_opt")]
+    /// Deprecated spelling of --cache (`check CACHE`): still accepted, with a warning.
+    #[arg(
+        value_name = "CACHE",
+        required_unless_present = "cache_opt",
+        hide = true
+    )]
     pub cache: Option<PathBuf>,
-    /// Cache device.
+    /// Cache device (file or block device), as every command takes it.
     #[arg(long = "cache", value_name = "PATH", conflicts_with = "cache")]
     pub cache_opt: Option<PathBuf>,
     /// Print JSON.

@@ -428,7 +428,17 @@ fn unit(v: &serde_json::Value) -> &str {
 
 /// `tiercache check`: verify the metadata of a device that is not in use.
 pub fn check(a: CheckArgs) -> Result<()> {
-    let cache = a.cache.or(a.cache_opt).expect("clap requires one of them");
+    let cache = match (a.cache, a.cache_opt) {
+        (_, Some(c)) => c,
+        (Some(c), None) => {
+            eprintln!(
+                "tiercache: warning: `check CACHE` is deprecated; use `check --cache {}`",
+                c.display()
+            );
+            c
+        }
+        (None, None) => bail!("--cache is required"),
+    };
     if !cache.exists() {
         bail!("{} does not exist", cache.display());
     }

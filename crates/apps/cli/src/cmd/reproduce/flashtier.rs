@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long, default_value = "../shared/traces")]
     pub traces: std::path::PathBuf,
     /// Also write the tables as PREFIX-vii.csv and PREFIX-vi.csv.
-    #[arg(long, value_name = "PREFIX")]
+    #[arg(short = 'o', long, value_name = "PREFIX")]
     pub out: Option<PathBuf>,
     /// Cache size as a share of each workload's unique blocks (FlashTier: 0.25).
     #[arg(long, default_value = "25%", value_parser = tiercache_sim::units::parse_fraction)]

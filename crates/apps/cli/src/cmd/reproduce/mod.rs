@@ -30,7 +30,7 @@ pub struct RunArgs {
     pub traces: PathBuf,
     /// Folder for the report (PAPER.md), the CSV tables and the figures
     /// (created if absent).
-    #[arg(long)]
+    #[arg(short = 'o', long, value_name = "DIR")]
     pub out: PathBuf,
     /// A short run (fewer traces and sizes, short live runs): under 10 minutes.
     #[arg(long)]

@@ -62,7 +62,7 @@ pub fn run(mut a: SimArgs) -> Result<()> {
         None => None,
     };
     if a.cache_size.is_empty() && like.is_none() {
-        bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines, or a percentage of the footprint such as 10%), or --like CACHE_DEVICE");
+        bail!("--cache-size is required (a SIZE such as 64MiB, a number of lines such as 1000lines, or a percentage of the footprint such as 10%), or --like CACHE_DEVICE");
     }
     let format = match &a.format {
         Some(f) => Some(f.parse::<Format>().map_err(|e| anyhow::anyhow!("{e}"))?),
@@ -137,8 +137,11 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
         }
         let pages = tiercache_three_level::policy_ssd_pages(slots);
         a.tica_policy = info.tica_policy.clone();
-        a.cache_size = vec![pages.to_string()];
-        a.dram_size = Some((info.dram_bytes / tiercache_three_level::PAGE).to_string());
+        a.cache_size = vec![format!("{pages}lines")];
+        a.dram_size = Some(format!(
+            "{}lines",
+            info.dram_bytes / tiercache_three_level::PAGE
+        ));
         a.line_size = vec![format!("{}B", tiercache_three_level::PAGE)];
         return Ok(Some("tica"));
     }

@@ -33,7 +33,17 @@ fn format_tiered(
     let Some([fast, slow]) = tiers else {
         bail!("--mode tier needs --tiers FAST,SLOW (exactly two paths)");
     };
-    let block = parse_bytes(&a.block_size).map_err(anyhow::Error::msg)?;
+    let block = match (&a.tier_block, &a.block_size) {
+        (Some(b), _) => b.as_str(),
+        (None, Some(b)) => {
+            eprintln!(
+                "tiercache: warning: format --block-size is deprecated; use --tier-block {b}"
+            );
+            b.as_str()
+        }
+        (None, None) => tiercache_tiered_volume::DEFAULT_TIER_BLOCK,
+    };
+    let block = parse_bytes(block).map_err(anyhow::Error::msg)?;
     let block = u32::try_from(block).context("block size too large")?;
     let policy: PolicyKind = a.tier_policy.parse().map_err(anyhow::Error::msg)?;
     let cfg = VolumeConfig {
@@ -126,7 +136,7 @@ fn print_stats(v: &serde_json::Value) {
     );
 }
 
-/// `tiercache check FAST` on a tiered volume that is not being served.
+/// `tiercache check --cache FAST` on a tiered volume that is not being served.
 fn check(fast: &std::path::Path, json: bool) -> Result<()> {
     let r = tiercache_tiered_volume::check_volume(fast)?;
     super::CheckOutput {
