@@ -1126,6 +1126,84 @@ fn ssd_cache_over_a_slow_remote() {
     assert_eq!(st["backing"]["state"], "connected");
 }
 
+/// The most requests the remote had in flight at once, from nbdkit's log
+/// filter: each request logs a line when it starts (`connection=N Read
+/// id=M ... ...`) and one when it returns (`...Read id=M return=0`).
+fn max_in_flight(nbdkit_log: &str) -> usize {
+    const OPS: [&str; 5] = ["Read", "Write", "Flush", "Trim", "Zero"];
+    let (mut now, mut max) = (0usize, 0usize);
+    for line in nbdkit_log.lines() {
+        let Some(rest) = line.split(" connection=").nth(1) else {
+            continue;
+        };
+        let Some(op) = rest.split_whitespace().nth(1) else {
+            continue;
+        };
+        if op.strip_prefix("...").is_some_and(|o| OPS.contains(&o)) {
+            now = now.saturating_sub(1);
+        } else if OPS.contains(&op) && line.ends_with(" ...") {
+            now += 1;
+            max = max.max(now);
+        }
+    }
+    max
+}
+
+/// Misses go to the remote pipelined, not one per I/O thread: fio reads at
+/// queue depth 16 over data the SSD cache does not hold (nbdkit with a
+/// 50 ms delay and its log filter), and the remote sees at least 8 reads in
+/// flight at once (the I/O engine has 4 threads; before, it saw at most 4).
+#[test]
+fn ssd_cache_misses_are_pipelined() {
+    if !have("fio") {
+        eprintln!("SKIPPED: `fio` is not installed");
+        return;
+    }
+    let Some(Rig {
+        dir,
+        remote: _remote,
+        sock,
+        cache,
+        log,
+        ..
+    }) = rig(
+        Kind::Nbdkit,
+        &["--filter=log", "--filter=delay"],
+        &["rdelay=50ms", "wdelay=50ms", "logfile={dir}/nbdkit.log"],
+        Over::SsdCache("write-back"),
+    )
+    else {
+        return;
+    };
+    let p = ServeProc::start_with(&cache, &sock, &log, &["--io-engine", "auto"]);
+    let st = Command::new("fio")
+        .args([
+            "--name=misses",
+            FIO_NO_STATE,
+            "--ioengine=nbd",
+            &format!("--uri=nbd+unix:///?socket={}", sock.display()),
+            "--rw=randread",
+            "--bs=4k",
+            "--iodepth=16",
+            &format!("--offset={}", BLOCKS * 4096),
+            "--size=32M",
+            "--number_ios=320",
+            "--randrepeat=0",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run fio");
+    assert!(st.success(), "fio failed; serve log:\n{}", tail(&p.log));
+    let nlog = std::fs::read_to_string(dir.path().join("nbdkit.log")).unwrap();
+    let most = max_in_flight(&nlog);
+    eprintln!("most requests in flight at the remote: {most}");
+    assert!(
+        most >= 8,
+        "at most {most} requests were in flight at the remote while fio read at queue depth 16"
+    );
+    assert_eq!(p.stats()["backing"]["state"], "connected");
+}
+
 /// `nbds://`: the SSD cache over nbdkit with `--tls=require`. fio verify
 /// passes through the cache, and after `detach` the remote alone (read by
 /// libnbd over TLS) holds what fio wrote. A plain `nbd+unix://` URI, a CA that

@@ -51,10 +51,10 @@ impl IoOp {
 }
 
 /// Called exactly once with the result of a submitted op: the data for a
-/// read, an empty vector otherwise. Runs on an engine thread: keep it short
-/// (send on a channel, wake a task), and do not call [`Engine::submit`] on
-/// the same engine from it: with a full queue that blocks the engine's own
-/// thread and can deadlock.
+/// read, an empty vector otherwise. Runs on an engine thread (or a device's
+/// own, see [`BlockDev::submit`]): keep it short (send on a channel, wake a
+/// task), and do not call [`Engine::submit`] on the same engine from it:
+/// with a full queue that blocks the engine's own thread and can deadlock.
 pub type Completion = Box<dyn FnOnce(io::Result<Vec<u8>>) + Send + 'static>;
 
 /// The future returned by [`Engine::run`].

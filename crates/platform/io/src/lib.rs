@@ -14,7 +14,9 @@
 //!   order, with a callback ([`Engine::submit`]) or a future
 //!   ([`Engine::run`], for the tokio-based NBD server).
 //!   [`PoolEngine`] is a portable thread pool, [`UringEngine`] uses io_uring
-//!   for files and block devices and the pool for everything else.
+//!   for files and block devices and the pool for everything else. Both
+//!   hand an op to a device that submits asynchronously itself
+//!   ([`BlockDev::submit`]: a remote [`NbdDev`], many requests in flight).
 //! - Test and emulation wrappers: [`FaultyDev`] injects EIO errors,
 //!   [`CrashDev`] emulates a volatile write cache that loses unflushed writes
 //!   on a crash, [`EmulatedHdd`] delays every operation as the HDD model of
@@ -71,6 +73,7 @@ pub use file::{FileDev, FileDevOptions};
 pub use mem::MemDev;
 pub use nbd::{
     is_nbd_uri, nbd_defaults, set_nbd_defaults, NbdDev, NbdOptions, RemoteState, RemoteStatus,
+    DEFAULT_MAX_IN_FLIGHT as NBD_MAX_IN_FLIGHT, MAX_REQUEST as NBD_MAX_REQUEST,
 };
 pub use pool::PoolEngine;
 pub use uring::{UringEngine, UringStats};
@@ -289,6 +292,20 @@ pub trait BlockDev: Send + Sync {
     fn note_error(&self, write: bool) {
         let _ = write;
     }
+
+    /// Start `op` without blocking and call `done` once with its result, for
+    /// a device whose operations wait on something other than this
+    /// machine's threads: [`NbdDev`] sends it on its connections, many in
+    /// flight, and completes it when the server replies. Engines offer every
+    /// op here first, so such a device is not limited by their threads.
+    /// `Err` hands `op` and `done` back untouched: the device has no such
+    /// path for this op (the default), run it with the methods above.
+    /// `done` runs on a thread of the device, or on the caller's thread for
+    /// an op that completes at once (a range error). Wrappers that add
+    /// behaviour must keep the default.
+    fn submit(&self, op: IoOp, done: Completion) -> Result<(), (IoOp, Completion)> {
+        Err((op, done))
+    }
 }
 
 /// Keep a buffered device's page cache in 4 KiB folios, for a cache that
@@ -488,6 +505,9 @@ impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     }
     fn note_error(&self, write: bool) {
         (**self).note_error(write)
+    }
+    fn submit(&self, op: IoOp, done: Completion) -> Result<(), (IoOp, Completion)> {
+        (**self).submit(op, done)
     }
 }
 

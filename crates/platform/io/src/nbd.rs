@@ -9,26 +9,40 @@
 //! opened when the server advertises `CAN_MULTI_CONN`; FLUSH, FUA, TRIM and
 //! WRITE_ZEROES pass through when the server advertises them.
 //!
+//! Asynchronous ops ([`BlockDev::submit`], which the I/O engines use): a
+//! dispatcher thread sends each op on the next connection, with up to
+//! [`NbdOptions::max_in_flight`] of them in flight (more wait in its queue),
+//! and the connection's receiver thread completes it when the reply
+//! arrives: no thread waits for a round trip, so misses and write-backs go
+//! out as many as the cache has. An op that needs more than one request
+//! (longer than [`MAX_REQUEST`], or a FUA write to a server without FUA)
+//! runs on the blocking methods instead.
+//!
 //! Outages: a request whose connection breaks (or cannot be made) is retried
 //! on a new connection with exponential backoff until it succeeds or the
 //! configured timeout has passed since its first failure; then it fails
-//! with `EIO`. An error the *server* returns (e.g. `EIO` from its disk) is
-//! not retried. Writes are positional, so resending one after a broken
+//! with `EIO` (an asynchronous op does this on a thread of its own, so the
+//! same rules hold). An error the *server* returns (e.g. `EIO` from its
+//! disk) is not retried. Writes are positional, so resending one after a broken
 //! connection is harmless. [`NbdDev::status`] (also
 //! [`BlockDev::remote_status`]) says whether the remote is connected or
 //! since when it is being reconnected; transitions are logged.
 
+use crate::engine::{Completion, IoOp};
 use crate::{check_range, Access, BlockDev};
 use std::collections::HashMap;
 use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use tiercache_nbd_client as nbd;
 
 /// Largest single request sent (longer ones are split).
-const MAX_REQUEST: u64 = 8 << 20;
+pub const MAX_REQUEST: u64 = 8 << 20;
+/// Default of [`NbdOptions::max_in_flight`] (`serve --backing-queue-depth`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 /// First and largest pause between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -47,6 +61,9 @@ pub struct NbdOptions {
     pub connections: usize,
     /// How long a request keeps retrying an unreachable server before it fails with EIO.
     pub timeout: Duration,
+    /// Most asynchronous requests ([`BlockDev::submit`]) in flight on all
+    /// connections together; more wait in the device's queue.
+    pub max_in_flight: usize,
 }
 
 impl Default for NbdOptions {
@@ -54,6 +71,7 @@ impl Default for NbdOptions {
         NbdOptions {
             connections: 4,
             timeout: Duration::from_secs(30),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
@@ -125,26 +143,62 @@ struct Live {
 #[derive(Default)]
 struct Waiters {
     dead: bool,
-    map: HashMap<u64, SyncSender<io::Result<nbd::Reply>>>,
+    map: HashMap<u64, Waiter>,
+}
+
+/// Who gets a reply: a blocked caller, or an asynchronous op.
+enum Waiter {
+    Blocked(SyncSender<io::Result<nbd::Reply>>),
+    Async(Job),
 }
 
 impl Live {
-    /// Mark broken: fail every waiter, refuse new ones, close the socket.
+    /// Mark broken: fail every blocked waiter, hand every asynchronous op to
+    /// a retry thread, refuse new ones, close the socket.
     fn kill(&self, why: &str) {
         let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         w.dead = true;
-        for (_, tx) in w.map.drain() {
-            let _ = tx.try_send(Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                why.to_string(),
-            )));
-        }
+        let waiting: Vec<Waiter> = w.map.drain().map(|(_, v)| v).collect();
         drop(w);
+        for waiter in waiting {
+            match waiter {
+                Waiter::Blocked(tx) => {
+                    let _ = tx.try_send(Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        why.to_string(),
+                    )));
+                }
+                Waiter::Async(job) => Inner::retry(job, Some(why)),
+            }
+        }
         self.sender
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .shutdown();
     }
+}
+
+/// One asynchronous op: a single request, and whom to tell.
+struct Job {
+    dev: Arc<Inner>,
+    typ: u16,
+    flags: u16,
+    offset: u64,
+    len: u32,
+    /// A write's bytes (shared with the send, kept for a resend).
+    payload: Arc<Vec<u8>>,
+    done: Completion,
+}
+
+/// What an op needs from the server.
+enum Plan {
+    /// Nothing (an empty range, a flush or trim the server does not take):
+    /// this result at once.
+    Now(io::Result<Vec<u8>>),
+    /// One request: type and flags.
+    Request(u16, u16),
+    /// More than one request: the blocking methods run it.
+    Blocking,
 }
 
 #[derive(Default)]
@@ -162,6 +216,14 @@ struct Outage {
 
 /// A remote NBD export as a [`BlockDev`] (see the module docs).
 pub struct NbdDev {
+    inner: Arc<Inner>,
+    /// The dispatcher's queue, started by the first asynchronous op (`None`:
+    /// its thread could not start; the blocking methods run every op).
+    queue: OnceLock<Option<crossbeam_channel::Sender<Job>>>,
+}
+
+/// The device's state, shared with the dispatcher and the ops in flight.
+struct Inner {
     uri: nbd::Uri,
     name: String,
     size: u64,
@@ -173,6 +235,9 @@ pub struct NbdDev {
     outage: Mutex<Option<Outage>>,
     reconnects: AtomicU64,
     timeouts: AtomicU64,
+    /// Asynchronous requests in flight; the dispatcher waits on `room`.
+    in_flight: Mutex<usize>,
+    room: Condvar,
 }
 
 /// Why a request did not complete on a connection.
@@ -214,7 +279,7 @@ impl NbdDev {
         }
         let multi = client.flags & nbd::TFLAG_CAN_MULTI_CONN != 0;
         let n = if multi { opts.connections.max(1) } else { 1 };
-        let dev = NbdDev {
+        let dev = Inner {
             name: parsed.to_string(),
             uri: parsed,
             size: client.size,
@@ -226,6 +291,8 @@ impl NbdDev {
             outage: Mutex::new(None),
             reconnects: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            in_flight: Mutex::new(0),
+            room: Condvar::new(),
         };
         *dev.slots[0].live.lock().unwrap_or_else(|e| e.into_inner()) = Some(start(client));
         tracing::info!(
@@ -240,16 +307,49 @@ impl NbdDev {
             },
             if multi { ", multi-conn" } else { "" }
         );
-        Ok(dev)
+        Ok(NbdDev {
+            inner: Arc::new(dev),
+            queue: OnceLock::new(),
+        })
     }
 
     /// Transmission flags the server advertised (`tiercache_nbd_client::TFLAG_*`).
     pub fn flags(&self) -> u16 {
-        self.flags
+        self.inner.flags
     }
 
     /// Connection state and counters.
     pub fn status(&self) -> RemoteStatus {
+        self.inner.status()
+    }
+
+    /// The dispatcher's queue, starting its thread on first use.
+    fn queue(&self) -> Option<&crossbeam_channel::Sender<Job>> {
+        self.queue
+            .get_or_init(|| {
+                let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+                let inner = Arc::clone(&self.inner);
+                match std::thread::Builder::new()
+                    .name("nbd-backing-tx".into())
+                    .spawn(move || inner.dispatch(rx))
+                {
+                    Ok(_) => Some(tx),
+                    Err(e) => {
+                        tracing::warn!(
+                            "NBD backing {}: cannot start the dispatcher thread ({e}); \
+                             requests run one per I/O thread",
+                            self.inner.name
+                        );
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+}
+
+impl Inner {
+    fn status(&self) -> RemoteStatus {
         let state = match &*self.outage.lock().unwrap_or_else(|e| e.into_inner()) {
             None => RemoteState::Connected,
             Some(o) if o.started.elapsed() > self.opts.timeout => RemoteState::Error {
@@ -317,7 +417,7 @@ impl NbdDev {
                     self.drop_live(slot, &live);
                     return Err(Failure::Link("connection closed".into()));
                 }
-                w.map.insert(s.next_cookie(), tx);
+                w.map.insert(s.next_cookie(), Waiter::Blocked(tx));
             }
             if let Err(e) = s.send(typ, flags, offset, len, payload) {
                 drop(s);
@@ -357,7 +457,20 @@ impl NbdDev {
         len: u32,
         payload: &[u8],
     ) -> io::Result<Vec<u8>> {
-        let mut first_failure: Option<Instant> = None;
+        self.request_from(None, typ, flags, offset, len, payload)
+    }
+
+    /// [`Inner::request`] of a request that first failed at `first_failure`
+    /// (its timeout counts from then).
+    fn request_from(
+        &self,
+        mut first_failure: Option<Instant>,
+        typ: u16,
+        flags: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> io::Result<Vec<u8>> {
         let mut backoff = BACKOFF_MIN;
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
@@ -392,6 +505,165 @@ impl NbdDev {
                 }
             }
         }
+    }
+
+    /// What `op` needs from the server (see [`Plan`]).
+    fn plan(&self, op: &IoOp) -> Plan {
+        let fits = |n: u64| n <= MAX_REQUEST;
+        match op {
+            IoOp::Read { offset, len } => {
+                let n = *len as u64;
+                if let Err(e) = check_range(&self.name, self.size, Access::Read, *offset, n) {
+                    Plan::Now(Err(e))
+                } else if n == 0 {
+                    Plan::Now(Ok(Vec::new()))
+                } else if fits(n) {
+                    Plan::Request(nbd::CMD_READ, 0)
+                } else {
+                    Plan::Blocking
+                }
+            }
+            IoOp::Write { offset, data, fua } => {
+                let n = data.len() as u64;
+                let fua_flag = if *fua { nbd::CMD_FLAG_FUA } else { 0 };
+                if let Err(e) = check_range(&self.name, self.size, Access::Write, *offset, n) {
+                    Plan::Now(Err(e))
+                } else if n == 0 && !*fua {
+                    Plan::Now(Ok(Vec::new()))
+                } else if n == 0 || !fits(n) || (*fua && self.flags & nbd::TFLAG_SEND_FUA == 0) {
+                    Plan::Blocking
+                } else {
+                    Plan::Request(nbd::CMD_WRITE, fua_flag)
+                }
+            }
+            IoOp::Trim { offset, len } => {
+                if let Err(e) = check_range(&self.name, self.size, Access::Trim, *offset, *len) {
+                    Plan::Now(Err(e))
+                } else if *len == 0 || self.flags & nbd::TFLAG_SEND_TRIM == 0 {
+                    Plan::Now(Ok(Vec::new()))
+                } else if fits(*len) {
+                    Plan::Request(nbd::CMD_TRIM, 0)
+                } else {
+                    Plan::Blocking
+                }
+            }
+            IoOp::Flush if self.flags & nbd::TFLAG_SEND_FLUSH == 0 => Plan::Now(Ok(Vec::new())),
+            IoOp::Flush => Plan::Request(nbd::CMD_FLUSH, 0),
+        }
+    }
+
+    /// The dispatcher: send each queued op once fewer than
+    /// `max_in_flight` are in flight; returns when the device is dropped
+    /// and its queue is empty.
+    fn dispatch(self: Arc<Self>, rx: crossbeam_channel::Receiver<Job>) {
+        let max = self.opts.max_in_flight.max(1);
+        for job in rx {
+            {
+                let mut n = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+                while *n >= max {
+                    n = self.room.wait(n).unwrap_or_else(|e| e.into_inner());
+                }
+                *n += 1;
+            }
+            self.send_async(job);
+        }
+    }
+
+    /// Send `job` on the next connection, its reply to complete it; a
+    /// connection not (or no longer) there hands it to a retry thread.
+    fn send_async(&self, job: Job) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = &self.slots[i];
+        let live = slot.live.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(live) = live else {
+            // Not connected yet (or reconnecting): connecting blocks, so a
+            // thread of its own does it, with the usual retries.
+            return Inner::retry(job, None);
+        };
+        let (typ, flags, offset, len) = (job.typ, job.flags, job.offset, job.len);
+        let payload = Arc::clone(&job.payload);
+        let mut s = live.sender.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut w = live.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            if w.dead {
+                drop(w);
+                drop(s);
+                self.drop_live(slot, &live);
+                return Inner::retry(job, Some("connection closed"));
+            }
+            // Registered before sending, so no reply arrives unannounced.
+            w.map.insert(s.next_cookie(), Waiter::Async(job));
+        }
+        if let Err(e) = s.send(typ, flags, offset, len, &payload) {
+            drop(s);
+            // Hands the job (with the others waiting here) to retry threads.
+            live.kill(&format!("sending: {e}"));
+            self.drop_live(slot, &live);
+        }
+    }
+
+    /// Run `job` with the blocking, retrying request on a thread of its own:
+    /// after its connection failed with `why` (an outage: its timeout starts
+    /// now), or with `None` when it found no connection to send on.
+    fn retry(job: Job, why: Option<&str>) {
+        let first_failure = why.map(|msg| {
+            job.dev.failed(msg);
+            Instant::now()
+        });
+        // Shared with the thread, so a thread that cannot start still
+        // leaves the job to complete here.
+        let cell = Arc::new(Mutex::new(Some(job)));
+        let mine = Arc::clone(&cell);
+        let spawned = std::thread::Builder::new()
+            .name("nbd-backing-retry".into())
+            .spawn(move || {
+                let Some(job) = mine.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+                    return;
+                };
+                let r = job.dev.request_from(
+                    first_failure,
+                    job.typ,
+                    job.flags,
+                    job.offset,
+                    job.len,
+                    &job.payload,
+                );
+                let r = r.and_then(|d| checked_read(job.typ, job.len, d));
+                Inner::finish(job, r);
+            });
+        if let Err(e) = spawned {
+            let job = cell.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(job) = job {
+                let msg = format!("NBD backing: cannot start a thread to retry a request: {e}");
+                tracing::error!("{msg}");
+                Inner::finish(job, Err(io::Error::other(msg)));
+            }
+        }
+    }
+
+    /// The server's reply to `job`.
+    fn reply(job: Job, r: nbd::Reply) {
+        let res = if r.error != 0 {
+            Err(nbd_errno(r.error))
+        } else {
+            if job.dev.in_outage() {
+                job.dev.recovered();
+            }
+            checked_read(job.typ, job.len, r.data)
+        };
+        Inner::finish(job, res);
+    }
+
+    /// Complete `job` with `res` and make room for the next one.
+    fn finish(job: Job, res: io::Result<Vec<u8>>) {
+        let Job { dev, done, .. } = job;
+        if catch_unwind(AssertUnwindSafe(move || done(res))).is_err() {
+            tracing::error!("an I/O completion callback panicked");
+        }
+        let mut n = dev.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        drop(n);
+        dev.room.notify_one();
     }
 
     fn in_outage(&self) -> bool {
@@ -447,6 +719,21 @@ impl NbdDev {
     }
 }
 
+/// A READ reply's data, checked to be as long as the read; other replies
+/// carry none.
+fn checked_read(typ: u16, len: u32, data: Vec<u8>) -> io::Result<Vec<u8>> {
+    if typ != nbd::CMD_READ {
+        return Ok(Vec::new());
+    }
+    if data.len() != len as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("NBD read of {len} bytes returned {}", data.len()),
+        ));
+    }
+    Ok(data)
+}
+
 /// Start the receiver thread of a new connection.
 fn start(c: nbd::Client) -> Arc<Live> {
     let (sender, mut receiver) = c.split();
@@ -460,14 +747,18 @@ fn start(c: nbd::Client) -> Arc<Live> {
         .spawn(move || loop {
             match receiver.recv() {
                 Ok(r) => {
-                    let tx = l
+                    let waiter = l
                         .waiters
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .map
                         .remove(&r.cookie);
-                    if let Some(tx) = tx {
-                        let _ = tx.try_send(Ok(r));
+                    match waiter {
+                        Some(Waiter::Blocked(tx)) => {
+                            let _ = tx.try_send(Ok(r));
+                        }
+                        Some(Waiter::Async(job)) => Inner::reply(job, r),
+                        None => {}
                     }
                 }
                 Err(e) => {
@@ -481,6 +772,76 @@ fn start(c: nbd::Client) -> Arc<Live> {
 }
 
 impl BlockDev for NbdDev {
+    fn len(&self) -> u64 {
+        self.inner.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn write_at_fua(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at_fua(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+    fn remote_status(&self) -> Option<RemoteStatus> {
+        Some(self.inner.status())
+    }
+
+    /// One request sent by the dispatcher and completed by the
+    /// connection's receiver thread (see the module docs).
+    fn submit(&self, op: IoOp, done: Completion) -> Result<(), (IoOp, Completion)> {
+        let (typ, flags) = match self.inner.plan(&op) {
+            Plan::Blocking => return Err((op, done)),
+            Plan::Now(r) => {
+                done(r);
+                return Ok(());
+            }
+            Plan::Request(typ, flags) => (typ, flags),
+        };
+        let Some(queue) = self.queue() else {
+            return Err((op, done));
+        };
+        let (offset, len, payload) = match op {
+            IoOp::Read { offset, len } => (offset, len as u32, Vec::new()),
+            IoOp::Write { offset, data, .. } => (offset, data.len() as u32, data),
+            IoOp::Trim { offset, len } => (offset, len as u32, Vec::new()),
+            IoOp::Flush => (0, 0, Vec::new()),
+        };
+        let job = Job {
+            dev: Arc::clone(&self.inner),
+            typ,
+            flags,
+            offset,
+            len,
+            payload: Arc::new(payload),
+            done,
+        };
+        if let Err(e) = queue.send(job) {
+            // The dispatcher stopped (it only does when this device is
+            // dropped, so never while `self` is borrowed).
+            (e.into_inner().done)(Err(io::Error::other(
+                "the NBD backing's dispatcher stopped",
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The blocking methods, on the shared state (the retry threads use them).
+impl BlockDev for Inner {
     fn len(&self) -> u64 {
         self.size
     }
@@ -586,7 +947,8 @@ impl BlockDev for NbdDev {
     }
 }
 
-impl Drop for NbdDev {
+/// Runs once the device, its dispatcher and every op in flight are gone.
+impl Drop for Inner {
     fn drop(&mut self) {
         for s in &self.slots {
             if let Some(l) = s.live.lock().unwrap_or_else(|e| e.into_inner()).take() {

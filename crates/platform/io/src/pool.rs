@@ -18,7 +18,9 @@ struct Job {
 
 /// `threads` worker threads taking ops from a bounded FIFO queue and running
 /// them with the blocking [`BlockDev`] methods. Works with every device and
-/// on every system; concurrency is limited to the number of threads.
+/// on every system; concurrency is limited to the number of threads, except
+/// for devices that submit asynchronously themselves ([`BlockDev::submit`]),
+/// which get each op directly.
 pub struct PoolEngine {
     tx: Option<Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
@@ -70,6 +72,11 @@ fn worker(rx: Receiver<Job>) {
 
 impl Engine for PoolEngine {
     fn submit(&self, dev: &Arc<dyn BlockDev>, op: IoOp, done: Completion) {
+        // A device that submits asynchronously itself needs no thread.
+        let (op, done) = match dev.submit(op, done) {
+            Ok(()) => return,
+            Err(back) => back,
+        };
         let job = Job {
             dev: Arc::clone(dev),
             op,

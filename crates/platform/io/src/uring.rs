@@ -28,9 +28,11 @@ const MAX_NATIVE: usize = 1 << 30;
 /// that expose a [`RawTarget`] ([`crate::FileDev`]) go to one ring with up to
 /// `entries - 1` ops in flight, submitted and reaped by a dedicated thread;
 /// on an `O_DIRECT` device, ops whose offset and length are aligned use a
-/// page-aligned buffer and bypass the page cache. Trims, unaligned ops on
-/// `O_DIRECT` devices and devices without a raw descriptor (wrappers such as
-/// [`crate::FaultyDev`]) run on an internal [`PoolEngine`].
+/// page-aligned buffer and bypass the page cache. A device that submits
+/// asynchronously itself (a remote [`crate::NbdDev`], see
+/// [`BlockDev::submit`]) gets its ops directly. Trims, unaligned ops on
+/// `O_DIRECT` devices and other devices without a raw descriptor (wrappers
+/// such as [`crate::FaultyDev`]) run on an internal [`PoolEngine`].
 ///
 /// io_uring may be missing or forbidden (old kernels, seccomp filters in
 /// containers, `kernel.io_uring_disabled`): [`UringEngine::new`] then fails
@@ -43,6 +45,7 @@ pub struct UringEngine {
     admission: Admission,
     ring_ops: AtomicU64,
     fallback_ops: AtomicU64,
+    device_ops: AtomicU64,
 }
 
 /// How many ops a [`UringEngine`] sent where.
@@ -52,6 +55,8 @@ pub struct UringStats {
     pub ring_ops: u64,
     /// Ops run on the fallback thread pool.
     pub fallback_ops: u64,
+    /// Ops the device submitted asynchronously itself ([`BlockDev::submit`]).
+    pub device_ops: u64,
 }
 
 impl UringEngine {
@@ -109,6 +114,7 @@ impl UringEngine {
             admission: Admission::new(slots),
             ring_ops: AtomicU64::new(0),
             fallback_ops: AtomicU64::new(0),
+            device_ops: AtomicU64::new(0),
         })
     }
 
@@ -117,6 +123,7 @@ impl UringEngine {
         UringStats {
             ring_ops: self.ring_ops.load(Ordering::Relaxed),
             fallback_ops: self.fallback_ops.load(Ordering::Relaxed),
+            device_ops: self.device_ops.load(Ordering::Relaxed),
         }
     }
 
@@ -227,6 +234,13 @@ fn native(dev: &Arc<dyn BlockDev>, op: &IoOp) -> io::Result<Option<(RawFd, Kind,
 
 impl Engine for UringEngine {
     fn submit(&self, dev: &Arc<dyn BlockDev>, op: IoOp, done: Completion) {
+        let (op, done) = match dev.submit(op, done) {
+            Ok(()) => {
+                self.device_ops.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(back) => back,
+        };
         let (fd, kind, offset, buf) = match native(dev, &op) {
             Ok(Some(n)) => n,
             Ok(None) => {

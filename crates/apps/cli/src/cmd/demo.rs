@@ -87,6 +87,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             emulate_hdd: true,
             backing_timeout: std::time::Duration::from_secs(30),
             backing_connections: 4,
+            backing_queue_depth: tiercache_io::NBD_MAX_IN_FLIGHT as u16,
             direct: false,
             no_cache: false,
             fs_classify: "off".into(),

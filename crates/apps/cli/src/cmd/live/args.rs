@@ -255,6 +255,11 @@ pub struct ServeArgs {
     /// advertises multi-conn (one otherwise).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub backing_connections: u16,
+    /// With an NBD backing device: most requests in flight to it at once
+    /// (misses, write-backs), on all its connections together.
+    #[arg(long, value_name = "N", default_value_t = tiercache_io::NBD_MAX_IN_FLIGHT as u16,
+          value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub backing_queue_depth: u16,
     /// Open devices with O_DIRECT where they allow it.
     #[arg(long)]
     pub direct: bool,

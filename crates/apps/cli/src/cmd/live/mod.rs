@@ -147,6 +147,7 @@ pub async fn serve_async(
     tiercache_io::set_nbd_defaults(tiercache_io::NbdOptions {
         connections: a.backing_connections as usize,
         timeout: a.backing_timeout,
+        max_in_flight: a.backing_queue_depth as usize,
     });
     listen.check_exposure(a.insecure_listen, a.tls.required())?;
     let cfg = ServeConfig {

@@ -183,6 +183,7 @@ pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Start
                 emulate_hdd: false,
                 backing_timeout: Duration::from_secs(30),
                 backing_connections: 4,
+                backing_queue_depth: tiercache_io::NBD_MAX_IN_FLIGHT as u16,
                 direct: false,
                 no_cache: false,
                 fs_classify: if twolbs { "auto" } else { "off" }.into(),
