@@ -26,6 +26,8 @@ struct Cli {
 enum Command {
     /// Replay a block trace through a cache configuration (or a sweep of them).
     Sim(Box<cmd::sim::SimArgs>),
+    /// Miss-ratio curve: the hit ratio at many cache sizes in one pass (exact LRU, SHARDS, miniature simulation).
+    Mrc(Box<cmd::mrc::MrcArgs>),
     /// Inspect and convert block traces.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCmd),
@@ -77,6 +79,7 @@ fn main() {
     quiet_on_closed_output();
     let r = match cli.command {
         Command::Sim(a) => cmd::sim::run(*a),
+        Command::Mrc(a) => cmd::mrc::run(*a),
         Command::Trace(t) => cmd::trace::run(t),
         Command::Format(a) => cmd::live::format(*a),
         Command::Serve(a) => cmd::live::serve(a),

@@ -7,6 +7,7 @@
 pub mod args;
 pub mod compress;
 pub mod modes;
+pub mod mrc;
 pub mod policy;
 
 pub use args::{replay_choice, SimArgs, DEFAULT_QUEUE_DEPTH, DEFAULT_TRACE_BLOCK};
