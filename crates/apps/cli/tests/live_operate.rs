@@ -10,10 +10,12 @@
 
 mod clients_util;
 
-use clients_util::{bin, fio, output, run, wait_for, wait_until, Server, Setup, READY_TIMEOUT};
+use clients_util::{
+    bin, fio, output, run, wait_for, wait_until, Server, Setup, FIO_NO_STATE, READY_TIMEOUT,
+};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
@@ -315,6 +317,45 @@ fn set(s: &Setup, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A fio that writes `len` bytes from `offset` of the export over and over
+/// until the test stops it: load that cannot end on its own. Killed on drop.
+struct EndlessFio(Child);
+
+impl EndlessFio {
+    fn start(uri: &str, offset: u64, len: u64) -> EndlessFio {
+        let child = Command::new("fio")
+            .args(["--name=until-stopped", "--ioengine=nbd", "--rw=randwrite"])
+            .args(["--bs=4k", "--iodepth=4", "--loops=1000000", FIO_NO_STATE])
+            .arg(format!("--uri={uri}"))
+            .arg(format!("--offset={offset}"))
+            .arg(format!("--size={len}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fio starts");
+        EndlessFio(child)
+    }
+
+    /// Whether fio still runs: it ends only on an error.
+    fn running(&mut self) -> bool {
+        self.0.try_wait().expect("fio status").is_none()
+    }
+
+    /// Stop fio by its PID (SIGINT: it closes its connection) and reap it.
+    fn stop(mut self) {
+        run(Command::new("kill").args(["-INT", &self.0.id().to_string()]));
+        self.0.wait().expect("fio exits");
+    }
+}
+
+impl Drop for EndlessFio {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn set_write_through_under_fio_verify_cleans_first_and_persists() {
     require_tools!("fio");
@@ -326,6 +367,11 @@ fn set_write_through_under_fio_verify_cleans_first_and_persists() {
     );
     let mut srv = s.serve(&[]);
     let uri = srv.uri();
+    // The load under which `set` runs: writes to the last 32 MiB that go on
+    // until the test stops them, so `set` starts and ends while fio writes
+    // however fast the machine is. Beside it, fio writes and verifies the
+    // first 64 MiB, and verifies them again after a restart.
+    let mut endless = EndlessFio::start(&uri, 64 * MIB, 32 * MIB);
     let fio_args = [
         "--rw=randwrite",
         "--bs=4k",
@@ -340,15 +386,12 @@ fn set_write_through_under_fio_verify_cleans_first_and_persists() {
         let uri = uri.clone();
         move || fio(&uri, "set-under-load", &fio_args)
     });
-    // Switch while fio writes: as soon as write-back holds dirty lines.
+    // Switch as soon as write-back holds dirty lines.
     wait_until("dirty lines under fio", Duration::from_secs(300), || {
-        assert!(!load.is_finished(), "fio ended before any line was dirty");
+        assert!(endless.running(), "the endless fio ended");
         stats(&s)["dirty_lines"].as_u64().unwrap() >= 64
     });
-    assert!(
-        !load.is_finished(),
-        "fio must still be running when set starts"
-    );
+    assert!(endless.running(), "the endless fio ended before set");
     let (ok, out, err) = set(&s, &["--write-policy", "write-through"]);
     assert!(ok, "set failed: {out}\n{err}");
     assert!(
@@ -359,6 +402,9 @@ fn set_write_through_under_fio_verify_cleans_first_and_persists() {
         out.contains("write policy write-back -> write-through"),
         "{out}"
     );
+    // Still writing after the switch: set ran wholly under load.
+    assert!(endless.running(), "the endless fio failed during set");
+    endless.stop();
     let v = load.join().expect("fio thread");
     assert!(v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() > 0);
     let st = stats(&s);
