@@ -128,7 +128,7 @@ def ideal(qd, r, export):
     return min(by_latency, by_export)
 
 
-def table(a, res):
+def table(res):
     lines = ["| contender | QD | IOPS | p50 ms | p99 ms | hit ratio | ideal IOPS | IOPS / ideal |",
              "|---|---|---|---|---|---|---|---|"]
     for name, by_qd in res.items():
@@ -160,7 +160,7 @@ def main():
           f"fio randread 4k zipf {a.zipf}, one connection, warm-up {a.warmup} s, {a.runtime} s per queue depth; "
           f"load average {os.getloadavg()[0]:.2f}")
     print()
-    print(table(a, res))
+    print(table(res))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "results": res}, f, indent=2)
