@@ -859,3 +859,73 @@ fn options_mean_the_same_in_every_command() {
     tiercache(&["trace", "convert", t, "--format", "msr", "--output", &out]);
     assert!(std::fs::metadata(&out).unwrap().len() > 0);
 }
+
+/// One name per design: `format --design NAME` makes a device whose
+/// `stats` reports `design: NAME`, and `sim --design NAME` is the mode it
+/// stands for (the same JSON as the older spelling).
+#[test]
+fn one_name_per_design_in_format_stats_and_sim() {
+    use common::designs::{DesignSetup, ALL_DESIGNS};
+    for d in ALL_DESIGNS {
+        let st = DesignSetup::new(d, |b| {
+            std::fs::File::create(b).unwrap().set_len(32 << 20).unwrap()
+        });
+        let srv = st.serve(&[]);
+        assert_eq!(srv.stats()["design"], d.name(), "{d:?}");
+    }
+    let e = refused(&[
+        "format",
+        "--design",
+        "bcache",
+        "--cache",
+        "/nonexistent/c",
+        "--backing",
+        "/nonexistent/b",
+    ]);
+    assert!(
+        e.starts_with("tiercache: error: unknown design 'bcache' (allowed: azor: the SSD cache")
+            && e.contains("flashtier")
+            && e.contains("oodt")
+            && e.contains("tica"),
+        "{e}"
+    );
+    let e = refused(&[
+        "format",
+        "--design",
+        "azor",
+        "--mode",
+        "tier",
+        "--cache",
+        "c",
+        "--backing",
+        "b",
+    ]);
+    assert!(e.contains("cannot be used with"), "{e}");
+    let Some(trace) = sample_trace() else { return };
+    for (design, old) in [
+        ("azor", &["--mode", "cache", "--cache-size", "5%"][..]),
+        (
+            "flashtier",
+            &[
+                "--mode",
+                "ssc",
+                "--ftl",
+                "log",
+                "--cache-size",
+                "50%",
+                "--segment-size",
+                "64KiB",
+            ],
+        ),
+        ("oodt", &["--mode", "tier", "--fast-tier-size", "5%"]),
+        ("tica", &["--mode", "tica", "--cache-size", "5%"]),
+    ] {
+        let by_mode = sim_json(&trace, &[old, &["--no-timing"]].concat());
+        let mut named = vec!["--design", design, "--no-timing"];
+        named.extend_from_slice(&old[2..]);
+        if design == "flashtier" {
+            named.retain(|a| *a != "--ftl" && *a != "log");
+        }
+        assert_eq!(sim_json(&trace, &named), by_mode, "{design}");
+    }
+}

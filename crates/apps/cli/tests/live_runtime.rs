@@ -166,7 +166,7 @@ fn detach_of_a_tiered_volume_is_refused_and_it_keeps_serving() {
     assert!(!ok && out.contains("cannot be detached"), "{out}");
     let mut c = NbdClient::connect(&st.sock).expect("still serving");
     assert!(c.read(0, 4096).expect("read").is_ok());
-    assert_eq!(srv.stats()["design"], "tier");
+    assert_eq!(srv.stats()["design"], "oodt");
 }
 
 /// A client that sends a WRITE header announcing 1 MiB and only 100 bytes of it.
@@ -593,9 +593,9 @@ fn check_json_is_structured_for_every_design() {
         let v: serde_json::Value =
             serde_json::from_str(&out).unwrap_or_else(|e| panic!("{d:?}: {e}: {out}"));
         let want = match d {
-            Design::Cache | Design::Tica => "cache",
-            Design::LogStructured => "log-structured",
-            Design::Tier => "tier",
+            Design::Cache | Design::Tica => "azor",
+            Design::LogStructured => "flashtier",
+            Design::Tier => "oodt",
         };
         assert_eq!(v["ok"], true, "{d:?}: {v}");
         assert_eq!(v["design"], want, "{d:?}: {v}");

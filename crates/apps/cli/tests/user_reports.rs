@@ -78,7 +78,7 @@ fn a_closed_pipe_ends_every_command_quietly() {
     with_closed_stdout(&["stats", "--cache", s(&cache)]);
     with_closed_stdout(&["stats", "--json", "--cache", s(&cache)]);
     // The server never minds: clients that vanish are its daily bread.
-    assert_eq!(srv.stats()["design"], "cache");
+    assert_eq!(srv.stats()["design"], "azor");
 }
 
 /// A temporary tmpfs of `size` mounted at `mnt` (root only; `None` with a

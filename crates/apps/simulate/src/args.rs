@@ -28,6 +28,12 @@ pub struct SimArgs {
     /// tier (OODT tiering), tica|ucache|srac (three-level caches).
     #[arg(long, default_value = "cache")]
     pub mode: String,
+    /// Which design, by the name `format --design` and `stats` use: azor (--mode cache),
+    /// flashtier (--mode ssc --ftl log: the live log-structured cache's policy), oodt
+    /// (--mode tier) or tica (--mode tica). --mode is the finer-grained choice (it also
+    /// has the flash devices ssd, ssc, ssc-v and the three-level caches ucache, srac).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["mode", "ftl"])]
+    pub design: Option<String>,
     /// Tiering: placement policy: oodt, frequency, hystor, raf.
     #[arg(long, default_value = "oodt")]
     pub tier_policy: String,
@@ -233,6 +239,20 @@ pub const DEFAULT_QUEUE_DEPTH: u32 = 1;
 /// `--block-size` of traces that count in block ids (blockid, cloudphysics,
 /// arc-lis): bytes per id, for every command that reads a trace.
 pub const DEFAULT_TRACE_BLOCK: &str = "512B";
+
+impl SimArgs {
+    /// Turn `--design NAME` into the `--mode` (and `--ftl`) it stands for.
+    pub fn apply_design(&mut self) -> Result<(), String> {
+        if let Some(name) = self.design.take() {
+            let d = crate::design::design(&name)?;
+            self.mode = d.sim_mode.into();
+            if let Some(ftl) = d.sim_ftl {
+                self.ftl = ftl.into();
+            }
+        }
+        Ok(())
+    }
+}
 
 /// `--replay` and `--queue-depth`: `None` for open-loop replay, else the
 /// queue depth of closed-loop replay. Without `--replay`, replay is open when

@@ -17,6 +17,18 @@ pub enum Design {
     Tier,
 }
 
+impl Design {
+    /// Its name in `format --design`, `sim --design` and `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Design::Cache => "azor",
+            Design::LogStructured => "flashtier",
+            Design::Tica => "tica",
+            Design::Tier => "oodt",
+        }
+    }
+}
+
 /// Every design.
 pub const ALL_DESIGNS: [Design; 4] = [
     Design::Cache,
@@ -53,15 +65,15 @@ impl DesignSetup {
         let primary = match design {
             Design::Cache => {
                 let c = root.join("cache.img");
-                format_cache(&c, &backing, "8MiB", &[]);
+                format_cache(&c, &backing, "8MiB", &["--design", "azor"]);
                 c
             }
             Design::LogStructured => {
                 let c = root.join("cache.img");
                 tiercache(&[
                     "format",
-                    "--layout",
-                    "log-structured",
+                    "--design",
+                    "flashtier",
                     "--cache",
                     utf8(&c),
                     "--backing",
@@ -77,7 +89,7 @@ impl DesignSetup {
                 let (ro, wo) = (root.join("ro.img"), root.join("wo.img"));
                 tiercache(&[
                     "format",
-                    "--mode",
+                    "--design",
                     "tica",
                     "--ro-ssd",
                     utf8(&ro),
@@ -97,8 +109,8 @@ impl DesignSetup {
                 let tiers = format!("{},{}", utf8(&fast), utf8(&backing));
                 tiercache(&[
                     "format",
-                    "--mode",
-                    "tier",
+                    "--design",
+                    "oodt",
                     "--tiers",
                     &tiers,
                     "--size",

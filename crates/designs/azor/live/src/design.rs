@@ -40,7 +40,7 @@ impl SsdCache {
 #[async_trait]
 impl Design for SsdCache {
     fn name(&self) -> &'static str {
-        "cache"
+        "azor"
     }
     fn description(&self) -> String {
         "tiercache: SSD cache in front of a slower device".into()

@@ -18,7 +18,7 @@ fn conv(e: CacheError) -> Error {
 
 impl SyncStore for LogCache {
     fn name(&self) -> &'static str {
-        "log-structured"
+        "flashtier"
     }
     fn description(&self) -> String {
         format!("tiercache: log-structured {} cache", self.write_policy())

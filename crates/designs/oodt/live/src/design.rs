@@ -14,7 +14,7 @@ pub struct Tiered(pub Arc<TieredVolume>);
 #[async_trait]
 impl Design for Tiered {
     fn name(&self) -> &'static str {
-        "tier"
+        "oodt"
     }
     fn description(&self) -> String {
         "tiercache: OODT tiered volume (fast and slow tier)".into()

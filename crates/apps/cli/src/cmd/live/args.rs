@@ -79,6 +79,13 @@ pub struct FormatArgs {
     /// Overwrite an existing tiercache cache or a device holding a filesystem.
     #[arg(long)]
     pub force: bool,
+    /// Which design: azor (the SSD cache: --cache, --backing), flashtier (the
+    /// log-structured cache: --cache, --backing), oodt (the tiered volume: --tiers)
+    /// or tica (the three-level cache: --ro-ssd, --wo-ssd, --backing) [default: azor].
+    /// `stats` and `check` report the same name; --mode and --layout are the older
+    /// spelling.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["mode", "layout"])]
+    pub design: Option<String>,
     #[command(flatten)]
     pub policy: PolicyArgs,
     #[command(flatten)]

@@ -33,7 +33,12 @@ fn runtime_with(threads: Option<u16>) -> Result<tokio::runtime::Runtime> {
 /// `tiercache format`: claim every named device that exists (a device in
 /// use is refused), format, and remove a cache file this command created if
 /// formatting fails.
-pub fn format(a: FormatArgs) -> Result<()> {
+pub fn format(mut a: FormatArgs) -> Result<()> {
+    if let Some(name) = &a.design {
+        let d = tiercache_simulate::design::design(name).map_err(anyhow::Error::msg)?;
+        a.tier.mode = d.format_mode.into();
+        a.ls.layout = d.format_layout.into();
+    }
     let mut named: Vec<(&str, &Path)> = [
         ("cache device", a.cache.as_deref()),
         ("backing device", a.backing.as_deref()),
@@ -198,7 +203,7 @@ pub async fn serve_async(
 /// The role of the device `serve --cache` names, per design.
 fn design_role(d: &dyn designs::LiveDesign) -> &'static str {
     match d.name() {
-        "tier" => "fast tier",
+        "oodt" => "fast tier",
         "tica" => "SSD",
         _ => "cache device",
     }

@@ -27,6 +27,7 @@ struct Point {
 }
 
 pub fn run(mut a: SimArgs) -> Result<()> {
+    a.apply_design().map_err(anyhow::Error::msg)?;
     if let Some(dev) = a.like.clone() {
         if let Some(mode) = like_other(&mut a, &dev)? {
             if !matches!(a.mode.as_str(), "cache") && a.mode != mode {

@@ -209,7 +209,7 @@ pub struct LogStructured;
 
 impl super::LiveDesign for LogStructured {
     fn name(&self) -> &'static str {
-        "log-structured"
+        "flashtier"
     }
     fn detect(&self, path: &Path) -> bool {
         ls::detect(path)

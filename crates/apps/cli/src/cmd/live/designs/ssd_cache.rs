@@ -128,7 +128,7 @@ pub fn check_store(path: &Path, json: bool) -> Result<()> {
 
 impl super::LiveDesign for SsdCache {
     fn name(&self) -> &'static str {
-        "cache"
+        "azor"
     }
     fn detect(&self, path: &Path) -> bool {
         std::fs::File::open(path)

@@ -161,7 +161,7 @@ pub struct Tiered;
 
 impl super::LiveDesign for Tiered {
     fn name(&self) -> &'static str {
-        "tier"
+        "oodt"
     }
     fn detect(&self, path: &std::path::Path) -> bool {
         tiercache_tiered_volume::is_tiered_volume(path)
