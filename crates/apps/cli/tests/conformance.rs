@@ -842,6 +842,26 @@ fn options_mean_the_same_in_every_command() {
         e.starts_with("tiercache: error: ") && e.contains("cannot be used with"),
         "{e}"
     );
+    // Line sizes: the live cache takes 4KiB and up, the simulator 512B and
+    // up; each command's refusal and help say both.
+    let e = refused(&[
+        "format",
+        "--cache",
+        &p("c512.img"),
+        "--backing",
+        &p("b.img"),
+        "--size",
+        "8MiB",
+        "--line-size",
+        "512B",
+    ]);
+    assert!(
+        e.contains("too small for a live cache")
+            && e.contains("the simulator also takes 512B to 2KiB"),
+        "{e}"
+    );
+    assert!(tiercache(&["format", "--help"]).contains("`sim` also takes 512B to 2KiB"));
+    assert!(tiercache(&["sim", "--help"]).contains("takes 4KiB and up"));
     // Output: `-o`/`--out` in every command that writes files.
     for cmd in [
         &["sim"][..],

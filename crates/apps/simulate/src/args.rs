@@ -117,7 +117,8 @@ pub struct SimArgs {
     /// (required for --mode cache and the flash and three-level modes).
     #[arg(long, value_delimiter = ',')]
     pub cache_size: Vec<String>,
-    /// Cache line size (list): a power of two from 512B to 1MiB.
+    /// Cache line size (list): a power of two from 512B to 1MiB (a live cache, `format
+    /// --line-size`, takes 4KiB and up).
     #[arg(long, value_delimiter = ',', default_value = d::LINE_SIZE)]
     pub line_size: Vec<String>,
     /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].

@@ -36,8 +36,8 @@ pub fn format_cache(
     create_size: Option<u64>,
     force: bool,
 ) -> Result<tiercache_store::Layout> {
-    if cfg.line_bytes < 4096 {
-        bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator accepts 512 B)", cfg.line_bytes);
+    if cfg.line_bytes < tiercache_core::config::MIN_LIVE_LINE {
+        bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator also takes 512B to 2KiB)", cfg.line_bytes);
     }
     if !tiercache_io::device_exists(backing) {
         bail!("backing device {} does not exist", backing.display());

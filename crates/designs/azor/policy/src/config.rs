@@ -10,6 +10,10 @@ use std::str::FromStr;
 pub const MIN_LINE: u32 = 512;
 /// Largest cache line size: 1 MiB.
 pub const MAX_LINE: u32 = 1 << 20;
+/// Smallest line of a live cache: 4 KiB, a page of the devices it runs on
+/// (O_DIRECT and 4Kn disks). The simulator also takes [`MIN_LINE`] and up,
+/// for the traces counted in 512-byte pages.
+pub const MIN_LIVE_LINE: u32 = 4096;
 /// Default sub-block (valid/dirty bit granularity): Azor's 4 KiB block.
 pub const DEFAULT_SUB_BLOCK: u32 = 4096;
 

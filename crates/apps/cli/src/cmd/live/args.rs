@@ -11,7 +11,8 @@ use tiercache_simulate::policy::defaults as d;
 /// (`tiercache_simulate::PolicySpec`).
 #[derive(Args, Debug, Clone)]
 pub struct PolicyArgs {
-    /// Cache line size: a power of two from 4KiB to 1MiB.
+    /// Cache line size: a power of two from 4KiB to 1MiB (`sim` also takes 512B to 2KiB,
+    /// for traces counted in 512-byte pages).
     #[arg(long, allow_hyphen_values = true, default_value = d::LINE_SIZE)]
     pub line_size: String,
     /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
