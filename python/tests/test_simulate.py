@@ -311,3 +311,17 @@ def test_sweep_checks_types_before_running(msr_trace, cache_dir):
     path, _ = msr_trace
     with pytest.raises(TypeError, match="queue_depth"):
         tiercache.sweep(path, {"cache_size": ["1MiB"], "queue_depth": ["4"]}, cache_dir=cache_dir, progress=False)
+
+
+def test_python_options_are_the_sim_commands_options(cli):
+    """Every option of `tiercache sim` that configures a run is an option of
+    `tiercache.simulate`, and Python has none the command lacks."""
+    import re
+
+    help_text = subprocess.run([cli, "sim", "--help"], capture_output=True, text=True, check=True).stdout
+    longs = {m.replace("-", "_") for m in re.findall(r"^\s+(?:-\w, )?--([\w-]+)", help_text, re.M)}
+    # Options about the command itself, not the configuration of a run:
+    # where the trace and the output are, printing, parallelism, reading a
+    # formatted device, and --design (Python takes mode=).
+    command_only = {"trace", "json", "out", "jobs", "like", "design", "verbose", "quiet", "help", "version"}
+    assert set(tiercache._TYPES) == longs - command_only
