@@ -29,6 +29,7 @@ __version__: str = _native.__version__
 
 __all__ = [
     "simulate",
+    "mrc",
     "sweep",
     "trace_stats",
     "read_trace",
@@ -236,6 +237,51 @@ def simulate(
 def _simulate_json(trace: str, options: dict[str, Any]) -> str:
     _check_types(options)
     return _native.simulate_json(trace, options)
+
+
+def mrc(
+    trace: str | os.PathLike,
+    *,
+    policy: str = "lru",
+    method: str | None = None,
+    rate: float | str | None = None,
+    sample_size: int | None = None,
+    sizes: str | int | list[str | int] = "auto",
+    line_size: str | int = "4KiB",
+    format: str | None = None,
+    block_size: str | int = "512B",
+    volume: str | None = None,
+    skip_bad: bool = False,
+    jobs: int | None = None,
+):
+    """The miss-ratio curve of ``trace``: ``tiercache mrc --json`` as a pandas
+    DataFrame, one row per cache size (``cache_lines``, ``hit_ratio``,
+    ``read_hit_ratio``, ``write_hit_ratio``, ``working_set_lines``, ``policy``,
+    ``method`` ...). ``method`` is ``exact`` (LRU, equal to :func:`simulate`
+    with ``no_timing=True`` when every write covers whole lines), ``shards``
+    (LRU, sampled at ``rate`` or of at most ``sample_size`` lines) or
+    ``minisim`` (any ``policy``, caches scaled by ``rate``). ``sizes`` takes
+    sizes as the CLI does (``"64MiB"``, ``"1000lines"``, ``"10%"``, ``auto``);
+    an integer is a number of lines."""
+    import pandas as pd
+
+    def size(v: str | int) -> str:
+        return f"{v}lines" if isinstance(v, int) and not isinstance(v, bool) else str(_plain(v))
+
+    if isinstance(sizes, (list, tuple)):
+        sizes = ",".join(size(v) for v in sizes)
+    else:
+        sizes = size(sizes)
+    flags = ["--policy", str(policy), "--sizes", sizes, "--line-size", str(_plain(line_size)),
+             "--block-size", str(_plain(block_size))]
+    for name, v in (("method", method), ("rate", rate), ("sample-size", sample_size),
+                    ("format", format), ("volume", volume), ("jobs", jobs)):
+        if v is not None:
+            flags += [f"--{name}", str(_plain(v))]
+    if skip_bad:
+        flags.append("--skip-bad")
+    rows = json.loads(_native.mrc_json(os.fspath(trace), flags))
+    return pd.DataFrame.from_records(rows)
 
 
 def cache_config(cache_bytes: int, **options: Any) -> dict[str, Any]:

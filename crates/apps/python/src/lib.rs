@@ -130,6 +130,44 @@ fn simulate_json(py: Python<'_>, trace: PathBuf, options: &Bound<'_, PyDict>) ->
     result.map_err(|e| build_err(py, e))
 }
 
+/// `tiercache mrc --json`: the rows of the miss-ratio curve, from the same
+/// flags (`["--policy", "arc", "--method", "minisim"]`). The GIL is released
+/// while the trace is read.
+#[pyfunction]
+#[pyo3(signature = (trace, flags))]
+fn mrc_json(py: Python<'_>, trace: PathBuf, flags: Vec<String>) -> PyResult<String> {
+    use clap::{Args, FromArgMatches};
+    use tiercache_simulate::mrc::MrcArgs;
+    let cmd = MrcArgs::augment_args(clap::Command::new("mrc").no_binary_name(true));
+    let mut argv = vec!["--trace".to_string(), trace.display().to_string()];
+    argv.extend(flags);
+    let m = cmd.try_get_matches_from(&argv).map_err(|e| {
+        let t = e.render().to_string();
+        OptionError::new_err(
+            t.lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string(),
+        )
+    })?;
+    let a = MrcArgs::from_arg_matches(&m).map_err(|e| OptionError::new_err(e.to_string()))?;
+    if !a.trace.exists() {
+        return Err(PyFileNotFoundError::new_err(format!(
+            "trace {} does not exist",
+            a.trace.display()
+        )));
+    }
+    let r = py.allow_threads(move || tiercache_simulate::mrc::run(&a));
+    match r {
+        Ok(out) => Ok(serde_json::Value::Array(out.rows).to_string()),
+        Err(e) => match e.downcast_ref::<RsTraceError>() {
+            Some(t) => Err(trace_err(py, t)),
+            None => Err(OptionError::new_err(format!("{e:#}"))),
+        },
+    }
+}
+
 /// The SSD cache configuration (`CacheConfig` JSON) the options give for a
 /// cache of `cache_bytes`, from the builder `tiercache sim` and `tiercache
 /// format` use: what `tiercache stats --json` reports as `config`.
@@ -327,6 +365,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OptionError", m.py().get_type::<OptionError>())?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(simulate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(mrc_json, m)?)?;
     m.add_function(wrap_pyfunction!(cache_config_json, m)?)?;
     m.add_function(wrap_pyfunction!(trace_stats_json, m)?)?;
     m.add_function(wrap_pyfunction!(open_trace, m)?)?;

@@ -38,7 +38,7 @@ const SUB_BLOCK_MAX: u32 = 4096;
     after_help = "SIZE takes units (512B, 4KiB, 10GiB); a number of cache lines is written 1000lines; \
 a percentage is a share of the working set (distinct lines x line size).\n\n\
 Methods: exact (LRU only: Mattson stack distances in one pass, the hits of `sim --no-timing` at every \
-size when every write covers whole lines; memory about 40 bytes per distinct line), shards (LRU only: \
+size when every write covers whole lines; memory about 70 bytes per distinct line), shards (LRU only: \
 SHARDS sampling at --rate, or of at most --sample-size lines in fixed memory), minisim (any --policy: \
 one cache of size x rate per size, simulated by sim's engine on the lines sampled at --rate).\n\n\
 Examples:\n  tiercache mrc --trace ../shared/traces/arc/OLTP.lis.zst --line-size 512B\n  \

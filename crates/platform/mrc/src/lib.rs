@@ -13,11 +13,13 @@
 //!   adjustment of the first bucket by the difference between the expected
 //!   and the actual sampled references.
 //!
-//! Memory: [`StackDistance`] keeps per live line a hash entry and two slots
-//! of its time array, about 40 bytes; [`Curve::exact`] one counter per
-//! distance seen (at most the distinct lines); [`Shards`] with a fixed size
-//! keeps at most that many lines and a histogram of at most
-//! [`QUANT_BUCKETS`] buckets, independent of the trace.
+//! Memory: [`StackDistance`] keeps per live line a hash entry and up to two
+//! slots of its time array and Fenwick tree; with [`Curve::exact`]'s one
+//! 16-byte counter per distance seen (at most the distinct lines), about 70
+//! bytes per distinct line (67 measured on the ARC OLTP trace). [`Shards`]
+//! with a fixed size keeps at most that many lines and a histogram of at
+//! most [`QUANT_BUCKETS`] buckets (about 450 KiB): memory independent of
+//! the trace.
 
 mod curve;
 mod fenwick;

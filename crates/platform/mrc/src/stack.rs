@@ -49,7 +49,7 @@ impl StackDistance {
         self.holes.len()
     }
 
-    /// Bytes of memory held, about 40 per live line.
+    /// Bytes of memory held (hash table, time array, Fenwick tree, holes).
     pub fn memory_bytes(&self) -> usize {
         self.at.capacity() * 17
             + self.slots.capacity() * 8
