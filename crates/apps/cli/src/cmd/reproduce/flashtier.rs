@@ -19,8 +19,9 @@ pub struct Args {
     /// Folder of the shared traces.
     #[arg(long, default_value = "../shared/traces")]
     pub traces: std::path::PathBuf,
-    /// Also write the tables as PREFIX-vii.csv and PREFIX-vi.csv.
-    #[arg(short = 'o', long, value_name = "PREFIX")]
+    /// Also write the tables as DIR/flashtier-vii.csv and DIR/flashtier-vi.csv (DIR is
+    /// created if absent), as every `reproduce` takes --out.
+    #[arg(short = 'o', long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Cache size as a share of each workload's unique blocks (FlashTier: 0.25).
     #[arg(long, default_value = "25%", value_parser = tiercache_sim::units::parse_fraction)]
@@ -102,8 +103,9 @@ pub fn run(a: Args) -> Result<()> {
     println!("Table VI: write-back caching (20 % dirty threshold), persistence on, hybrid layer");
     println!("{}", format_vi(&vi));
     if let Some(out) = &a.out {
-        let pvii = PathBuf::from(format!("{}-vii.csv", out.display()));
-        let pvi = PathBuf::from(format!("{}-vi.csv", out.display()));
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let pvii = out.join("flashtier-vii.csv");
+        let pvi = out.join("flashtier-vi.csv");
         std::fs::write(&pvii, csv(&vii)).with_context(|| format!("writing {}", pvii.display()))?;
         std::fs::write(&pvi, csv(&vi)).with_context(|| format!("writing {}", pvi.display()))?;
         eprintln!("wrote {} and {}", pvii.display(), pvi.display());
