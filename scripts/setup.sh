@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # Install everything tiercache needs on a fresh Debian machine and build it.
 # Idempotent: re-running only installs what is missing.
+# Usage: ./scripts/setup.sh [--for-tests]
+#   --for-tests  skip the release build of the tiercache binary: the tests
+#                build and run their own (scripts/test.sh uses this)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_cli=1
+case ${1:-} in
+  "") ;;
+  --for-tests) build_cli=0 ;;
+  *) echo "usage: $0 [--for-tests]" >&2; exit 2 ;;
+esac
 
 # (nbdfuse ships in libnbd-bin on Debian 12.)
 APT_PKGS=(fio nbdkit libnbd-bin qemu-utils nbd-server xfsprogs e2fsprogs attr zstd xz-utils bzip2 fuse3 pkg-config postmark postgresql)
@@ -28,8 +37,12 @@ PY=${PYTHON:-python3}
 echo "setup: installing Python packages (libcachesim as the peer simulator, plotting and analysis, prometheus_client for the metrics tests)"
 $PY -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 
-echo "setup: building tiercache (release)"
-cargo build --release --quiet --bin tiercache
 echo "setup: building and installing the Python package tiercache (pip install .)"
 $PY -m pip install -q --disable-pip-version-check .
-echo "setup: done. The binary is target/release/tiercache"
+if [ $build_cli = 1 ]; then
+  echo "setup: building tiercache (release)"
+  cargo build --release --quiet --bin tiercache
+  echo "setup: done. The binary is target/release/tiercache"
+else
+  echo "setup: done (no release build of the tiercache binary)"
+fi

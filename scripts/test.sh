@@ -7,7 +7,9 @@
 #           `cargo test` skips them (`cargo test --workspace --test NAME`
 #           runs one); scripts/system_tests.py runs them, several at a time.
 # Usage: ./scripts/test.sh [all|fast|system]
-#   all (default)  setup, formatting, lints, both tiers (each timed), Python tests
+#   all (default)  setup, formatting, lints, both tiers (each timed), Python
+#                  tests; the tests run the tiercache binary that `cargo test`
+#                  builds (target/debug/tiercache), so no release build is made
 #   fast           the fast tier only (the edit-compile-test loop)
 #   system         the system tier only
 set -euo pipefail
@@ -37,7 +39,7 @@ case $what in
 esac
 
 t0=$SECONDS
-./scripts/setup.sh
+./scripts/setup.sh --for-tests
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
@@ -48,5 +50,7 @@ cargo clippy --quiet $($PY scripts/system_tests.py args) -- -D warnings
 fast_tier
 system_tier
 echo "== python tests"
-$PY -m pytest -q python/tests
+# The CLI they compare against: the one both tiers ran (the test profile's).
+TIERCACHE_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/tiercache" \
+  $PY -m pytest -q python/tests
 echo "== all tests passed in $((SECONDS - t0)) s (fast tier ${fast_s} s, system tier ${system_s} s)"
