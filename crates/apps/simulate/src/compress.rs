@@ -3,7 +3,7 @@
 //! settings ([`tiercache_flash::logsim::CompressSim`]).
 
 use crate::args::SimArgs;
-use crate::modes::bad;
+use crate::error::bad;
 use anyhow::Result;
 use tiercache_flash::logsim::CompressSim;
 use tiercache_flash::sizes::SizeModel;

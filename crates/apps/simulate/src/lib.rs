@@ -7,6 +7,7 @@
 pub mod args;
 pub mod compress;
 pub mod design;
+pub mod error;
 pub mod modes;
 pub mod mrc;
 pub mod policy;

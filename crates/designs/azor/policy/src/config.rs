@@ -4,6 +4,8 @@ use crate::admission::AdmissionConfig;
 use crate::eviction::EvictionKind;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+pub use crate::error::ConfigError;
 use std::str::FromStr;
 
 /// Smallest and largest cache line size (Azor 2.2).
@@ -161,17 +163,6 @@ impl Default for CacheConfig {
         }
     }
 }
-
-/// A configuration the core refuses, with a message saying what is allowed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub String);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for ConfigError {}
 
 /// Derived geometry of a validated configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -10,6 +10,7 @@ pub mod admission;
 pub mod cleaning;
 pub mod config;
 pub mod engine;
+pub mod error;
 pub mod eviction;
 /// Arrays that allocate by use (the platform's, re-exported).
 pub use tiercache_block::lazy;

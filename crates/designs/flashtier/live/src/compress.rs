@@ -17,15 +17,9 @@
 //! segment has [`SLOT_RATIO`] times more slots than 4 KiB blocks of data:
 //! compressible data fits up to that many more blocks in the same device.
 
-use crate::segment::BLOCK;
+/// The record geometry, defined with the segment layout that holds it.
+pub use crate::segment::{BLOCK, RAW_UNITS, SLOT_RATIO, UNIT};
 
-/// Allocation unit of records in the data area.
-pub const UNIT: usize = 512;
-/// Units of a raw (uncompressed) record: one block.
-pub const RAW_UNITS: u32 = (BLOCK as usize / UNIT) as u32;
-/// Slots per 4 KiB block of data area in a compressed layout (the most
-/// effective capacity can grow).
-pub const SLOT_RATIO: u32 = 4;
 /// Bytes of a compressed record's header.
 pub const HEADER: usize = 8;
 const MAGIC: u8 = 0xC5;

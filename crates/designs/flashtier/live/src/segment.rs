@@ -11,11 +11,17 @@
 
 /// Cache block size: the unit of the map, of a slot and of the summary.
 pub const BLOCK: u64 = 4096;
+/// Allocation unit of records in the data area.
+pub const UNIT: usize = 512;
+/// Units of a raw (uncompressed) record: one block.
+pub const RAW_UNITS: u32 = (BLOCK as usize / UNIT) as u32;
+/// Slots per 4 KiB block of data area in a compressed layout (the most
+/// effective capacity can grow).
+pub const SLOT_RATIO: u32 = 4;
 
 /// A summary entry of a slot that holds nothing (a write that failed).
 pub const EMPTY: u64 = u64::MAX;
 
-use crate::compress::{RAW_UNITS, SLOT_RATIO};
 use tiercache_flash::logstore;
 
 const MAGIC: &[u8; 4] = b"LSSM";
@@ -29,7 +35,7 @@ pub struct Geometry {
     /// Blocks of one summary copy.
     pub summary_blocks: u32,
     /// Slots per 4 KiB block of data area: 1, or
-    /// [`crate::compress::SLOT_RATIO`] in a compressed layout.
+    /// [`SLOT_RATIO`] in a compressed layout.
     pub ratio: u32,
 }
 

@@ -11,7 +11,7 @@ pub mod nhit;
 pub mod seq_cutoff;
 pub mod two_level;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
