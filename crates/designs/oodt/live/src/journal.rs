@@ -25,8 +25,8 @@ use tiercache_tiering::{Loc, MappingTable};
 
 use crate::superblock::Layout;
 
-/// Bytes of a checkpoint region's header.
-pub const CHECKPOINT_HEADER: usize = 64;
+/// Bytes of a checkpoint region's header (part of the layout).
+pub use crate::superblock::CHECKPOINT_HEADER;
 /// Bytes of one log slot.
 pub const LOG_SLOT: usize = 64;
 const CHECKPOINT_MAGIC: &[u8; 8] = b"TVCKPT01";

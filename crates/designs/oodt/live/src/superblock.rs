@@ -29,6 +29,9 @@ use std::path::Path;
 
 use tiercache_store::BackingIdentity;
 
+/// Bytes of a checkpoint region's header: the layout sizes the regions
+/// with it, the journal writes it.
+pub const CHECKPOINT_HEADER: usize = 64;
 /// First 8 bytes of a tiered-volume superblock.
 pub const MAGIC: &[u8; 8] = b"TIERVOL1";
 /// Newest on-disk format version this build writes and reads: 1 for a
@@ -121,7 +124,7 @@ pub struct Layout {
 /// (either version).
 pub fn checkpoint_bytes(blocks: u64) -> u64 {
     let payload = 8 + 4 + 1 + 8 + 8 + 8 + 4 * blocks + 4;
-    (crate::journal::CHECKPOINT_HEADER as u64 + payload).div_ceil(4096) * 4096
+    (CHECKPOINT_HEADER as u64 + payload).div_ceil(4096) * 4096
 }
 
 impl Layout {
@@ -148,7 +151,7 @@ impl Layout {
         let a = 2 * SB_BYTES;
         let ok = c.is_multiple_of(4096)
             // Older builds sized it a few bytes smaller: at least the table.
-            && c >= crate::journal::CHECKPOINT_HEADER as u64 + 4 * blocks
+            && c >= CHECKPOINT_HEADER as u64 + 4 * blocks
             && c <= u64::MAX / 4
             && self.checkpoint_offsets == [a, a + c]
             && self.log_offset == a + 2 * c

@@ -21,7 +21,7 @@ use anyhow::{bail, Result};
 use tiercache_runtime::memory::{human_bytes, metadata_allowance, refusal};
 use tiercache_store::SlotTable;
 
-use crate::pair::PAGE;
+use crate::slots::PAGE;
 
 /// Bytes per entry of a growing hash table of `entry`-byte entries at its
 /// worst: 7/8 load, just after doubling, while the old table is still held.

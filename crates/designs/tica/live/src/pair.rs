@@ -13,9 +13,7 @@ use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 use tiercache_levels::{FlushConfig, Policy};
 use tiercache_store::{FormatParams, MetaDevice, StoreError, Superblock};
 
-/// Page size of the three-level cache: the unit of the TICA policy, of an
-/// SSD slot and of the DRAM level.
-pub const PAGE: u64 = 4096;
+pub use crate::slots::PAGE;
 
 /// Which SSD of the pair a device is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,6 +12,10 @@
 
 use tiercache_store::Slot;
 
+/// Page size of the three-level cache: the unit of the TICA policy, of an
+/// SSD slot and of the DRAM level.
+pub const PAGE: u64 = 4096;
+
 /// A set of free slots of a device with `n` slots.
 pub struct FreeSlots {
     /// Bit `s` set: slot `s` is free.
