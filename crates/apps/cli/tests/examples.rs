@@ -171,7 +171,8 @@ fn skip_reason(words: &[String]) -> Option<&'static str> {
     None
 }
 
-/// A small copy of a large shared text trace: its first lines, uncompressed.
+/// A small copy of a large shared text trace: its first lines, uncompressed
+/// (a binary trace is returned as it is).
 fn small_copy(src: &Path, dir: &Path) -> PathBuf {
     let name = src.file_name().unwrap().to_str().unwrap();
     let (stem, tool) = if let Some(s) = name.strip_suffix(".zst") {
@@ -195,6 +196,10 @@ fn small_copy(src: &Path, dir: &Path) -> PathBuf {
         }
         None => std::fs::read(src).unwrap(),
     };
+    if text[..text.len().min(4096)].contains(&0) {
+        // A binary trace has no lines to cut at: the whole one is used.
+        return src.to_path_buf();
+    }
     let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').take(20_000).collect();
     std::fs::write(&dst, lines.join(&b'\n')).unwrap();
     dst
