@@ -194,7 +194,8 @@ def perf_record(a, design, srv, uri, size, path, rw="randwrite"):
     if shutil.which("perf") is None:
         print("  perf is not installed: no profile", flush=True)
         return
-    # DWARF unwinding: the release build keeps debug info but no frame pointers.
+    # DWARF unwinding needs debug info: profile the `profiling` build
+    # (cargo build --profile profiling --bin tiercache; --bin target/profiling/tiercache).
     p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-p", str(srv.pid),
                           "-o", path, "--", "sleep", str(a.runtime + 2)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
