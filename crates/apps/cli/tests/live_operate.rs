@@ -485,7 +485,7 @@ fn set_is_refused_by_a_design_without_online_changes() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("log-structured design cannot change its policy while serving"),
+        err.contains("the flashtier design cannot change its policy while serving"),
         "{err}"
     );
 }
