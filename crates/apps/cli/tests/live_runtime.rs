@@ -588,12 +588,13 @@ fn a_panic_aborts_and_recovery_keeps_every_flushed_write() {
 fn check_json_is_structured_for_every_design() {
     for d in ALL {
         let st = setup(d);
-        let (ok, out) = try_tiercache(&["check", "--json", s(&st.primary)]);
+        let (ok, out) = try_tiercache(&["check", "--json", "--cache", s(&st.primary)]);
         assert!(ok, "{d:?}: {out}");
         let v: serde_json::Value =
             serde_json::from_str(&out).unwrap_or_else(|e| panic!("{d:?}: {e}: {out}"));
         let want = match d {
-            Design::Cache | Design::Tica => "azor",
+            Design::Cache => "azor",
+            Design::Tica => "tica",
             Design::LogStructured => "flashtier",
             Design::Tier => "oodt",
         };
@@ -668,7 +669,7 @@ fn one_log_style_and_verbosity_flags() {
     // -v shows the info lines, in the same `tiercache:` style as the rest.
     assert!(
         log.lines()
-            .any(|l| l.starts_with("tiercache: serving cache export")),
+            .any(|l| l.starts_with("tiercache: serving azor export")),
         "{log}"
     );
     for l in log.lines().filter(|l| !l.trim().is_empty()) {
@@ -685,7 +686,7 @@ fn one_log_style_and_verbosity_flags() {
     assert!(ok, "{out}");
     assert!(srv.wait_exit().success());
     let log = std::fs::read_to_string(&st.log).unwrap();
-    assert!(!log.contains("tiercache: serving cache export"), "{log}");
+    assert!(!log.contains("tiercache: serving azor export"), "{log}");
 }
 
 #[test]
@@ -788,7 +789,7 @@ fn stats_watch_prints_a_line_per_interval_until_the_server_stops() {
                 b += 1;
             }
             out.extend(rx.try_iter());
-            let lines: Vec<&String> = out.iter().filter(|l| l.starts_with("cache hit")).collect();
+            let lines: Vec<&String> = out.iter().filter(|l| l.starts_with("azor hit")).collect();
             lines.len() >= 3 && lines.iter().any(|l| busy(l))
         },
     );

@@ -184,7 +184,7 @@ fn print_stats(v: &serde_json::Value) {
 fn check(cache: &Path, json: bool) -> Result<()> {
     let r = ls::check(cache)?;
     super::CheckOutput {
-        design: "log-structured",
+        design: super::LiveDesign::name(&LogStructured),
         device: cache,
         counts: serde_json::json!({
             "mapped_blocks": r.mapped_blocks,

@@ -106,12 +106,13 @@ pub fn recorded_backing(cache: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(&sb.backing.path))
 }
 
-/// `tiercache check` of a device with `tiercache-store` metadata.
-pub fn check_store(path: &Path, json: bool) -> Result<()> {
+/// `tiercache check` of a device with `tiercache-store` metadata (an SSD
+/// cache, or either SSD of a TICA pair), reported as `design`.
+pub fn check_store(design: &'static str, path: &Path, json: bool) -> Result<()> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let r = tiercache_store::check(&f)?;
     super::CheckOutput {
-        design: "cache",
+        design,
         device: path,
         counts: serde_json::json!({
             "mapped_slots": r.mapped_slots,
@@ -187,7 +188,7 @@ impl super::LiveDesign for SsdCache {
         }))
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
-        check_store(path, json)
+        check_store(self.name(), path, json)
     }
     fn print_stats(&self, v: &serde_json::Value) {
         let l = &v["live"];

@@ -208,7 +208,7 @@ impl super::LiveDesign for Tica {
     }
     fn check(&self, path: &Path, json: bool) -> Result<()> {
         // Each SSD of the pair keeps its own `tiercache-store` metadata.
-        super::ssd_cache::check_store(path, json)
+        super::ssd_cache::check_store(self.name(), path, json)
     }
     fn print_stats(&self, v: &serde_json::Value) {
         print_stats(v)

@@ -140,7 +140,7 @@ fn print_stats(v: &serde_json::Value) {
 fn check(fast: &std::path::Path, json: bool) -> Result<()> {
     let r = tiercache_tiered_volume::check_volume(fast)?;
     super::CheckOutput {
-        design: "tier",
+        design: super::LiveDesign::name(&Tiered),
         device: fast,
         counts: serde_json::json!({
             "capacity": r.capacity,
