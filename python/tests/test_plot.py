@@ -175,7 +175,7 @@ def test_sweep_figure_follows_the_plot_rules():
 def test_sweep_figure_is_the_cli_figure(msr_trace, cli, tmp_path):
     """`tiercache sim --out` and plot.sweep_figure on the rows of `sim --json` draw the same SVG."""
     path, _ = msr_trace
-    args = ["sim", "--trace", str(path), "--cache-size", "64,512,4096", "--eviction", "lru,arc", "--line-size", "512B", "--no-timing"]
+    args = ["sim", "--trace", str(path), "--cache-size", "64lines,512lines,4096lines", "--eviction", "lru,arc", "--line-size", "512B", "--no-timing"]
     rows = json.loads(subprocess.run([cli, *args, "--json"], capture_output=True, text=True, check=True).stdout)
     subprocess.run([cli, *args, "--out", str(tmp_path / "s")], capture_output=True, text=True, check=True)
     fig = plot.sweep_figure(pd.DataFrame(rows))

@@ -103,7 +103,7 @@ def test_cache_config_is_the_formatted_config(cli, tmp_path):
         "twolbs_metadata": False, "twolbs_frequency": True, "twolbs_window": 1000,
     }
     assert cfg["cleaning"] == {"pressure_lines": 3, "timed": False} and cfg["dirty_target"] == 0.3
-    got = tiercache.simulate(trace, cache_size=like["cache_lines"], no_timing=True, **ALL_POLICY)
+    got = tiercache.simulate(trace, cache_size=f"{like['cache_lines']}lines", no_timing=True, **ALL_POLICY)
     assert got == like
 
 

@@ -26,7 +26,7 @@ def test_configurations_cross_product_in_key_order():
 def test_numpy_values_are_options(msr_trace, cache_dir):
     np = pytest.importorskip("numpy")
     path, _ = msr_trace
-    df = tiercache.sweep(path, {"cache_size": np.array([64, 128]), "format": "msr", "no_timing": True}, workers=1, cache_dir=cache_dir, progress=False)
+    df = tiercache.sweep(path, {"cache_size": np.array(["64lines", "128lines"]), "format": "msr", "no_timing": True}, workers=1, cache_dir=cache_dir, progress=False)
     assert df["cache_lines"].tolist() == [64, 128]
 
 
