@@ -489,26 +489,8 @@ fn minisim(
             hits: (r.hit_ratio * (n[0] + n[1]) as f64).round() as u64,
         })
     };
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<Result<Point>>>> =
-        std::sync::Mutex::new((0..sz.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= sz.len() {
-                    break;
-                }
-                let r = run_one(sz[i]);
-                results.lock().expect("results")[i] = Some(r);
-            });
-        }
-    });
-    let points = results
-        .into_inner()
-        .expect("results")
+    let points = crate::parallel_map(sz.len(), jobs, |i| run_one(sz[i]))
         .into_iter()
-        .map(|r| r.expect("every size ran"))
         .collect::<Result<Vec<Point>>>()?;
     let memory = (sample.capacity() * std::mem::size_of::<Record>() + seen.capacity() * 9) as u64;
     Ok((points, ws, n, memory, Some(rate)))

@@ -330,31 +330,15 @@ fn run_points(
         return Ok(vec![(points[0].size, r)]);
     }
     let bar = std::sync::Mutex::new(Progress::new("sweep", Some(points.len() as u64)));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<Result<SimReport>>>> =
-        std::sync::Mutex::new((0..points.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= points.len() {
-                    break;
-                }
-                let r = single(&points[i], &mut |_| {});
-                results.lock().expect("results")[i] = Some(r);
-                bar.lock().expect("bar").inc();
-            });
-        }
+    let results = tiercache_simulate::parallel_map(points.len(), jobs, |i| {
+        let r = single(&points[i], &mut |_| {});
+        bar.lock().expect("bar").inc();
+        r
     });
     bar.into_inner().expect("bar").finish();
     let mut out = Vec::new();
-    for (i, r) in results
-        .into_inner()
-        .expect("results")
-        .into_iter()
-        .enumerate()
-    {
-        out.push((points[i].size, r.expect("every point ran")?));
+    for (p, r) in points.iter().zip(results) {
+        out.push((p.size, r?));
     }
     Ok(out)
 }
