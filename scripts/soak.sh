@@ -39,7 +39,7 @@ if [ "${1:-}" = "power" ]; then
   mkdir -p target/soak
   echo "power-loss soak: $cases cases per simulation, seed $seed, $(date -u +%FT%TZ)"
   failed=0
-  for spec in "tiercache-tiered-volume dst" "tiercache-log-structured dst" "tiercache-three-level dst" "tiercache-tiered-volume power_loss" "tiercache-cli live_faults"; do
+  for spec in "tiercache-oodt-live dst" "tiercache-flashtier-live dst" "tiercache-tica-live dst" "tiercache-oodt-live power_loss" "tiercache-cli live_faults"; do
     read -r pkg bin <<<"$spec"
     log="target/soak/power-$pkg-$bin.log"
     start=$(date +%s)

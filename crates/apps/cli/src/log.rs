@@ -3,7 +3,7 @@
 //! messages, no timestamps (systemd and shells add their own), no ANSI
 //! escapes. The level comes from `-v`/`-q`, or from `TIERCACHE_LOG` (or
 //! `RUST_LOG`) as an env-filter directive such as `debug` or
-//! `tiercache_server=trace`.
+//! `tiercache_azor_live=trace`.
 
 use std::fmt;
 use tracing::{Event, Level, Subscriber};

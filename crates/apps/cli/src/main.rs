@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "tiercache", version, about, long_about = None, propagate_version = true)]
 struct Cli {
     /// More log output (-v: info, -vv: debug, -vvv: trace). TIERCACHE_LOG or
-    /// RUST_LOG (e.g. `debug`, `tiercache_server=trace`) take precedence.
+    /// RUST_LOG (e.g. `debug`, `tiercache_azor_live=trace`) take precedence.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Only errors in the log.

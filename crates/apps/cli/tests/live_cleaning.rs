@@ -1,7 +1,7 @@
 //! Write-back cleaning of the live server under a sustained write load.
 //!
 //! The cleaner is a rate controller on the dirty line count
-//! (`tiercache_core::cleaning`): it must keep cleaning while requests keep
+//! (`tiercache_azor_policy::cleaning`): it must keep cleaning while requests keep
 //! coming (the complaint about dm-cache and Open CAS is that they clean only
 //! when the device is idle), absorb a burst above the dirty target without
 //! making requests clean, bring the cache back to the target once the load

@@ -17,9 +17,9 @@ use common::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tiercache_azor_live::design::SsdCache;
+use tiercache_azor_live::live::LiveCache;
 use tiercache_io::{FaultRule, FaultyDev, OpKinds};
-use tiercache_server::design::SsdCache;
-use tiercache_server::live::LiveCache;
 
 /// 4 MiB of data; the cache (6 MiB file, most of it metadata) holds 256 lines of 4 KiB.
 const BLOCKS: u64 = 1024;
@@ -50,7 +50,7 @@ impl Fixture {
         let backing_fault = served.faulty("backing.img", 11);
         let (c, b) = (cache_fault.clone(), backing_fault.clone());
         let design = served.serve(|| {
-            let live = tiercache_server::open_with_devices(&cache, c, b, &backing)
+            let live = tiercache_azor_live::open_with_devices(&cache, c, b, &backing)
                 .expect("open cache")
                 .cache;
             live.set_op_tracking(true);
@@ -87,7 +87,7 @@ impl Fixture {
     }
 
     fn stats(&self) -> serde_json::Value {
-        tiercache_server::design::stats_json(&self.live)
+        tiercache_azor_live::design::stats_json(&self.live)
     }
 
     /// `tiercache flush`: write back every dirty line (bounded: fails the test after 60 s).

@@ -41,7 +41,7 @@ fn levels_of(dir: &Path, name: &str) -> (bool, bool) {
         .unwrap();
     // Opening starts tasks on the runtime: do it inside one.
     rt.block_on(async {
-        let opened = tiercache_server::open_cache(&tiercache_server::OpenOptions {
+        let opened = tiercache_azor_live::open_cache(&tiercache_azor_live::OpenOptions {
             cache: dir.join(name),
             backing: None,
             emulate_hdd: false,

@@ -18,8 +18,8 @@ use common::inproc::{dev, read_version, write_blocks, InProcess};
 use common::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tiercache_flashtier_live::{open_with_devices, LogCache, LogStructured, Superblock};
 use tiercache_io::{FaultRule, FaultyDev, OpKinds};
-use tiercache_log_structured::{open_with_devices, LogCache, LogStructured, Superblock};
 
 /// 16 MiB of data in front of a 6 MiB cache.
 const BLOCKS: u64 = 4096;

@@ -241,8 +241,8 @@ fn ls_sparse_1tib_cache_restarts_after_kill9_within_its_bound() {
         "1TiB",
     ]);
     let dev = tiercache_io::FileDev::open(&cache, Default::default()).unwrap();
-    let sb = tiercache_log_structured::Superblock::read(&dev).unwrap();
-    let m = tiercache_log_structured::memory::metadata_memory(&sb).unwrap();
+    let sb = tiercache_flashtier_live::Superblock::read(&dev).unwrap();
+    let m = tiercache_flashtier_live::memory::metadata_memory(&sb).unwrap();
     assert!(m.slots > TIB / 4096 * 98 / 100, "{m:?}");
     restart_within_bound(d.path(), &cache, m.total(), "log-structured 1 TiB");
 }
@@ -265,11 +265,11 @@ fn tier_sparse_1tib_volume_restarts_after_kill9_within_its_bound() {
         "--tier-block",
         "64KiB",
     ]);
-    let sb = tiercache_tiered_volume::Superblock::read(&fast).unwrap();
+    let sb = tiercache_oodt_live::Superblock::read(&fast).unwrap();
     assert!(sb.volume_bytes > TIB * 99 / 100, "{}", sb.volume_bytes);
-    let m = tiercache_tiered_volume::memory::metadata_memory(
+    let m = tiercache_oodt_live::memory::metadata_memory(
         &sb,
-        tiercache_tiering::policy::PolicyKind::Oodt,
+        tiercache_oodt_policy::policy::PolicyKind::Oodt,
     );
     restart_within_bound(d.path(), &fast, m.total(), "tiered volume 1 TiB");
 }

@@ -146,14 +146,14 @@ fn a_sparse_1tib_cache_serves_and_restarts_within_its_memory_bound() {
         std::os::unix::fs::MetadataExt::blocks(&used) * 512 < 1 << 30,
         "format wrote no more than its metadata"
     );
-    let cfg = tiercache_core::CacheConfig {
+    let cfg = tiercache_azor_policy::CacheConfig {
         line_bytes: 1 << 20,
         sub_block_bytes: 1 << 20,
         ..Default::default()
     };
     let slots = slots_of(&cache);
-    let bound = tiercache_server::memory::metadata_bytes(&cfg, slots)
-        + tiercache_server::memory::FIXED_OVERHEAD;
+    let bound = tiercache_azor_live::memory::metadata_bytes(&cfg, slots)
+        + tiercache_azor_live::memory::FIXED_OVERHEAD;
     let (sock, log) = (d.join("nbd.sock"), d.join("serve.log"));
     let mut s = ServeProc::start(&cache, &sock, &log);
     let start_peak = vm_hwm(s.child.id());

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use tiercache_io::{FaultRule, OpKinds};
-use tiercache_three_level::{open_with_devices, Role, Tica};
+use tiercache_tica_live::{open_with_devices, Role, Tica};
 
 const DATA: &str = "48M";
 
@@ -166,7 +166,7 @@ fn fail_under_fio(role: Role, removal: bool) {
     let v = fio_result(out, "verify of the backing file");
     assert_eq!(v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap(), 48 << 20);
     // The failed pair is not served again without a new format.
-    let e = tiercache_three_level::open(&tiercache_three_level::OpenOptions {
+    let e = tiercache_tica_live::open(&tiercache_tica_live::OpenOptions {
         ssd: wo.clone(),
         ..Default::default()
     })

@@ -12,8 +12,8 @@ mod common;
 use common::{format_cache, tiercache, ServeProc};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tiercache_flash::sizes::SizeModel;
-use tiercache_log_structured::compress::{encode, Codec};
+use tiercache_flashtier_live::compress::{encode, Codec};
+use tiercache_flashtier_policy::sizes::SizeModel;
 
 fn fail(args: &[&str]) -> String {
     let o = Command::new(common::bin()).args(args).output().unwrap();

@@ -91,7 +91,7 @@ fn like_a_log_structured_cache() {
 /// from its superblock.
 fn tiercache_log_structured_area(cache: &Path) -> String {
     let f = tiercache_io::FileDev::open(cache, tiercache_io::FileDevOptions::default()).unwrap();
-    let sb = tiercache_log_structured::Superblock::read(&f).expect("superblock");
+    let sb = tiercache_flashtier_live::Superblock::read(&f).expect("superblock");
     assert_eq!(sb.seg_bytes, 256 << 10);
     format!("{}B", u64::from(sb.nsegs) * sb.seg_bytes)
 }
@@ -121,7 +121,7 @@ fn like_a_tiered_volume() {
             "--capacity",
             capacity,
         ]);
-        let sb = tiercache_tiered_volume::Superblock::read(&fast).expect("superblock");
+        let sb = tiercache_oodt_live::Superblock::read(&fast).expect("superblock");
         let fast_bytes = format!("{}B", sb.layout.fast_slots * 65536);
         assert_like(
             &trace,

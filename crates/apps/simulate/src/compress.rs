@@ -1,12 +1,12 @@
 //! `sim --compress`, `--compressibility`, `--compress-us` and
 //! `--decompress-us`: the compressed log-structured layout's simulation
-//! settings ([`tiercache_flash::logsim::CompressSim`]).
+//! settings ([`tiercache_flashtier_policy::logsim::CompressSim`]).
 
 use crate::args::SimArgs;
 use crate::error::bad;
 use anyhow::Result;
-use tiercache_flash::logsim::CompressSim;
-use tiercache_flash::sizes::SizeModel;
+use tiercache_flashtier_policy::logsim::CompressSim;
+use tiercache_flashtier_policy::sizes::SizeModel;
 
 /// The model used without `--compressibility`: about what a Linux kernel
 /// source tree gives under lz4 (`trace compressibility`, see

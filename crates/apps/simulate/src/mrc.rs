@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use tiercache_core::IoKind;
+use tiercache_azor_policy::IoKind;
 use tiercache_mrc::{Curve, Kind, Sampling, Shards, StackDistance};
 use tiercache_sim::units::{format_bytes, parse_bytes, parse_size};
 use tiercache_sim::{Replay, SimOptions};

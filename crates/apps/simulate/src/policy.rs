@@ -5,10 +5,10 @@
 //! formatted and a formatted one simulated.
 
 use std::fmt;
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::cleaning::CleaningConfig;
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_azor_policy::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_azor_policy::cleaning::CleaningConfig;
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::{Assoc, CacheConfig, WritePolicy};
 use tiercache_sim::units::{check_fraction, parse_bytes, parse_fraction};
 
 /// The SSD cache's option defaults as the command line spells them: the one

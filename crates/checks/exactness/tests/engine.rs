@@ -11,8 +11,8 @@ mod common;
 
 use common::{records, reference, trace_dir, Entry, LINE};
 use std::collections::BTreeMap;
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig, Class, Engine, IoKind, Request};
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::{Assoc, CacheConfig, Class, Engine, IoKind, Request};
 
 fn engine_hit_ratio(kind: EvictionKind, lines: u32, trace: &[(u64, u64)]) -> f64 {
     let cfg = CacheConfig {

@@ -12,7 +12,7 @@
 
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use tiercache_core::eviction::{Eviction, EvictionKind, Slot};
+use tiercache_azor_policy::eviction::{Eviction, EvictionKind, Slot};
 
 mod common;
 

@@ -13,12 +13,12 @@ use std::process::Command;
 const KNOWN: &[(&str, &str, &str)] = &[
     (
         "tiercache-sim",
-        "tiercache-core",
+        "tiercache-azor-policy",
         "the platform's simulation driver replays through the SSD cache's engine",
     ),
     (
-        "tiercache-log-structured",
-        "tiercache-core",
+        "tiercache-flashtier-live",
+        "tiercache-azor-policy",
         "the log-structured live cache uses the SSD cache's cleaning scheduler",
     ),
 ];

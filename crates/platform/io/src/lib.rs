@@ -1,6 +1,6 @@
 //! Device I/O for the tiercache live server.
 //!
-//! The policy core (`tiercache-core`) decides *which* device operations to
+//! The policy core (`tiercache-azor-policy`) decides *which* device operations to
 //! run; this crate runs them on real files and block devices.
 //!
 //! - [`BlockDev`]: one device (file or block device) with positional, full

@@ -16,8 +16,8 @@ use crate::report::{Latency, SimReport};
 use hdrhistogram::Histogram;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use tiercache_core::cleaning::CleaningScheduler;
-use tiercache_core::{
+use tiercache_azor_policy::cleaning::CleaningScheduler;
+use tiercache_azor_policy::{
     CacheConfig, ConfigError, Dev, Engine, IoKind, Op, OpId, Purpose, ReqId, Request, Source,
 };
 use tiercache_model::{DeviceModel, ModelOp, Profile};
@@ -107,7 +107,7 @@ impl VirtualClock {
 }
 
 /// The engine with the cleaning scheduler both drivers share
-/// (`tiercache_core::cleaning::CleaningScheduler`), in virtual time.
+/// (`tiercache_azor_policy::cleaning::CleaningScheduler`), in virtual time.
 struct Cached<'a> {
     engine: &'a mut Engine,
     sched: CleaningScheduler,

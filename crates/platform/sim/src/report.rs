@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use std::fmt;
-use tiercache_core::Engine;
+use tiercache_azor_policy::Engine;
 
 /// Response-time results of a timed replay.
 #[derive(Clone, Debug, PartialEq, Serialize)]

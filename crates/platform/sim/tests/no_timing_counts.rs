@@ -3,7 +3,7 @@
 //! on a synthetic trace of mixed sizes that makes the timed engine split op
 //! runs on dependencies and overlap writebacks.
 
-use tiercache_core::{CacheConfig, IoKind, WritePolicy};
+use tiercache_azor_policy::{CacheConfig, IoKind, WritePolicy};
 use tiercache_sim::{run, Replay, SimOptions, SimReport};
 use tiercache_trace::{Record, TraceError};
 

@@ -1,7 +1,7 @@
 //! The timed replay against hand-computed device times: the simulator must add
 //! exactly the model's service times along each request's critical path.
 
-use tiercache_core::{CacheConfig, IoKind};
+use tiercache_azor_policy::{CacheConfig, IoKind};
 use tiercache_model::{DeviceModel, ModelOp, Profile};
 use tiercache_sim::{run, Replay, SimOptions};
 use tiercache_trace::{Record, TraceError};

@@ -1,7 +1,7 @@
 //! `tiercache trace compressibility IMAGE`: how the compressed
 //! log-structured layout (`format --layout log-structured --compress`)
 //! would store an image's blocks, by the layout's own encoder
-//! (`tiercache_log_structured::compress::encode`): the distribution of
+//! (`tiercache_flashtier_live::compress::encode`): the distribution of
 //! stored sizes in 512-byte units (8 = raw), the mean ratio, the effective
 //! capacity factor, and the codec's measured speed on this machine. The
 //! `--out` file is a compressibility model for `sim --compress`.
@@ -13,8 +13,8 @@ use serde_json::json;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tiercache_flash::sizes::{SizeModel, SLOT_RATIO};
-use tiercache_log_structured::compress::{decode, encode, Codec, RAW_UNITS, UNIT};
+use tiercache_flashtier_live::compress::{decode, encode, Codec, RAW_UNITS, UNIT};
+use tiercache_flashtier_policy::sizes::{SizeModel, SLOT_RATIO};
 use tiercache_sim::units::parse_bytes;
 
 const BLOCK: usize = 4096;

@@ -61,7 +61,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     );
     // The size is the device's (format derives it); the builder checks the rest.
     let cfg = tiercache_simulate::PolicySpec::default().config(4096 << 20)?;
-    tiercache_server::format_cache(&cache, &backing, &cfg, Some(data / 8 + (8 << 20)), false)?;
+    tiercache_azor_live::format_cache(&cache, &backing, &cfg, Some(data / 8 + (8 << 20)), false)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -139,7 +139,7 @@ pub async fn serve_emulated_hdd(
             .with_context(|| format!("opening {}", backing.display()))?,
     );
     let hdd: Arc<dyn tiercache_nbd::Backend> =
-        Arc::new(tiercache_server::passthrough::PassThrough {
+        Arc::new(tiercache_azor_live::passthrough::PassThrough {
             dev: Arc::new(EmulatedHdd::default_disk(dev).map_err(|e| anyhow::anyhow!("{e}"))?),
         });
     let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;

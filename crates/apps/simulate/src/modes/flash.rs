@@ -9,8 +9,8 @@ use super::{bad, json_row, trace_input, ModeOutput};
 use crate::args::SimArgs;
 use anyhow::{Context, Result};
 use std::fmt::Write;
-use tiercache_flash::logsim::{self, LogSimConfig, LogSimReport};
-use tiercache_flash::{
+use tiercache_flashtier_policy::logsim::{self, LogSimConfig, LogSimReport};
+use tiercache_flashtier_policy::{
     run as simulate, DeviceConfig, DeviceKind, FlashReport, FlashSimConfig, FtlKind, GcPolicy,
     ManagerKind,
 };
@@ -90,7 +90,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
 }
 
 /// `--mode ssc --ftl log`: the live log-structured store's policy
-/// (`tiercache_flash::logsim`), one row per cache size and write policy.
+/// (`tiercache_flashtier_policy::logsim`), one row per cache size and write policy.
 fn run_log(a: &SimArgs) -> Result<ModeOutput> {
     let (format, ropts) = trace_input(a)?;
     if a.cache_size.is_empty() {
@@ -100,7 +100,8 @@ fn run_log(a: &SimArgs) -> Result<ModeOutput> {
         ));
     }
     let seg_bytes = parse_bytes(a.segment_size.trim()).map_err(|e| bad("segment_size", e))?;
-    tiercache_flash::logstore::data_blocks(seg_bytes).map_err(|e| bad("segment_size", e))?;
+    tiercache_flashtier_policy::logstore::data_blocks(seg_bytes)
+        .map_err(|e| bad("segment_size", e))?;
     let victim: GcPolicy = a.victim.trim().parse().map_err(|e| bad("victim", e))?;
     let compress = crate::compress::settings(a)?;
     let mut rows: Vec<(String, LogSimReport)> = Vec::new();

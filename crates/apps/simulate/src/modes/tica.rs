@@ -6,9 +6,9 @@ use crate::args::SimArgs;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write;
 use std::path::Path;
-use tiercache_levels::sim::{Replay, SimConfig};
-use tiercache_levels::{Arch, LevelsProfile, LevelsReport, Policy};
 use tiercache_sim::units::{format_bytes, parse_bytes, parse_size, SizeSpec};
+use tiercache_tica_policy::sim::{Replay, SimConfig};
+use tiercache_tica_policy::{Arch, LevelsProfile, LevelsReport, Policy};
 use tiercache_trace::{Format, ReadOptions};
 
 /// Trace access shared by `sim` and `reproduce tica`.
@@ -30,7 +30,7 @@ impl TraceInput {
     /// Run one architecture.
     pub fn run(&self, cfg: &SimConfig) -> Result<LevelsReport> {
         let r = tiercache_trace::open(&self.path, self.format, &self.ropts)?;
-        tiercache_levels::run(r, cfg)
+        tiercache_tica_policy::run(r, cfg)
             .with_context(|| format!("simulating {} on {}", cfg.arch.name(), self.path.display()))
     }
 }
@@ -119,7 +119,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     })
 }
 
-/// A three-level device profile (TOML; see `tiercache_levels::LevelsProfile`).
+/// A three-level device profile (TOML; see `tiercache_tica_policy::LevelsProfile`).
 pub fn load_profile(p: &Path) -> Result<LevelsProfile> {
     let s =
         std::fs::read_to_string(p).with_context(|| format!("reading profile {}", p.display()))?;

@@ -8,10 +8,10 @@ use crate::args::SimArgs;
 use anyhow::{Context, Result};
 use std::fmt::Write;
 use tiercache_model::Profile;
+use tiercache_oodt_policy::planner::PlanClock;
+use tiercache_oodt_policy::policy::{PolicyConfig, PolicyKind};
+use tiercache_oodt_policy::sim::{Replay, TierReport, TierSimConfig};
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
-use tiercache_tiering::planner::PlanClock;
-use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
-use tiercache_tiering::sim::{Replay, TierReport, TierSimConfig};
 
 /// Run `tiercache sim --mode tier`.
 pub fn run(a: &SimArgs) -> Result<ModeOutput> {
@@ -113,20 +113,20 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
     let baseline = if a.no_baseline {
         None
     } else {
-        Some(tiercache_tiering::sim::run(
+        Some(tiercache_oodt_policy::sim::run(
             open()?,
             &base(PolicyKind::Frequency, 0),
         )?)
     };
     let mut rows = Vec::new();
     for &size in &sizes {
-        let bytes = tiercache_tiering::sim::usable_fast_tier_bytes(
+        let bytes = tiercache_oodt_policy::sim::usable_fast_tier_bytes(
             size.bytes(u64::from(tier_block), stats.footprint_bytes),
             volume_bytes,
             tier_block,
         );
         for &p in &policies {
-            let r = tiercache_tiering::sim::run(open()?, &base(p, bytes))?;
+            let r = tiercache_oodt_policy::sim::run(open()?, &base(p, bytes))?;
             rows.push((size, r));
         }
     }

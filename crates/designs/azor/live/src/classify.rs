@@ -15,7 +15,7 @@
 use crate::live::LiveCache;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, Weak};
-use tiercache_core::{Class, IoKind};
+use tiercache_azor_policy::{Class, IoKind};
 use tiercache_fsmeta::{ClassSource, FsClassifier, ReadAt};
 
 /// Reads the live device through the cache, from a blocking thread.
@@ -148,7 +148,7 @@ pub fn write_class(fs: &Mutex<FsState>, offset: u64, data: &[u8]) -> Class {
 mod tests {
     use crate::{format_cache, open_cache, OpenOptions};
     use std::sync::Arc;
-    use tiercache_core::{CacheConfig, IoKind};
+    use tiercache_azor_policy::{CacheConfig, IoKind};
 
     /// Regression (2026-11-26: `tiercache reproduce azor` hung for good in
     /// PostMark on XFS through a cache with `--fs-classify auto`; even

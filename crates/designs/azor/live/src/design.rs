@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tiercache_core::IoKind;
+use tiercache_azor_policy::IoKind;
 use tiercache_runtime::{async_trait, Design, Error, Result, WriteBack};
 
 use crate::live::{LiveCache, LiveError};

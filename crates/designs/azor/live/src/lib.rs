@@ -19,7 +19,7 @@ pub mod stats;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tiercache_core::{CacheConfig, Engine};
+use tiercache_azor_policy::{CacheConfig, Engine};
 use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
 use tiercache_store::FormatParams;
 
@@ -36,7 +36,7 @@ pub fn format_cache(
     create_size: Option<u64>,
     force: bool,
 ) -> Result<tiercache_store::Layout> {
-    if cfg.line_bytes < tiercache_core::config::MIN_LIVE_LINE {
+    if cfg.line_bytes < tiercache_azor_policy::config::MIN_LIVE_LINE {
         bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator also takes 512B to 2KiB)", cfg.line_bytes);
     }
     if !tiercache_io::device_exists(backing) {
@@ -134,7 +134,7 @@ fn dirty_after_unclean_shutdown(
     if opened.report.clean_shutdown {
         return Ok(0);
     }
-    let write_back = cfg.write_policy == tiercache_core::WritePolicy::WriteBack;
+    let write_back = cfg.write_policy == tiercache_azor_policy::WritePolicy::WriteBack;
     let n = if write_back {
         tiercache_store::dirty_all_valid(&mut opened.table)
     } else {

@@ -24,9 +24,9 @@
 //! in flight with the load; [`FIXED_OVERHEAD`] covers the latter.
 
 use anyhow::{bail, Result};
-use tiercache_core::admission::AdmissionKind;
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{Assoc, CacheConfig};
+use tiercache_azor_policy::admission::AdmissionKind;
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::{Assoc, CacheConfig};
 use tiercache_runtime::memory::{human_bytes, metadata_allowance, refusal};
 use tiercache_store::SlotTable;
 

@@ -21,7 +21,7 @@
 //! auto`; otherwise every read is `data`. Writes are not classified.
 
 use serde_json::Value;
-use tiercache_core::Dev;
+use tiercache_azor_policy::Dev;
 use tiercache_runtime::MetricSet;
 
 use crate::live::LiveCache;

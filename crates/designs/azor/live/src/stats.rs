@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tiercache_core::{Dev, IoKind};
+use tiercache_azor_policy::{Dev, IoKind};
 
 /// Counters updated by the live cache, read by `tiercache stats`.
 pub struct LiveStats {

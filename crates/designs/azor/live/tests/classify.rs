@@ -3,9 +3,9 @@
 //! sniffing) count as metadata accesses; file data does not.
 
 use std::process::Command;
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::{CacheConfig, IoKind};
-use tiercache_server::{format_cache, open_cache, OpenOptions};
+use tiercache_azor_live::{format_cache, open_cache, OpenOptions};
+use tiercache_azor_policy::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_azor_policy::{CacheConfig, IoKind};
 
 fn have(tool: &str) -> bool {
     Command::new(tool).arg("-V").output().is_ok()
@@ -66,8 +66,8 @@ async fn ext4_metadata_is_classified_through_the_cache() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(live.filesystem().as_deref(), Some("ext4"));
-    let meta = |l: &std::sync::Arc<tiercache_server::live::LiveCache>| {
-        let v = tiercache_server::design::stats_json(l);
+    let meta = |l: &std::sync::Arc<tiercache_azor_live::live::LiveCache>| {
+        let v = tiercache_azor_live::design::stats_json(l);
         (
             v["metadata_hits"].as_u64().unwrap() + v["metadata_misses"].as_u64().unwrap(),
             v["read_hits"].as_u64().unwrap(),

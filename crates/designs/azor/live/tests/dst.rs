@@ -12,18 +12,18 @@
 //! driver's background steps. Driven by the seeded steps of
 //! `tiercache_fuzz::dst` and checked sector by sector against its model.
 //!
-//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-server --test dst`.
+//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-azor-live --test dst`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tiercache_core::{Assoc, CacheConfig, WritePolicy};
+use tiercache_azor_live::design::SsdCache;
+use tiercache_azor_live::{format_cache, open_on_devices};
+use tiercache_azor_policy::{Assoc, CacheConfig, WritePolicy};
 use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, System, UNIT};
 use tiercache_fuzz::Rng;
 use tiercache_runtime::design::Design;
-use tiercache_server::design::SsdCache;
-use tiercache_server::{format_cache, open_on_devices};
 
 /// A 4 MiB backing device; the cache holds about a third of it, so
 /// evictions (and, in write-back, dirty evictions) are frequent.
@@ -282,7 +282,7 @@ fn write_back_metadata_store_failure_fails_waiting_writes_instead_of_hanging() {
     let why = live.metadata_failure().map(String::from);
     assert!(why.is_some(), "the failed commit is recorded");
     assert!(failed > 0, "a write that needed a commit failed");
-    let stats = tiercache_server::design::stats_json(&live);
+    let stats = tiercache_azor_live::design::stats_json(&live);
     assert!(
         stats["status"].as_str().unwrap().starts_with("degraded")
             && stats["metadata_error"].is_string(),
@@ -449,7 +449,7 @@ fn evict_dirty_line_with_failing_reads(
             backing: backing_path.clone(),
         }
     };
-    let slots = tiercache_server::design::stats_json(&cache.cache)["slots"]
+    let slots = tiercache_azor_live::design::stats_json(&cache.cache)["slots"]
         .as_u64()
         .unwrap();
     assert!(
@@ -532,7 +532,7 @@ fn evicted_dirty_line_whose_writeback_fails_for_good_is_kept() {
     // The cache's own degraded state, not only device errors counted (which
     // the status reports from the first failed read on).
     let degraded = || {
-        let st = tiercache_server::design::stats_json(&live);
+        let st = tiercache_azor_live::design::stats_json(&live);
         let status = st["status"].as_str().unwrap();
         status.starts_with("degraded") && !status.starts_with("degraded: device errors")
     };
@@ -609,7 +609,7 @@ fn rewrite_during_eviction_writeback(release: bool) {
             backing: backing_path.clone(),
         }
     };
-    let slots = tiercache_server::design::stats_json(&cache.cache)["slots"]
+    let slots = tiercache_azor_live::design::stats_json(&cache.cache)["slots"]
         .as_u64()
         .unwrap();
     assert!(slots + 1 < UNITS);

@@ -2,9 +2,9 @@
 //! lines and sequential cutoff. Each expected value is worked out in the
 //! comment above it.
 
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{
+use tiercache_azor_policy::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::{
     Assoc, CacheConfig, Class, Dev, Engine, IoKind, Op, Purpose, Request, WritePolicy,
 };
 

@@ -17,9 +17,9 @@
 use proptest::prelude::*;
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
-use tiercache_core::admission::{AdmissionConfig, AdmissionKind};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::{
+use tiercache_azor_policy::admission::{AdmissionConfig, AdmissionKind};
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::{
     Assoc, CacheConfig, Class, Dev, Engine, IoKind, Op, Request, Source, WritePolicy,
 };
 

@@ -8,7 +8,7 @@
 //!   numbers, crc32c).
 //! - [`map`]: the unified sparse map, block -> slot with a dirty flag, in
 //!   under 8 bytes of host memory per cached block (the FlashTier policy
-//!   crate's `tiercache_flash::sparse`, which the simulator measures).
+//!   crate's `tiercache_flashtier_policy::sparse`, which the simulator measures).
 //! - [`checkpoint`]: checkpoints of the map and the journal of segments
 //!   opened since.
 //! - [`cleaning`]: victim choice (greedy or cost-benefit): the policy crate's
@@ -37,7 +37,7 @@ pub mod design;
 pub mod layout;
 pub mod memory;
 /// The unified sparse map: the FlashTier policy crate's.
-pub use tiercache_flash::sparse as map;
+pub use tiercache_flashtier_policy::sparse as map;
 mod meta;
 pub mod recovery;
 pub mod segment;

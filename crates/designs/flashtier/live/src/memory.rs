@@ -21,7 +21,7 @@
 //! copy of the map. Everything else is a fixed overhead (threads, buffers,
 //! the open segment's summary) independent of the cache's size.
 
-use tiercache_flash::sparse::{SparseMap, DIRTY_INDEX_BYTES};
+use tiercache_flashtier_policy::sparse::{SparseMap, DIRTY_INDEX_BYTES};
 use tiercache_runtime::memory::{check_allowance, human_bytes};
 
 use crate::layout::{Superblock, WritePolicy};

@@ -22,7 +22,7 @@ pub const SLOT_RATIO: u32 = 4;
 /// A summary entry of a slot that holds nothing (a write that failed).
 pub const EMPTY: u64 = u64::MAX;
 
-use tiercache_flash::logstore;
+use tiercache_flashtier_policy::logstore;
 
 const MAGIC: &[u8; 4] = b"LSSM";
 const HEADER: usize = logstore::SUMMARY_HEADER as usize;

@@ -10,10 +10,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use tiercache_io::{BlockDev, CrashDev, CrashMode, FileDev, FileDevOptions};
-use tiercache_log_structured::{
+use tiercache_flashtier_live::{
     format, open_with_devices, FormatOptions, LogCache, WritePolicy, BLOCK,
 };
+use tiercache_io::{BlockDev, CrashDev, CrashMode, FileDev, FileDevOptions};
 
 /// Blocks of the backing device.
 const BLOCKS: u64 = 1024;

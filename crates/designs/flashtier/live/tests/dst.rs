@@ -9,18 +9,18 @@
 //! kept in order up to a point, or torn per 512-byte sector), each followed
 //! by recovery and a check of every sector against the model.
 //!
-//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-log-structured --test dst`.
+//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-flashtier-live --test dst`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tiercache_flashtier_live::{
+    format, open_with_devices, Codec, FormatOptions, LogCache, WritePolicy,
+};
 use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
-use tiercache_log_structured::{
-    format, open_with_devices, Codec, FormatOptions, LogCache, WritePolicy,
-};
 
 const UNITS: u64 = 512; // a 2 MiB backing device
 const SEG: u64 = 64 << 10;

@@ -10,15 +10,15 @@
 //!   a cache whose every block reads back as data that was written there
 //!   (never garbage), and never a panic.
 //!
-//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-log-structured --test fuzz_decoders`.
+//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-flashtier-live --test fuzz_decoders`.
 
 use std::sync::Arc;
 
+use tiercache_flashtier_live::checkpoint::{Checkpoint, CheckpointHead, JournalRecord};
+use tiercache_flashtier_live::segment::{entry, Geometry, Summary, EMPTY};
+use tiercache_flashtier_live::{format, open_with_devices, FormatOptions, Superblock, BLOCK};
 use tiercache_fuzz::Rng;
 use tiercache_io::MemDev;
-use tiercache_log_structured::checkpoint::{Checkpoint, CheckpointHead, JournalRecord};
-use tiercache_log_structured::segment::{entry, Geometry, Summary, EMPTY};
-use tiercache_log_structured::{format, open_with_devices, FormatOptions, Superblock, BLOCK};
 
 const BACKING_BLOCKS: u64 = 256;
 const SEG: u64 = 64 << 10;
@@ -48,7 +48,7 @@ fn crashed_cache() -> (Vec<u8>, Vec<u8>, Superblock) {
         cache: dir.path().join("cache"),
         backing: dir.path().join("backing"),
         create_size: Some(1 << 20),
-        write_policy: tiercache_log_structured::WritePolicy::WriteBack,
+        write_policy: tiercache_flashtier_live::WritePolicy::WriteBack,
         dirty_target: 0.5,
         seg_bytes: SEG,
         force: false,
@@ -119,7 +119,7 @@ fn fuzz_corrupted_caches() {
         |(img, (what, run_check))| {
             if *run_check {
                 std::fs::write(&path, img).unwrap();
-                let _ = tiercache_log_structured::check(&path); // must not panic
+                let _ = tiercache_flashtier_live::check(&path); // must not panic
             }
             let cache = Arc::new(MemDev::from_vec("cache", img.clone()));
             let bdev = Arc::new(MemDev::from_vec("backing", backing.clone()));
@@ -138,7 +138,7 @@ fn fuzz_corrupted_caches() {
 }
 
 fn superblock_sample() -> Vec<u8> {
-    let mut sb = tiercache_log_structured::layout::plan(64 << 20, 1 << 20).unwrap();
+    let mut sb = tiercache_flashtier_live::layout::plan(64 << 20, 1 << 20).unwrap();
     sb.backing_size = 1 << 30;
     sb.backing_path = "/dev/backing".into();
     sb.encode()

@@ -7,12 +7,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use tiercache_flashtier_live::cache::Occupancy;
+use tiercache_flashtier_live::{
+    format, open_with_devices, FormatOptions, LogCache, VictimPolicy, WritePolicy, BLOCK,
+};
 use tiercache_io::{
     BlockDev, CrashDev, CrashMode, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds,
-};
-use tiercache_log_structured::cache::Occupancy;
-use tiercache_log_structured::{
-    format, open_with_devices, FormatOptions, LogCache, VictimPolicy, WritePolicy, BLOCK,
 };
 
 const BLOCKS: u64 = 1024;
@@ -64,13 +64,13 @@ fn setup(
 
 /// Random block-aligned writes, reads and flushes, checked against a
 /// reference, with the cache a small fraction of the data.
-fn run_reference(policy: WritePolicy, victim: VictimPolicy) -> tiercache_log_structured::Counters {
+fn run_reference(policy: WritePolicy, victim: VictimPolicy) -> tiercache_flashtier_live::Counters {
     let dir = tempfile::tempdir().unwrap();
     let (cache, backing) = setup(dir.path(), 2 << 20, 64 << 10, policy);
     let mut c = open_with_devices(file_dev(&cache), file_dev(&backing), &backing).unwrap();
     c.set_victim_policy(victim);
-    let mut total = tiercache_log_structured::Counters::default();
-    let add = |t: &mut tiercache_log_structured::Counters, c: &LogCache| {
+    let mut total = tiercache_flashtier_live::Counters::default();
+    let add = |t: &mut tiercache_flashtier_live::Counters, c: &LogCache| {
         let x = c.counters();
         t.segments_cleaned += x.segments_cleaned;
         t.silent_evictions += x.silent_evictions;
@@ -545,7 +545,7 @@ fn check_accepts_a_stopped_cache_and_finds_a_corrupt_summary() {
     c.read(700 * BLOCK, 40 * BLOCK as usize).unwrap();
     c.flush().unwrap();
     drop(c); // crash
-    let r = tiercache_log_structured::check(&cache).unwrap();
+    let r = tiercache_flashtier_live::check(&cache).unwrap();
     assert!(r.is_ok(), "{r}");
     assert!(
         r.mapped_blocks > 0 && r.dirty_blocks == r.mapped_blocks,
@@ -555,13 +555,13 @@ fn check_accepts_a_stopped_cache_and_finds_a_corrupt_summary() {
     let c = open_with_devices(file_dev(&cache), file_dev(&backing), &backing).unwrap();
     c.read(700 * BLOCK, 40 * BLOCK as usize).unwrap();
     c.shutdown(false).unwrap();
-    let r = tiercache_log_structured::check(&cache).unwrap();
+    let r = tiercache_flashtier_live::check(&cache).unwrap();
     assert!(
         r.is_ok() && r.clean_shutdown && r.replayed_segments == 0,
         "{r}"
     );
     // Rewrite a summary of a segment holding mapped blocks with the wrong blocks.
-    let sb = tiercache_log_structured::Superblock::read(file_dev(&cache).as_ref()).unwrap();
+    let sb = tiercache_flashtier_live::Superblock::read(file_dev(&cache).as_ref()).unwrap();
     let f = file_dev(&cache);
     let mut both = vec![0u8; 8192];
     let mut hit = false;
@@ -569,9 +569,9 @@ fn check_accepts_a_stopped_cache_and_finds_a_corrupt_summary() {
         let off = sb.seg_off + seg as u64 * sb.seg_bytes;
         f.read_at(&mut both, off).unwrap();
         let g = sb.geometry();
-        if let Some(mut s) = tiercache_log_structured::segment::Summary::pick(&both, seg, &g) {
+        if let Some(mut s) = tiercache_flashtier_live::segment::Summary::pick(&both, seg, &g) {
             if s.entries.len() > 3 {
-                s.entries[0] = tiercache_log_structured::segment::entry(4000, true);
+                s.entries[0] = tiercache_flashtier_live::segment::entry(4000, true);
                 s.version += 10;
                 f.write_at(&s.encode(&g), off + g.summary_offset(s.copy()))
                     .unwrap();
@@ -581,6 +581,6 @@ fn check_accepts_a_stopped_cache_and_finds_a_corrupt_summary() {
         }
     }
     assert!(hit);
-    let r = tiercache_log_structured::check(&cache).unwrap();
+    let r = tiercache_flashtier_live::check(&cache).unwrap();
     assert!(!r.is_ok(), "the corrupted summary is found: {r}");
 }

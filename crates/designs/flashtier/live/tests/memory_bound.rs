@@ -3,14 +3,14 @@
 //! every block dirty and its dirty index, and recovery's streamed read of a
 //! checkpoint (the map plus a chunk, never a copy of the checkpoint).
 
-use tiercache_fuzz::memory::{peak_of, Counting};
-use tiercache_io::{BlockDev, MemDev};
-use tiercache_log_structured::checkpoint::{
+use tiercache_flashtier_live::checkpoint::{
     read_newest_with, write_streamed, CheckpointHead, CHUNK,
 };
-use tiercache_log_structured::layout::plan;
-use tiercache_log_structured::map::{Entry, SparseMap};
-use tiercache_log_structured::memory::metadata_memory;
+use tiercache_flashtier_live::layout::plan;
+use tiercache_flashtier_live::map::{Entry, SparseMap};
+use tiercache_flashtier_live::memory::metadata_memory;
+use tiercache_fuzz::memory::{peak_of, Counting};
+use tiercache_io::{BlockDev, MemDev};
 
 #[global_allocator]
 static A: Counting = Counting;

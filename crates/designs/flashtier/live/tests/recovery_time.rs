@@ -3,7 +3,7 @@
 //! unified map's host memory per cached block (goal at most 8 bytes).
 //!
 //! Ignored by default (it writes 4 GiB); run with
-//! `cargo test --release -p tiercache-log-structured --test recovery_time -- --ignored --nocapture`.
+//! `cargo test --release -p tiercache-flashtier-live --test recovery_time -- --ignored --nocapture`.
 //! `TIERCACHE_LS_BLOCKS` sets the number of blocks (default 1,000,000) and
 //! `TIERCACHE_LS_DIR` the directory for the two files (default: a temp dir).
 //! Before each reopen the cache file's pages are dropped from the page cache
@@ -14,9 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tiercache_flashtier_live::cache::{MapBytesPerBlock, Occupancy};
+use tiercache_flashtier_live::{format, open_with_devices, FormatOptions, WritePolicy, BLOCK};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_log_structured::cache::{MapBytesPerBlock, Occupancy};
-use tiercache_log_structured::{format, open_with_devices, FormatOptions, WritePolicy, BLOCK};
 
 fn dev(p: &Path) -> Arc<dyn BlockDev> {
     Arc::new(FileDev::open(p, FileDevOptions::default()).unwrap())

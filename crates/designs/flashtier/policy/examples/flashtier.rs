@@ -1,12 +1,12 @@
 //! The `tiercache reproduce flashtier` tables without the CLI:
-//! `cargo run --release -p tiercache-flash --example flashtier -- [TRACES_DIR] [ZIPF_REQUESTS]`.
+//! `cargo run --release -p tiercache-flashtier-policy --example flashtier -- [TRACES_DIR] [ZIPF_REQUESTS]`.
 
 use std::path::PathBuf;
-use tiercache_flash::reproduce::{
+use tiercache_flashtier_policy::reproduce::{
     csv, format_vi, format_vii, table_vi, table_vii, RecordIter, Workload,
 };
-use tiercache_flash::workload::ZipfParams;
-use tiercache_flash::FtlKind;
+use tiercache_flashtier_policy::workload::ZipfParams;
+use tiercache_flashtier_policy::FtlKind;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

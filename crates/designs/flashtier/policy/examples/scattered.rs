@@ -3,7 +3,7 @@
 //! times the footprint): `scattered` (400,000 requests over 131,072 blocks,
 //! spread 4, 90 % writes, seed 42) and `scattered-b` (1,000,000 requests over
 //! 65,536 blocks, spread 8, 95 % writes, seed 7).
-//! `cargo run --release -p tiercache-flash --example scattered -- [REQUESTS] [BLOCKS] [SPREAD]`
+//! `cargo run --release -p tiercache-flashtier-policy --example scattered -- [REQUESTS] [BLOCKS] [SPREAD]`
 //! replaces the first workload's size.
 //!
 //! Layers: hybrid, page (the prototype's SSC-P) and page-log (Section 4.3's
@@ -12,9 +12,9 @@
 //! blocks as the SSC keeps mapped at the end: the share of the SSC's extra
 //! misses that capacity alone explains.
 
-use tiercache_flash::reproduce::{format_vii, simulate, table_vii, Workload};
-use tiercache_flash::workload::ZipfParams;
-use tiercache_flash::{DeviceKind, FtlKind, ManagerKind};
+use tiercache_flashtier_policy::reproduce::{format_vii, simulate, table_vii, Workload};
+use tiercache_flashtier_policy::workload::ZipfParams;
+use tiercache_flashtier_policy::{DeviceKind, FtlKind, ManagerKind};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

@@ -1,6 +1,6 @@
 //! The live log-structured store's policy replayed on a trace, without
 //! devices: `tiercache sim --mode ssc --ftl log`. Each request goes through
-//! the same [`Log`] decisions as in the live store (`tiercache-log-structured`),
+//! the same [`Log`] decisions as in the live store (`tiercache-flashtier-live`),
 //! so its decision counters (blocks appended, silent evictions, dirty blocks
 //! moved ...) equal the live store's on the same requests at queue depth 1;
 //! the conformance test `crates/apps/cli/tests/conformance_ssc_tier.rs`

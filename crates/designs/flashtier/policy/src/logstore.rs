@@ -1,5 +1,5 @@
 //! The log-structured store's segments and which one to clean next: pure
-//! state and decisions shared by the live store (`tiercache-log-structured`)
+//! state and decisions shared by the live store (`tiercache-flashtier-live`)
 //! and its simulation.
 //!
 //! Cleaning a segment drops its live clean blocks silently (the backing

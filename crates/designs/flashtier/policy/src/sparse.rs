@@ -1,6 +1,6 @@
 //! The unified sparse map: backing block number -> cache slot, with the
 //! block's dirty state, in one compact open-addressing table. The live
-//! log-structured store (`tiercache-log-structured`) keeps it, and the
+//! log-structured store (`tiercache-flashtier-live`) keeps it, and the
 //! simulator measures it (`map_comparison.sparse_bytes_per_block`).
 //!
 //! FlashTier keys its solid-state cache by disk block in a sparse hash map so
@@ -25,7 +25,7 @@ pub const MAX_LOAD: f64 = 0.9;
 /// Host bytes per dirty block of the optional dirty index, at most: a
 /// B-tree of 8-byte block numbers, measured at 18 to 19 bytes per block
 /// (nodes half full when blocks become dirty in block order, fuller in random
-/// order; `tiercache-log-structured`'s `memory_bound` test), rounded up.
+/// order; `tiercache-flashtier-live`'s `memory_bound` test), rounded up.
 pub const DIRTY_INDEX_BYTES: usize = 20;
 
 /// What the map holds for one block.

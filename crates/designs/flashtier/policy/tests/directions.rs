@@ -3,11 +3,11 @@
 //! needs far less host memory than the native one.
 
 use std::path::Path;
-use tiercache_flash::reproduce::{
+use tiercache_flashtier_policy::reproduce::{
     format_vi, format_vii, table_vi, table_vii, RecordIter, Workload,
 };
-use tiercache_flash::workload::ZipfParams;
-use tiercache_flash::FtlKind;
+use tiercache_flashtier_policy::workload::ZipfParams;
+use tiercache_flashtier_policy::FtlKind;
 
 const IOZONE: &str = "../../../../../shared/traces/disksim/ssd-iozone-aligned2-100K.trace";
 

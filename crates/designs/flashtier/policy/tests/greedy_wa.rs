@@ -1,10 +1,10 @@
 //! The page-mapped layer's write amplification under uniform random
 //! overwrites against the analytical greedy-collection result.
 
-use tiercache_flash::flash::{Flash, Geometry, Timing};
-use tiercache_flash::ftl::page::{greedy_uniform_wa, PageFtl};
-use tiercache_flash::ftl::Translation;
-use tiercache_flash::GcPolicy;
+use tiercache_flashtier_policy::flash::{Flash, Geometry, Timing};
+use tiercache_flashtier_policy::ftl::page::{greedy_uniform_wa, PageFtl};
+use tiercache_flashtier_policy::ftl::Translation;
+use tiercache_flashtier_policy::GcPolicy;
 
 fn splitmix(x: &mut u64) -> u64 {
     *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

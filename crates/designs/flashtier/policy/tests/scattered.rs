@@ -30,9 +30,9 @@
 //! The tests check those explanations: an SSD cache holding only as many
 //! blocks as the SSC keeps mapped misses about as often as the SSC.
 
-use tiercache_flash::reproduce::{format_vii, simulate, table_vii, Workload};
-use tiercache_flash::workload::ZipfParams;
-use tiercache_flash::{DeviceKind, FlashReport, FtlKind, ManagerKind};
+use tiercache_flashtier_policy::reproduce::{format_vii, simulate, table_vii, Workload};
+use tiercache_flashtier_policy::workload::ZipfParams;
+use tiercache_flashtier_policy::{DeviceKind, FlashReport, FtlKind, ManagerKind};
 
 /// Most points the page-log SSC (7 % log) and SSC-V (20 % log) may miss
 /// above the SSD cache on "scattered" (measured +3.83 and +3.16).

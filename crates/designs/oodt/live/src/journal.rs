@@ -5,7 +5,7 @@
 //!   length and CRC32C, header CRC32C) followed by
 //!   [`MappingTable::checkpoint`]. Checkpoint `n` goes to region `n % 2`, so
 //!   a torn checkpoint leaves the previous one intact.
-//! - The **log** holds the records of [`tiercache_tiering::migration`], one
+//! - The **log** holds the records of [`tiercache_oodt_policy::migration`], one
 //!   per 64-byte slot: the epoch (the sequence number of the checkpoint it
 //!   follows), the 39-byte record, padding and a CRC32C of the slot. Every
 //!   append is written and flushed before it returns (the migration order
@@ -13,15 +13,15 @@
 //!   new epoch at slot 0, so older records never replay on a newer table.
 //!
 //! Checkpoints are taken only between migrations (none in flight), which is
-//! what [`tiercache_tiering::migration::recover`] expects.
+//! what [`tiercache_oodt_policy::migration::recover`] expects.
 
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercache_io::BlockDev;
-use tiercache_tiering::migration::{self, LogRecord, RECORD_BYTES};
-use tiercache_tiering::{Loc, MappingTable};
+use tiercache_oodt_policy::migration::{self, LogRecord, RECORD_BYTES};
+use tiercache_oodt_policy::{Loc, MappingTable};
 
 use crate::superblock::Layout;
 
@@ -353,7 +353,7 @@ fn read_table(
     let mut crc = 0u32;
     let mut io_err = None;
     let parsed = MappingTable::read_checkpoint(h.len, |buf| {
-        let fail = |m: String| tiercache_tiering::TierError::Corrupt(m);
+        let fail = |m: String| tiercache_oodt_policy::TierError::Corrupt(m);
         if at + buf.len() as u64 > h.len {
             return Err(fail("truncated".into()));
         }
@@ -389,7 +389,7 @@ fn read_table(
 mod tests {
     use super::*;
     use tiercache_io::MemDev;
-    use tiercache_tiering::migration::{Action, Migration};
+    use tiercache_oodt_policy::migration::{Action, Migration};
 
     fn setup() -> (Arc<dyn BlockDev>, Layout, MappingTable) {
         let layout = Layout::compute(4 << 20, 64, 65536).unwrap();

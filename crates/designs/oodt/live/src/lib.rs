@@ -4,7 +4,7 @@
 //! in one slot of the fast tier (an SSD, a file) or of the slow tier: the
 //! volume is both tiers' size (`--capacity sum`, OODT's design), or each
 //! block keeps a home on the slow tier, whose size is the volume's
-//! (`--capacity slow`). The policy core of `tiercache-tiering` decides
+//! (`--capacity slow`). The policy core of `tiercache-oodt-policy` decides
 //! everything: the mapping table, the migration state machine and its
 //! recovery, request splitting, workload characterization, the planner and
 //! the placement policies. This crate adds the real I/O and persistence:

@@ -6,7 +6,7 @@
 //!
 //! Per block of the volume, at most:
 //! - the mapping table's entry
-//!   ([`ENTRY_BYTES`](tiercache_tiering::mapping::ENTRY_BYTES)), twice: the worker copies
+//!   ([`ENTRY_BYTES`](tiercache_oodt_policy::mapping::ENTRY_BYTES)), twice: the worker copies
 //!   the table to write a checkpoint without holding the volume's lock;
 //! - the placement policy's statistics
 //!   ([`PolicyKind::stats_bytes_per_block`]);
@@ -17,14 +17,14 @@
 //! per slot of an allocator (the fast tier's, and the slow tier's in a
 //! `sum` volume), a bit, twice (the table and its copy); and per fast-tier
 //! slot [`MOVE_SLOT_BYTES`] for a round's moves. Checkpoints are written and
-//! read in chunks of [`CHECKPOINT_CHUNK`](tiercache_tiering::mapping::CHECKPOINT_CHUNK)
+//! read in chunks of [`CHECKPOINT_CHUNK`](tiercache_oodt_policy::mapping::CHECKPOINT_CHUNK)
 //! bytes, never as a copy of the table's bytes. Everything else is a fixed overhead independent of the
 //! volume's size.
 
+use tiercache_oodt_policy::planner::Move;
+use tiercache_oodt_policy::policy::{Candidate, PolicyKind};
+use tiercache_oodt_policy::MappingTable;
 use tiercache_runtime::memory::{check_allowance, human_bytes};
-use tiercache_tiering::planner::Move;
-use tiercache_tiering::policy::{Candidate, PolicyKind};
-use tiercache_tiering::MappingTable;
 
 use crate::superblock::{Capacity, Superblock};
 

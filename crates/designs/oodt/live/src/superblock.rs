@@ -120,7 +120,7 @@ pub struct Layout {
 }
 
 /// Bytes of a mapping checkpoint of `blocks` blocks with two tiers: the
-/// region header plus [`tiercache_tiering::MappingTable::checkpoint`]'s size
+/// region header plus [`tiercache_oodt_policy::MappingTable::checkpoint`]'s size
 /// (either version).
 pub fn checkpoint_bytes(blocks: u64) -> u64 {
     let payload = 8 + 4 + 1 + 8 + 8 + 8 + 4 * blocks + 4;
@@ -140,7 +140,7 @@ impl Layout {
         if !(4096..=4 << 20).contains(&block_bytes) || !block_bytes.is_power_of_two() {
             return Err(format!("block size {block_bytes}"));
         }
-        let max = tiercache_tiering::mapping::MAX_FAST_SLOTS;
+        let max = tiercache_oodt_policy::mapping::MAX_FAST_SLOTS;
         if self.fast_slots > max || self.slow_slots > max {
             return Err(format!(
                 "{} fast and {} slow slots",
@@ -183,7 +183,7 @@ impl Layout {
             log_offset,
             log_bytes: LOG_BYTES,
             data_offset,
-            fast_slots: fast_slots.min(tiercache_tiering::mapping::MAX_FAST_SLOTS),
+            fast_slots: fast_slots.min(tiercache_oodt_policy::mapping::MAX_FAST_SLOTS),
             slow_slots: 0,
         })
     }
@@ -198,7 +198,7 @@ impl Layout {
         block_bytes: u32,
     ) -> Result<(Layout, u64), FormatError> {
         let bs = u64::from(block_bytes);
-        let max = tiercache_tiering::mapping::MAX_FAST_SLOTS;
+        let max = tiercache_oodt_policy::mapping::MAX_FAST_SLOTS;
         let slow_slots = slow_bytes / bs;
         if slow_slots < 2 || slow_slots > max {
             return Err(FormatError::Geometry(format!(

@@ -9,7 +9,7 @@
 //! torn per 512-byte sector), each followed by recovery and a check of
 //! every sector against the model. Both capacity modes.
 //!
-//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-tiered-volume --test dst`.
+//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-oodt-live --test dst`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,10 +18,10 @@ use tiercache_fuzz::dst::devices::{power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
 use tiercache_io::{BlockDev, MemDev};
+use tiercache_oodt_live::superblock::{Capacity, Layout, Superblock, TierRecord};
+use tiercache_oodt_live::{initial_table, initialize, TieredVolume, VolumeConfig};
+use tiercache_oodt_policy::policy::PolicyKind;
 use tiercache_store::BackingIdentity;
-use tiercache_tiered_volume::superblock::{Capacity, Layout, Superblock, TierRecord};
-use tiercache_tiered_volume::{initial_table, initialize, TieredVolume, VolumeConfig};
-use tiercache_tiering::policy::PolicyKind;
 
 const UNITS: u64 = 256; // a 1 MiB volume
 const TIER_BLOCK: u32 = 16 << 10;

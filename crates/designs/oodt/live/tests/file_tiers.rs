@@ -13,10 +13,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tiercache_tiered_volume::{
+use tiercache_oodt_live::{
     format_volume, open_volume, Capacity, OpenOptions, TieredVolume, VolumeConfig,
 };
-use tiercache_tiering::policy::PolicyKind;
+use tiercache_oodt_policy::policy::PolicyKind;
 
 const BS: u32 = 64 << 10;
 const BLOCKS: u64 = 32;

@@ -14,17 +14,17 @@
 //!   whose tail cannot be told from a torn append), never another block's
 //!   data or a mix.
 //!
-//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-tiered-volume --test fuzz_decoders`.
+//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-oodt-live --test fuzz_decoders`.
 
 use std::sync::Arc;
 
 use tiercache_fuzz::Rng;
 use tiercache_io::{BlockDev, MemDev};
+use tiercache_oodt_live::journal::{Journal, CHECKPOINT_HEADER, LOG_SLOT};
+use tiercache_oodt_live::superblock::{Capacity, Layout, Superblock, TierRecord, SB_BYTES};
+use tiercache_oodt_live::{initial_table, initialize, TieredVolume, VolumeConfig};
+use tiercache_oodt_policy::policy::PolicyKind;
 use tiercache_store::BackingIdentity;
-use tiercache_tiered_volume::journal::{Journal, CHECKPOINT_HEADER, LOG_SLOT};
-use tiercache_tiered_volume::superblock::{Capacity, Layout, Superblock, TierRecord, SB_BYTES};
-use tiercache_tiered_volume::{initial_table, initialize, TieredVolume, VolumeConfig};
-use tiercache_tiering::policy::PolicyKind;
 
 const UNIT: usize = 4096;
 const UNITS: u64 = 256; // a 1 MiB volume
@@ -286,7 +286,7 @@ fn fuzz_crashed_volumes() {
             let base = &bases[*k];
             if *run_check {
                 std::fs::write(&path, img).unwrap();
-                let _ = tiercache_tiered_volume::check_volume(&path); // must not panic
+                let _ = tiercache_oodt_live::check_volume(&path); // must not panic
             }
             let Some(sb) = read_superblock(img) else {
                 return;

@@ -8,13 +8,13 @@ use std::sync::Arc;
 
 use tiercache_fuzz::memory::{peak_of, Counting};
 use tiercache_io::{BlockDev, MemDev};
-use tiercache_tiered_volume::journal::Journal;
-use tiercache_tiered_volume::memory::metadata_memory_of;
-use tiercache_tiered_volume::superblock::Layout as VolumeLayout;
-use tiercache_tiering::mapping::CHECKPOINT_CHUNK;
-use tiercache_tiering::planner::plan_round;
-use tiercache_tiering::policy::{build, Access, PolicyConfig, PolicyKind};
-use tiercache_tiering::MappingTable;
+use tiercache_oodt_live::journal::Journal;
+use tiercache_oodt_live::memory::metadata_memory_of;
+use tiercache_oodt_live::superblock::Layout as VolumeLayout;
+use tiercache_oodt_policy::mapping::CHECKPOINT_CHUNK;
+use tiercache_oodt_policy::planner::plan_round;
+use tiercache_oodt_policy::policy::{build, Access, PolicyConfig, PolicyKind};
+use tiercache_oodt_policy::MappingTable;
 
 #[global_allocator]
 static A: Counting = Counting;

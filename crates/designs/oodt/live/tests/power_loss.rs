@@ -23,10 +23,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tiercache_io::{BlockDev, CrashDev, CrashMode, MemDev};
+use tiercache_oodt_live::superblock::{Capacity, Layout, Superblock, TierRecord};
+use tiercache_oodt_live::{initialize, TieredVolume, VolumeConfig};
+use tiercache_oodt_policy::policy::PolicyKind;
 use tiercache_store::BackingIdentity;
-use tiercache_tiered_volume::superblock::{Capacity, Layout, Superblock, TierRecord};
-use tiercache_tiered_volume::{initialize, TieredVolume, VolumeConfig};
-use tiercache_tiering::policy::PolicyKind;
 
 const SECTOR: usize = 512;
 const UNIT: usize = 4096;
@@ -261,7 +261,7 @@ fn new_media(capacity: Capacity) -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
     if sum {
         // The initial mapping: blocks 0..244 on slow slots 0..244 (version
         // 0 is there), blocks 245..255 on fast slots 0..10.
-        let table = tiercache_tiered_volume::initial_table(&sb).unwrap();
+        let table = tiercache_oodt_live::initial_table(&sb).unwrap();
         for b in 0..blocks {
             let loc = table.lookup(b).unwrap();
             assert_eq!(loc.tier == 1, b < blocks - 11, "block {b} at {loc:?}");

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tiercache_io::{BlockDev, MemDev};
+use tiercache_oodt_live::superblock::{Layout, Superblock, TierRecord};
+use tiercache_oodt_live::{initialize, TieredVolume, VolumeConfig};
+use tiercache_oodt_policy::policy::PolicyKind;
 use tiercache_store::BackingIdentity;
-use tiercache_tiered_volume::superblock::{Layout, Superblock, TierRecord};
-use tiercache_tiered_volume::{initialize, TieredVolume, VolumeConfig};
-use tiercache_tiering::policy::PolicyKind;
 
 const BS: u32 = 64 << 10;
 const BLOCKS: u64 = 64;
@@ -47,7 +47,7 @@ fn setup() -> (Arc<MemDev>, Arc<MemDev>, Superblock) {
         uuid: [2; 16],
         block_bytes: BS,
         volume_bytes: volume_bytes(),
-        capacity: tiercache_tiered_volume::Capacity::Slow,
+        capacity: tiercache_oodt_live::Capacity::Slow,
         config: serde_json::to_string(&cfg).unwrap(),
         tiers: vec![
             TierRecord {

@@ -4,8 +4,8 @@
 //! e.g. `tier_sweep postmark.trace disksim 512 2,4,8,16 1000 8`.
 
 use tiercache_model::Profile;
-use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
-use tiercache_tiering::sim::{run, Replay, TierSimConfig};
+use tiercache_oodt_policy::policy::{PolicyConfig, PolicyKind};
+use tiercache_oodt_policy::sim::{run, Replay, TierSimConfig};
 use tiercache_trace::{Format, ReadOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         block_bytes: 4096,
         fast_tier_bytes: fast,
         volume_bytes: st.max_end,
-        planner: tiercache_tiering::planner::PlannerConfig {
+        planner: tiercache_oodt_policy::planner::PlannerConfig {
             every_requests: every,
             idle_ns: None,
             max_moves_per_round: ((fast / 4096) / div).max(1) as usize,

@@ -1,5 +1,5 @@
 //! CPU time per 4 KiB random write of the live cache, without NBD:
-//! `cargo run --release -p tiercache-three-level --example write_cpu -- DIR [WRITES]`.
+//! `cargo run --release -p tiercache-tica-live --example write_cpu -- DIR [WRITES]`.
 //! Formats a pair of 128 MiB SSD files over a 64 MiB backing file in DIR
 //! (16 MiB of DRAM, the benchmark's sizes), fills and reads every page once,
 //! then times WRITES random page writes (process CPU time, all threads).
@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, open, FormatOptions, OpenOptions, ThreeLevel, PAGE};
+use tiercache_tica_live::{format, open, FormatOptions, OpenOptions, ThreeLevel, PAGE};
+use tiercache_tica_policy::Policy;
 
 /// utime + stime of the process (all threads), from /proc/self/stat.
 fn cpu_secs() -> f64 {

@@ -1,7 +1,7 @@
 //! The live TICA three-level cache: a DRAM level (process memory), a
 //! read-optimized SSD and a write-optimized SSD (files or block devices) in
 //! front of a backing device, driven by the deterministic
-//! [`tiercache_levels::tica::Tica`] policy (TICA-A by default, EF or WED
+//! [`tiercache_tica_policy::tica::Tica`] policy (TICA-A by default, EF or WED
 //! selectable) and exported over NBD.
 //!
 //! - [`pair`]: the two SSDs' superblocks (role, pair id, configuration) and `format`.

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use tiercache_io::BlockDev;
-use tiercache_levels::tica::{Tica, TicaConfig};
+use tiercache_tica_policy::tica::{Tica, TicaConfig};
 
 use crate::cache::{RecoveryInfo, State, ThreeLevel};
 use crate::pair::{read_info, MetaDev, PairInfo, Role, PAGE};

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_levels::{FlushConfig, Policy};
 use tiercache_store::{FormatParams, MetaDevice, StoreError, Superblock};
+use tiercache_tica_policy::{FlushConfig, Policy};
 
 pub use crate::slots::PAGE;
 

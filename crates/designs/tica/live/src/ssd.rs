@@ -34,10 +34,10 @@ use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 use tiercache_io::BlockDev;
-use tiercache_levels::Page;
 use tiercache_store::{
     BackingIdentity, Layout, LineMeta, Record, Slot, SlotTable, Store, StoreError, SubBlocks,
 };
+use tiercache_tica_policy::Page;
 
 use crate::pair::{MetaDev, Role, PAGE};
 use crate::slots::FreeSlots;

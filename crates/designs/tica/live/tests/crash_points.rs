@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
-use tiercache_three_level::{open_with_devices, PAGE};
+use tiercache_tica_live::{open_with_devices, PAGE};
 
 mod common;
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tiercache_io::{BlockDev, FaultyDev, FileDev, FileDevOptions};
-use tiercache_three_level::{open_with_devices, ThreeLevel, PAGE};
+use tiercache_tica_live::{open_with_devices, ThreeLevel, PAGE};
 
 /// 1 MiB of backing data; SSDs of 2 MiB.
 mod common;

@@ -11,7 +11,7 @@
 //! torn per 512-byte sector), each followed by recovery and a check of
 //! every sector against the model.
 //!
-//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-three-level --test dst`.
+//! Long run: `TIERCACHE_DST_CASES=100000 cargo test -p tiercache-tica-live --test dst`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use tiercache_fuzz::dst::devices::{io_error as io, power_loss, SimDev};
 use tiercache_fuzz::dst::{self, Fault, System, Target, UNIT};
 use tiercache_fuzz::Rng;
 use tiercache_io::BlockDev;
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, open_with_devices, FormatOptions, ThreeLevel, PAGE};
+use tiercache_tica_live::{format, open_with_devices, FormatOptions, ThreeLevel, PAGE};
+use tiercache_tica_policy::Policy;
 
 const UNITS: u64 = 512; // a 2 MiB backing device
 

@@ -6,15 +6,15 @@
 //! opens serves every page as zeros or as a version written to that page
 //! (never garbage, never another page's data).
 //!
-//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-three-level --test fuzz_pair`.
+//! Long run: `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-tica-live --test fuzz_pair`.
 
 use std::sync::Arc;
 
 use tiercache_fuzz::Rng;
 use tiercache_io::MemDev;
-use tiercache_levels::Policy;
-use tiercache_three_level::pair::{log_bytes, read_info, MetaDev};
-use tiercache_three_level::{format, open_with_devices, FormatOptions, PAGE};
+use tiercache_tica_live::pair::{log_bytes, read_info, MetaDev};
+use tiercache_tica_live::{format, open_with_devices, FormatOptions, PAGE};
+use tiercache_tica_policy::Policy;
 
 const PAGES: u64 = 1024;
 const SSD: u64 = 4 << 20;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, open_with_devices, FormatOptions, Role, ThreeLevel, PAGE};
+use tiercache_tica_live::{format, open_with_devices, FormatOptions, Role, ThreeLevel, PAGE};
+use tiercache_tica_policy::Policy;
 
 /// 8 MiB of backing data (2048 pages); SSDs of 4 MiB hold 768 pages each.
 const PAGES: u64 = 2048;

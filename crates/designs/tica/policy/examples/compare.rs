@@ -2,10 +2,10 @@
 //! each SSD at 10 % of the footprint (what `tiercache reproduce tica` does
 //! per trace), printing one JSON line per architecture.
 //!
-//! `cargo run --release -p tiercache-levels --example compare -- TRACE FORMAT`
+//! `cargo run --release -p tiercache-tica-policy --example compare -- TRACE FORMAT`
 
-use tiercache_levels::sim::{Replay, SimConfig};
-use tiercache_levels::{Arch, Policy};
+use tiercache_tica_policy::sim::{Replay, SimConfig};
+use tiercache_tica_policy::{Arch, Policy};
 use tiercache_trace::{Format, ReadOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             Replay::Closed
         };
-        let r = tiercache_levels::run(tiercache_trace::open(path, Some(format), &ro)?, &cfg)?;
+        let r = tiercache_tica_policy::run(tiercache_trace::open(path, Some(format), &ro)?, &cfg)?;
         println!("{}", serde_json::to_string(&r)?);
     }
     Ok(())

@@ -4,10 +4,10 @@
 //! is held by at least two distinct devices.
 
 use proptest::prelude::*;
-use tiercache_levels::baselines::srac::Srac;
-use tiercache_levels::baselines::ucache::UCache;
-use tiercache_levels::tica::{Tica, TicaConfig};
-use tiercache_levels::{Architecture, Dev, Policy};
+use tiercache_tica_policy::baselines::srac::Srac;
+use tiercache_tica_policy::baselines::ucache::UCache;
+use tiercache_tica_policy::tica::{Tica, TicaConfig};
+use tiercache_tica_policy::{Architecture, Dev, Policy};
 
 #[derive(Clone, Debug)]
 enum Step {

@@ -1,8 +1,8 @@
 //! Timed replay of synthetic traces through every architecture.
 
 use tiercache_block::IoKind;
-use tiercache_levels::sim::{Replay, SimConfig};
-use tiercache_levels::{Arch, Policy};
+use tiercache_tica_policy::sim::{Replay, SimConfig};
+use tiercache_tica_policy::{Arch, Policy};
 use tiercache_trace::Record;
 
 const ARCHS: [Arch; 5] = [
@@ -47,7 +47,7 @@ fn dirty_data_is_never_on_a_single_device_during_a_timed_replay() {
     for arch in ARCHS {
         let mut cfg = SimConfig::new(arch, 8, 40);
         cfg.check_dirty_copies = true;
-        let r = tiercache_levels::run(mixed(5000), &cfg)
+        let r = tiercache_tica_policy::run(mixed(5000), &cfg)
             .unwrap_or_else(|e| panic!("{}: {e}", arch.name()));
         assert_eq!(r.requests, 5000);
         assert!(r.mean_response_us > 0.0);
@@ -59,7 +59,7 @@ fn a_working_set_that_fits_in_dram_hits_dram_after_the_first_pass() {
     // 4 pages read 10 times, DRAM of 16 pages: 4 misses, 36 DRAM hits.
     for arch in ARCHS {
         let recs: Vec<_> = (0..40).map(|i| rec(i % 4, IoKind::Read)).collect();
-        let r = tiercache_levels::run(recs, &SimConfig::new(arch, 16, 64)).unwrap();
+        let r = tiercache_tica_policy::run(recs, &SimConfig::new(arch, 16, 64)).unwrap();
         assert_eq!(r.stats.misses, 4, "{}", arch.name());
         assert_eq!(r.stats.dram_hits, 36, "{}", arch.name());
         assert_eq!(r.hdd_reads, 4);
@@ -73,9 +73,10 @@ fn mirrored_baselines_write_each_page_twice_tica_once_per_ssd() {
     // TICA writes 20 to the WO-SSD and, once the flusher drains, 20 to the
     // RO-SSD.
     let recs = || (0..20).map(|p| rec(p, IoKind::Write)).collect::<Vec<_>>();
-    let u = tiercache_levels::run(recs(), &SimConfig::new(Arch::UCache, 64, 64)).unwrap();
+    let u = tiercache_tica_policy::run(recs(), &SimConfig::new(Arch::UCache, 64, 64)).unwrap();
     assert_eq!((u.wo_ssd_writes, u.ro_ssd_writes), (40, 0));
-    let t = tiercache_levels::run(recs(), &SimConfig::new(Arch::Tica(Policy::Ef), 64, 64)).unwrap();
+    let t = tiercache_tica_policy::run(recs(), &SimConfig::new(Arch::Tica(Policy::Ef), 64, 64))
+        .unwrap();
     assert_eq!(t.wo_ssd_writes, 20);
     assert_eq!(t.ro_ssd_writes, 20);
     assert_eq!(t.ssd_writes, 40);
@@ -97,20 +98,20 @@ fn open_replay_waits_for_trace_timestamps() {
     ];
     let mut cfg = SimConfig::new(Arch::Tica(Policy::Ef), 16, 64);
     cfg.replay = Replay::Open;
-    let r = tiercache_levels::run(recs, &cfg).unwrap();
+    let r = tiercache_tica_policy::run(recs, &cfg).unwrap();
     assert!(r.elapsed_s >= 1.0);
 }
 
 #[test]
 fn bad_sizes_are_refused_with_a_reason() {
     let mut cfg = SimConfig::new(Arch::UCache, 1, 64);
-    let e = tiercache_levels::run(Vec::new(), &cfg)
+    let e = tiercache_tica_policy::run(Vec::new(), &cfg)
         .unwrap_err()
         .to_string();
     assert!(e.contains("too small"), "{e}");
     cfg.dram_pages = 16;
     cfg.page_bytes = 1000;
-    let e = tiercache_levels::run(Vec::new(), &cfg)
+    let e = tiercache_tica_policy::run(Vec::new(), &cfg)
         .unwrap_err()
         .to_string();
     assert!(e.contains("power of two"), "{e}");

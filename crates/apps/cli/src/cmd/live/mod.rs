@@ -242,7 +242,7 @@ async fn serve_uncached(
         );
     }
     let export: Arc<dyn tiercache_nbd::Backend> =
-        Arc::new(tiercache_server::passthrough::PassThrough { dev });
+        Arc::new(tiercache_azor_live::passthrough::PassThrough { dev });
     let server =
         tiercache_nbd::Server::with_tls([(cfg.export.clone(), export)], cfg.limits, cfg.tls)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
-use tiercache_core::Engine;
+use tiercache_azor_policy::Engine;
 use tiercache_plot::{Figure, Panel, Series};
 use tiercache_sim::units::parse_seconds;
 use tiercache_sim::{Replay, SimOptions, SimReport};

@@ -7,11 +7,11 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use tiercache_flash::reproduce::{
+use tiercache_flashtier_policy::reproduce::{
     csv, format_vi, format_vii, table_vi, table_vii, RecordIter, Workload,
 };
-use tiercache_flash::workload::ZipfParams;
-use tiercache_flash::FtlKind;
+use tiercache_flashtier_policy::workload::ZipfParams;
+use tiercache_flashtier_policy::FtlKind;
 
 /// Options.
 #[derive(clap::Args, Debug)]

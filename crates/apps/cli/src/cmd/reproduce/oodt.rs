@@ -17,11 +17,11 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tiercache_oodt_policy::policy::{PolicyConfig, PolicyKind};
+use tiercache_oodt_policy::sim::{Replay, TierSimConfig};
 use tiercache_plot::{Figure, Panel, Series};
 use tiercache_sim::units::{parse_bytes, parse_seconds};
 use tiercache_simulate::args::SimArgs;
-use tiercache_tiering::policy::{PolicyConfig, PolicyKind};
-use tiercache_tiering::sim::{Replay, TierSimConfig};
 
 /// Options.
 #[derive(clap::Args, Debug)]
@@ -208,7 +208,7 @@ fn oodt_read_weight(path: &Path, w: &Workload, size: &str, read: f32) -> Result<
         replay: Replay::Closed { queue_depth: 1 },
         capacity_sum: true,
     };
-    Ok(tiercache_tiering::sim::run(open()?, &cfg)?.mean_response_us)
+    Ok(tiercache_oodt_policy::sim::run(open()?, &cfg)?.mean_response_us)
 }
 
 fn pct(x: f64) -> String {

@@ -4,10 +4,10 @@
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
-use tiercache_levels::models::{benefit, Figures};
-use tiercache_levels::sim::{Replay, SimConfig};
-use tiercache_levels::{Arch, LevelsReport, Policy};
 use tiercache_sim::units::{parse_bytes, parse_fraction, SizeSpec};
+use tiercache_tica_policy::models::{benefit, Figures};
+use tiercache_tica_policy::sim::{Replay, SimConfig};
+use tiercache_tica_policy::{Arch, LevelsReport, Policy};
 use tiercache_trace::{Format, ReadOptions};
 
 use tiercache_simulate::modes::tica::{load_profile, pages, TraceInput};

@@ -6,7 +6,7 @@ pub use tiercache_simulate::{replay_choice, SimArgs};
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
-use tiercache_core::CacheConfig;
+use tiercache_azor_policy::CacheConfig;
 use tiercache_model::Profile;
 use tiercache_sim::units::{parse_bytes, parse_size, SizeSpec};
 use tiercache_sim::{Replay, SimOptions, SimReport};
@@ -126,7 +126,7 @@ fn mode_name(mode: &str) -> &'static str {
 /// superblock) and returns the mode; `None` for anything else (the SSD
 /// cache, or no cache: [`like`] tells).
 fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
-    if let Some(info) = tiercache_three_level::detect(dev) {
+    if let Some(info) = tiercache_tica_live::detect(dev) {
         // The policy manages the smaller SSD's slots less a reserve.
         let mut slots = usize::MAX;
         for p in [&info.ro_ssd, &info.wo_ssd] {
@@ -136,20 +136,20 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
                 .with_context(|| format!("--like {}: reading its SSD {p}", dev.display()))?;
             slots = slots.min(sb.newest.layout.slots as usize);
         }
-        let pages = tiercache_three_level::policy_ssd_pages(slots);
+        let pages = tiercache_tica_live::policy_ssd_pages(slots);
         a.tica_policy = info.tica_policy.clone();
         a.cache_size = vec![format!("{pages}lines")];
         a.dram_size = Some(format!(
             "{}lines",
-            info.dram_bytes / tiercache_three_level::PAGE
+            info.dram_bytes / tiercache_tica_live::PAGE
         ));
-        a.line_size = vec![format!("{}B", tiercache_three_level::PAGE)];
+        a.line_size = vec![format!("{}B", tiercache_tica_live::PAGE)];
         return Ok(Some("tica"));
     }
-    if tiercache_tiered_volume::is_tiered_volume(dev) {
-        let sb = tiercache_tiered_volume::Superblock::read(dev)
+    if tiercache_oodt_live::is_tiered_volume(dev) {
+        let sb = tiercache_oodt_live::Superblock::read(dev)
             .with_context(|| format!("--like {}: reading the tiered volume", dev.display()))?;
-        let cfg: tiercache_tiered_volume::VolumeConfig = serde_json::from_str(&sb.config)
+        let cfg: tiercache_oodt_live::VolumeConfig = serde_json::from_str(&sb.config)
             .with_context(|| format!("--like {}: reading the recorded policy", dev.display()))?;
         let bs = u64::from(sb.block_bytes);
         a.tier_policy = cfg.policy;
@@ -160,16 +160,16 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
         a.plan_clock = cfg.plan_clock.to_string();
         a.tier_volume_size = Some(format!("{}B", sb.volume_bytes));
         a.capacity = match sb.capacity {
-            tiercache_tiered_volume::Capacity::Sum => "sum",
-            tiercache_tiered_volume::Capacity::Slow => "slow",
+            tiercache_oodt_live::Capacity::Sum => "sum",
+            tiercache_oodt_live::Capacity::Slow => "slow",
         }
         .to_string();
         return Ok(Some("tier"));
     }
-    if tiercache_log_structured::detect(dev) {
+    if tiercache_flashtier_live::detect(dev) {
         let f = tiercache_io::FileDev::open(dev, tiercache_io::FileDevOptions::default())
             .with_context(|| format!("--like {}: opening", dev.display()))?;
-        let Some(sb) = tiercache_log_structured::Superblock::read(&f) else {
+        let Some(sb) = tiercache_flashtier_live::Superblock::read(&f) else {
             bail!(
                 "--like {}: the log-structured superblock is unreadable",
                 dev.display()

@@ -5,8 +5,8 @@
 use super::LiveCache;
 use super::{range_bits, Core, LiveError};
 use std::sync::Arc;
-use tiercache_core::eviction::Slot;
-use tiercache_core::{Op, OpId};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::{Op, OpId};
 use tiercache_store::{LineMeta, Record, SubBlocks};
 use tokio::sync::watch;
 

@@ -3,7 +3,7 @@
 
 use super::LiveCache;
 use std::sync::atomic::Ordering;
-use tiercache_core::Op;
+use tiercache_azor_policy::Op;
 
 impl LiveCache {
     /// Run one op: wait for its dependencies, do the I/O, report it.

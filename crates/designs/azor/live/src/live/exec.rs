@@ -6,8 +6,8 @@ use super::{Core, LiveError, Poison, ReqBuf, PENDING_COMMIT, WRITEBACK_RETRIES};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_core::eviction::Slot;
-use tiercache_core::{Dev, IoKind, Op, Purpose, Source};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::{Dev, IoKind, Op, Purpose, Source};
 use tiercache_io::{BlockDev, IoOp};
 use tiercache_store::SubBlocks;
 

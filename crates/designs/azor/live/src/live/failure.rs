@@ -5,8 +5,8 @@ use super::LiveCache;
 use super::{Core, LiveError, Poison, ReqBuf, DEGRADE_AFTER};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tiercache_core::eviction::Slot;
-use tiercache_core::{Dev, IoKind, Op, Purpose, WritePolicy};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::{Dev, IoKind, Op, Purpose, WritePolicy};
 
 impl LiveCache {
     /// Device error handling: data safe on the backing device is never lost.

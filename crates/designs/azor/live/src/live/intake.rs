@@ -5,8 +5,8 @@ use super::LiveCache;
 use super::{Core, LiveError, ReqBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use tiercache_core::eviction::Slot;
-use tiercache_core::{Class, Dev, IoKind, Op, Purpose, Request, Source};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::{Class, Dev, IoKind, Op, Purpose, Request, Source};
 
 impl LiveCache {
     /// Run one client request. `data` is the write payload; reads return their bytes.
@@ -203,7 +203,7 @@ impl LiveCache {
         // A read's buffer spans the request widened to whole sub-blocks: a
         // read miss reads and fills whole sub-blocks (less than two
         // sub-blocks more than the request).
-        let (start, span) = tiercache_core::buffer_span(&req, self.sub);
+        let (start, span) = tiercache_azor_policy::buffer_span(&req, self.sub);
         let buf = Arc::new(ReqBuf {
             offset: start,
             data: Mutex::new(match (kind, data) {

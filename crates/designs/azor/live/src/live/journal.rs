@@ -7,9 +7,9 @@ use super::{range_bits, Core, LiveError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_core::eviction::Slot;
-use tiercache_core::SlotBits;
-use tiercache_core::{Dev, IoKind, Op, OpId, Purpose, WritePolicy};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::SlotBits;
+use tiercache_azor_policy::{Dev, IoKind, Op, OpId, Purpose, WritePolicy};
 use tiercache_store::{Record, SubBlocks};
 
 impl LiveCache {

@@ -6,7 +6,7 @@ use super::LiveError;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_core::OpId;
+use tiercache_azor_policy::OpId;
 
 impl LiveCache {
     /// Whether a clean shutdown started (writes and trims are refused).

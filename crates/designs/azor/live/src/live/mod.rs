@@ -73,9 +73,9 @@ use crate::stats::LiveStats;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tiercache_core::eviction::Slot;
-use tiercache_core::SlotBits;
-use tiercache_core::{Engine, Op, OpId, WritePolicy};
+use tiercache_azor_policy::eviction::Slot;
+use tiercache_azor_policy::SlotBits;
+use tiercache_azor_policy::{Engine, Op, OpId, WritePolicy};
 use tiercache_io::BlockDev;
 use tiercache_store::{Record, SlotTable, Store, SubBlocks};
 use tokio::sync::watch;
@@ -89,7 +89,7 @@ const WRITEBACK_RETRIES: u32 = 6;
 
 /// Interval of the background cleaner: the scheduler's tick.
 const CLEAN_TICK: std::time::Duration =
-    std::time::Duration::from_nanos(tiercache_core::cleaning::TICK_NS);
+    std::time::Duration::from_nanos(tiercache_azor_policy::cleaning::TICK_NS);
 
 /// Records buffered after which a background commit starts.
 const PENDING_COMMIT: usize = 16384;
@@ -102,7 +102,7 @@ const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Buffer of one request, shared by its op tasks.
 struct ReqBuf {
     /// Backing offset of `data[0]`: the request's offset, or for a read the
-    /// start of its first sub-block ([`tiercache_core::buffer_span`]).
+    /// start of its first sub-block ([`tiercache_azor_policy::buffer_span`]).
     offset: u64,
     data: Mutex<Vec<u8>>,
     /// A WRITE_ZEROES: `data` is zeros, and backing writes of it are sent as
@@ -177,7 +177,7 @@ pub(crate) struct Core {
     fast_overwrite: bool,
     /// When to clean: the scheduler the simulator runs too, here on the
     /// wall clock (pressure cleaning in `submit`, ticks in the cleaner task).
-    sched: tiercache_core::cleaning::CleaningScheduler,
+    sched: tiercache_azor_policy::cleaning::CleaningScheduler,
     /// New requests wait (a write policy change is switching): see `policy`.
     paused: bool,
     /// Rerouted writes of failed cache writes over dirty sub-blocks: the
@@ -324,7 +324,7 @@ impl LiveCache {
             line: geo.line_bytes as u64,
             sub: geo.sub_block_bytes as u64,
             core: Mutex::new(Core {
-                sched: tiercache_core::cleaning::CleaningScheduler::new(
+                sched: tiercache_azor_policy::cleaning::CleaningScheduler::new(
                     engine.config().cleaning,
                     engine.geometry().slots as u64,
                     engine.dirty_target_lines() as u64,

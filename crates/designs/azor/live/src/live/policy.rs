@@ -24,8 +24,8 @@ use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_core::eviction::EvictionKind;
-use tiercache_core::WritePolicy;
+use tiercache_azor_policy::eviction::EvictionKind;
+use tiercache_azor_policy::WritePolicy;
 
 /// What `tiercache set` asked for.
 #[derive(Debug, Clone, Default)]
@@ -151,7 +151,7 @@ impl LiveCache {
             )));
         }
         if ch.seq_cutoff.is_some()
-            && cfg.admission.kind != tiercache_core::admission::AdmissionKind::SeqCutoff
+            && cfg.admission.kind != tiercache_azor_policy::admission::AdmissionKind::SeqCutoff
         {
             return Err(LiveError(format!(
                 "the sequential cutoff applies only to seq-cutoff admission, and this cache admits with {} (chosen at format)",

@@ -7,9 +7,9 @@ use super::{err, evicted, set_shadows, shadows, CacheError, Ext, Res, State};
 use crate::checkpoint::{write_streamed, CheckpointHead, NONE};
 use crate::map::Entry;
 use crate::segment::{Summary, BLOCK};
-use tiercache_flash::logstore::LogIo;
+use tiercache_flashtier_policy::logstore::LogIo;
 
-/// The live store drives the policy's [`tiercache_flash::logstore::Log`]:
+/// The live store drives the policy's [`tiercache_flashtier_policy::logstore::Log`]:
 /// its decisions call back here where the store does I/O.
 impl LogIo for Ext {
     type Ctx = LogCache;

@@ -60,7 +60,7 @@ use crate::compress::{Codec, RAW_UNITS, UNIT};
 use crate::layout::{Superblock, WritePolicy};
 use crate::map::{Entry, SparseMap};
 use crate::segment::Geometry;
-use tiercache_flash::logstore::Log;
+use tiercache_flashtier_policy::logstore::Log;
 
 /// A failed request (the NBD export answers EIO), with what went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +81,7 @@ fn err(what: impl Into<String>) -> CacheError {
 }
 
 /// Free segments kept ready; cleaning starts below this (the policy's).
-pub const RESERVE: usize = tiercache_flash::logstore::RESERVE;
+pub const RESERVE: usize = tiercache_flashtier_policy::logstore::RESERVE;
 /// Cache device errors after which no new data is cached.
 pub const ERROR_LIMIT: u64 = 8;
 

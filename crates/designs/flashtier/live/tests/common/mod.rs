@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use tiercache_log_structured::BLOCK;
+use tiercache_flashtier_live::BLOCK;
 
 pub struct Rng(pub u64);
 impl Rng {

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
+use tiercache_oodt_policy::planner::{PlanClock, PlannerConfig};
+use tiercache_oodt_policy::policy::PolicyKind;
+use tiercache_oodt_policy::MappingTable;
 use tiercache_store::BackingIdentity;
-use tiercache_tiering::planner::{PlanClock, PlannerConfig};
-use tiercache_tiering::policy::PolicyKind;
-use tiercache_tiering::MappingTable;
 /// Placement policy and migration pacing, recorded in the superblock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VolumeConfig {

@@ -14,7 +14,7 @@
 //! `plan_every` requests, or after `idle_ms` without requests, and executes
 //! at most `max_moves_per_round` moves per round at no more than
 //! `migrate_rate` bytes per second. One migration, each step complete
-//! before the next ([`tiercache_tiering::migration`]): reserve the
+//! before the next ([`tiercache_oodt_policy::migration`]): reserve the
 //! destination and lock the block; wait until requests already on it finish;
 //! log `Begin` (durable); copy; flush the destination tier; log `Switch`
 //! (durable: the commit point); switch the mapping and unlock; trim the
@@ -24,7 +24,7 @@
 //! **Exchanges.** In a `--capacity sum` volume every block has exactly one
 //! slot and both tiers are full but for one scratch slot each, so the worker
 //! runs the planner's moves in pairs, each one
-//! [`tiercache_tiering::migration::Exchange`]: both blocks locked and
+//! [`tiercache_oodt_policy::migration::Exchange`]: both blocks locked and
 //! drained, a `Begin` for each under one id, both copied into the scratch
 //! slots, both tiers flushed, one `Switch` (the commit point for both), both
 //! sources trimmed and freed (the new scratch slots), `Done`.
@@ -57,10 +57,10 @@ use std::time::Instant;
 
 use rustc_hash::FxHashSet;
 use tiercache_io::BlockDev;
-use tiercache_tiering::dispatcher::{Dispatcher, ReqId};
-use tiercache_tiering::planner::{PlannerConfig, Trigger};
-use tiercache_tiering::policy::TierPolicy;
-use tiercache_tiering::{BlockId, Loc, MappingTable, TierError, TierId};
+use tiercache_oodt_policy::dispatcher::{Dispatcher, ReqId};
+use tiercache_oodt_policy::planner::{PlannerConfig, Trigger};
+use tiercache_oodt_policy::policy::TierPolicy;
+use tiercache_oodt_policy::{BlockId, Loc, MappingTable, TierError, TierId};
 
 use crate::journal::{Journal, RecoveryReport};
 use crate::superblock::Superblock;
@@ -271,7 +271,7 @@ impl TieredVolume {
             .cfg
             .policy
             .parse()
-            .unwrap_or(tiercache_tiering::policy::PolicyKind::Oodt);
+            .unwrap_or(tiercache_oodt_policy::policy::PolicyKind::Oodt);
         let bound = crate::memory::metadata_memory(&self.sb, kind);
         let n = &self.counters;
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -11,9 +11,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tiercache_io::{BlockDev, FileDevOptions};
-use tiercache_tiering::dispatcher::Dispatcher;
-use tiercache_tiering::planner::Trigger;
-use tiercache_tiering::policy::{build, PolicyConfig};
+use tiercache_oodt_policy::dispatcher::Dispatcher;
+use tiercache_oodt_policy::planner::Trigger;
+use tiercache_oodt_policy::policy::{build, PolicyConfig};
 /// How to open a volume for serving.
 #[derive(Clone, Debug, Default)]
 pub struct OpenOptions {

@@ -7,9 +7,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tiercache_tiering::dispatcher::{split, ReqId};
-use tiercache_tiering::planner::PlanClock;
-use tiercache_tiering::policy::Access;
+use tiercache_oodt_policy::dispatcher::{split, ReqId};
+use tiercache_oodt_policy::planner::PlanClock;
+use tiercache_oodt_policy::policy::Access;
 
 /// How a request's I/O runs on the calling task.
 #[derive(Clone, Copy)]

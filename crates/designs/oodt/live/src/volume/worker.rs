@@ -1,7 +1,7 @@
 //! The migration worker: planning rounds, running migrations step by step
 //! (lock, copy, flush, switch, trim, release), exchanges on a `sum` volume
 //! (the same steps for two blocks at once, see
-//! [`tiercache_tiering::migration::Exchange`]), checkpoints, and shutdown.
+//! [`tiercache_oodt_policy::migration::Exchange`]), checkpoints, and shutdown.
 
 use super::TieredVolume;
 use super::{lock, tier_err, Core};
@@ -9,9 +9,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_tiering::migration::{Action, Exchange, LogRecord, Migration, Phase, Steps};
-use tiercache_tiering::planner::{plan_round, Move, Pair, Round};
-use tiercache_tiering::{BlockId, TierError};
+use tiercache_oodt_policy::migration::{Action, Exchange, LogRecord, Migration, Phase, Steps};
+use tiercache_oodt_policy::planner::{plan_round, Move, Pair, Round};
+use tiercache_oodt_policy::{BlockId, TierError};
 
 /// One unit of work of a planning round.
 #[derive(Clone, Copy, Debug)]
@@ -478,7 +478,7 @@ pub(super) const FAST_COPY_PIECE: usize = 4096;
 /// Write a migration's copy `buf` at `offset` of tier `tier`'s device.
 fn write_copy(
     dev: &dyn tiercache_io::BlockDev,
-    tier: tiercache_tiering::TierId,
+    tier: tiercache_oodt_policy::TierId,
     buf: &[u8],
     offset: u64,
 ) -> io::Result<()> {

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use super::State;
 use super::{CacheError, Degraded};
 use crate::pair::{PairInfo, Role};
-use tiercache_levels::Page;
+use tiercache_tica_policy::Page;
 
 /// Degrading not yet finished (see the module documentation).
 pub(super) struct DegradeWork {

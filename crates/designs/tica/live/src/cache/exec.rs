@@ -6,7 +6,7 @@ use super::State;
 use super::{ssd_fault, CacheError, DramPage, Fault};
 use crate::pair::{Role, PAGE};
 use rustc_hash::FxHashMap;
-use tiercache_levels::{Dev, Op, OpKind, Page};
+use tiercache_tica_policy::{Dev, Op, OpKind, Page};
 
 /// Spare DRAM page buffers kept at most (512 KiB): a flushed page's buffer
 /// is usually taken again by the next write (`recycle_dram`).

@@ -5,9 +5,9 @@ use super::State;
 use super::{ssd_fault, CacheError, Fault};
 use crate::pair::Role;
 use rustc_hash::FxHashSet;
-use tiercache_levels::tica::Tica;
-use tiercache_levels::Architecture;
-use tiercache_levels::{Dev, FlushScheduler, Op, OpKind, Page};
+use tiercache_tica_policy::tica::Tica;
+use tiercache_tica_policy::Architecture;
+use tiercache_tica_policy::{Dev, FlushScheduler, Op, OpKind, Page};
 
 impl State {
     /// Copy up to `max` dirty DRAM pages to the RO-SSD (an idle tick, a

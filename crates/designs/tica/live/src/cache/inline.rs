@@ -28,7 +28,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard};
 
-use tiercache_levels::{Architecture, Dev, Op, OpKind, Page};
+use tiercache_tica_policy::{Architecture, Dev, Op, OpKind, Page};
 
 use super::{CacheError, State, ThreeLevel};
 use crate::pair::{Role, PAGE};

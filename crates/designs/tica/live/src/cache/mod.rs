@@ -1,9 +1,9 @@
-//! The live three-level cache: the `tiercache-levels` TICA policy executed
+//! The live three-level cache: the `tiercache-tica-policy` TICA policy executed
 //! on a DRAM level (process memory), an RO-SSD, a WO-SSD and the backing
 //! device.
 //!
 //! Every request runs under one lock, page by page: the policy's access
-//! returns device ops ([`tiercache_levels::Op`]) that are executed in
+//! returns device ops ([`tiercache_tica_policy::Op`]) that are executed in
 //! emission order (their stages are already in that order), so the policy's
 //! eager state and the devices never diverge under concurrency. The flusher
 //! (DRAM to RO-SSD) follows the policy crate's [`FlushScheduler`], shared
@@ -61,8 +61,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustc_hash::FxHashMap;
 use tiercache_io::BlockDev;
-use tiercache_levels::tica::Tica;
-use tiercache_levels::{FlushScheduler, Page};
+use tiercache_tica_policy::tica::Tica;
+use tiercache_tica_policy::{FlushScheduler, Page};
 
 use crate::pair::{PairInfo, Role};
 use crate::ssd::{Ssd, SsdError};
@@ -160,7 +160,7 @@ pub(crate) struct State {
     spare: Vec<Vec<u8>>,
     /// The ops of the last page access or flusher batch (reused: no
     /// allocation per request).
-    ops: Vec<tiercache_levels::Op>,
+    ops: Vec<tiercache_tica_policy::Op>,
     pub(crate) ro: Ssd,
     pub(crate) wo: Ssd,
     pub(crate) backing: Arc<dyn BlockDev>,

@@ -3,8 +3,8 @@
 use super::State;
 use super::{CacheError, Fault};
 use crate::pair::Role;
-use tiercache_levels::Architecture;
-use tiercache_levels::{Op, Page};
+use tiercache_tica_policy::Architecture;
+use tiercache_tica_policy::{Op, Page};
 
 impl State {
     /// Read one page (healthy or degraded).

@@ -4,8 +4,8 @@ use super::{SingleCopyPage, ThreeLevel};
 use crate::pair::PAGE;
 use crate::ssd::Ssd;
 use serde_json::{json, Value};
-use tiercache_levels::Architecture;
-use tiercache_levels::Mode;
+use tiercache_tica_policy::Architecture;
+use tiercache_tica_policy::Mode;
 
 impl ThreeLevel {
     /// Dirty pages (newer than the backing device) held by fewer than two

@@ -3,7 +3,7 @@
 use super::{CacheError, Fault};
 use super::{State, ThreeLevel};
 use crate::pair::PAGE;
-use tiercache_levels::Architecture;
+use tiercache_tica_policy::Architecture;
 
 impl State {
     /// A write's pages, then the flushes it allows (the lock held).

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tiercache_levels::Policy;
-use tiercache_three_level::{format, FormatOptions, PAGE};
+use tiercache_tica_live::{format, FormatOptions, PAGE};
+use tiercache_tica_policy::Policy;
 
 /// Format a pair in `dir` (RO-SSD, WO-SSD and a zeroed backing device of
 /// `pages` pages) with `dram_pages` of DRAM and SSD files of `ssd_bytes`;

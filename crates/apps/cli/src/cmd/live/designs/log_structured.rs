@@ -1,12 +1,12 @@
 //! The live log-structured cache in `format` (`--layout log-structured`),
-//! `serve` and `stats`; the logic is in `tiercache-log-structured`.
+//! `serve` and `stats`; the logic is in `tiercache-flashtier-live`.
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::super::args::{FormatArgs, ServeArgs};
-use tiercache_log_structured as ls;
+use tiercache_flashtier_live as ls;
 use tiercache_sim::units::{format_bytes, parse_bytes};
 
 /// `tiercache format --layout log-structured`; `None` for the in-place layout.

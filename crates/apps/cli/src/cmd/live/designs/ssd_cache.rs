@@ -1,11 +1,11 @@
 //! The SSD cache (Azor, in-place layout) in the live commands; the logic is
-//! in `tiercache-server`.
+//! in `tiercache-azor-live`.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tiercache_core::CacheConfig;
-use tiercache_server::{open_cache, OpenOptions};
+use tiercache_azor_live::{open_cache, OpenOptions};
+use tiercache_azor_policy::CacheConfig;
 use tiercache_sim::units::{format_bytes, parse_bytes};
 use tiercache_simulate::PolicySpec;
 
@@ -57,7 +57,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
         .map(parse_bytes)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let layout = tiercache_server::format_cache(cache, backing, &cfg, size, a.force)?;
+    let layout = tiercache_azor_live::format_cache(cache, backing, &cfg, size, a.force)?;
     println!(
         "formatted {}: {} lines of {} ({} of cache), {} {} {} admission {}, for backing {}",
         cache.display(),
@@ -182,7 +182,7 @@ impl super::LiveDesign for SsdCache {
             opened.recovery.duration.as_secs_f64() * 1000.0,
             opened.recovery
         );
-        Ok(Arc::new(tiercache_server::design::SsdCache {
+        Ok(Arc::new(tiercache_azor_live::design::SsdCache {
             cache,
             backing: opened.backing_path,
         }))

@@ -1,11 +1,11 @@
 //! The live three-level (TICA) cache in `format`, `serve` and `stats`
-//! (`--mode tica`); the logic is in `tiercache-three-level`.
+//! (`--mode tica`); the logic is in `tiercache-tica-live`.
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tiercache_sim::units::{format_bytes, parse_bytes};
-use tiercache_three_level as three;
+use tiercache_tica_live as three;
 
 use super::super::args::{ServeArgs, TicaFormatArgs};
 

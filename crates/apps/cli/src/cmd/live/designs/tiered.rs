@@ -1,14 +1,14 @@
 //! The live tiered volume in `format`, `serve` and `stats` (`--mode tier`);
-//! the logic is in `tiercache-tiered-volume`.
+//! the logic is in `tiercache-oodt-live`.
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tiercache_oodt_live::{format_volume, open_volume, Capacity, OpenOptions, VolumeConfig};
 use tiercache_sim::units::{format_bytes, parse_bytes};
-use tiercache_tiered_volume::{format_volume, open_volume, Capacity, OpenOptions, VolumeConfig};
 
 use super::super::args::{ServeArgs, TierFormatArgs};
-use tiercache_tiering::policy::PolicyKind;
+use tiercache_oodt_policy::policy::PolicyKind;
 
 /// `tiercache format --mode tier`; `None` when formatting a cache.
 pub fn format(a: &TierFormatArgs, size: Option<&str>, force: bool) -> Option<Result<()>> {
@@ -41,7 +41,7 @@ fn format_tiered(
             );
             b.as_str()
         }
-        (None, None) => tiercache_tiered_volume::DEFAULT_TIER_BLOCK,
+        (None, None) => tiercache_oodt_live::DEFAULT_TIER_BLOCK,
     };
     let block = parse_bytes(block).map_err(anyhow::Error::msg)?;
     let block = u32::try_from(block).context("block size too large")?;
@@ -138,7 +138,7 @@ fn print_stats(v: &serde_json::Value) {
 
 /// `tiercache check --cache FAST` on a tiered volume that is not being served.
 fn check(fast: &std::path::Path, json: bool) -> Result<()> {
-    let r = tiercache_tiered_volume::check_volume(fast)?;
+    let r = tiercache_oodt_live::check_volume(fast)?;
     super::CheckOutput {
         design: super::LiveDesign::name(&Tiered),
         device: fast,
@@ -164,7 +164,7 @@ impl super::LiveDesign for Tiered {
         "oodt"
     }
     fn detect(&self, path: &std::path::Path) -> bool {
-        tiercache_tiered_volume::is_tiered_volume(path)
+        tiercache_oodt_live::is_tiered_volume(path)
     }
     fn validate(&self, a: &ServeArgs) -> Result<()> {
         if a.fs_classify != "off" {
@@ -176,7 +176,7 @@ impl super::LiveDesign for Tiered {
         let slow = match &a.backing {
             Some(b) => b.clone(),
             None => PathBuf::from(
-                &tiercache_tiered_volume::Superblock::read(&a.cache)?.tiers[1]
+                &tiercache_oodt_live::Superblock::read(&a.cache)?.tiers[1]
                     .identity
                     .path,
             ),
@@ -205,7 +205,7 @@ impl super::LiveDesign for Tiered {
             r.completed_after_switch,
             r.rolled_back
         );
-        Ok(Arc::new(tiercache_tiered_volume::Tiered(volume)))
+        Ok(Arc::new(tiercache_oodt_live::Tiered(volume)))
     }
     fn check(&self, path: &std::path::Path, json: bool) -> Result<()> {
         check(path, json)

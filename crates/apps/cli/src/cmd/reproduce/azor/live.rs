@@ -158,7 +158,7 @@ pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Start
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let cache = env.dir.join(format!("{name}.img"));
             let _ = std::fs::remove_file(&cache);
-            let layout = tiercache_server::format_cache(
+            let layout = tiercache_azor_live::format_cache(
                 &cache,
                 Path::new(&env.hdd_uri),
                 &cfg,
