@@ -70,6 +70,43 @@ impl Layout {
         self.data_offset
             .saturating_add((self.slots as u64).saturating_mul(self.line_size as u64))
     }
+    /// Most slots the checkpoint regions can describe: the largest size
+    /// [`Layout::resized`] can grow to (reserved at format by
+    /// [`crate::format_reserving`]).
+    pub fn max_slots(&self) -> u32 {
+        let entry = self.checkpoint_entry_bytes() as u64;
+        (self.checkpoint_size.saturating_sub(BLOCK) / entry).min(u32::MAX as u64) as u32
+    }
+    /// The device size at which [`Layout::max_slots`] slots fit.
+    pub fn max_dev_size(&self) -> u64 {
+        self.data_offset + self.max_slots() as u64 * self.line_size as u64
+    }
+    /// The same regions on a device of `dev_size` bytes: as many slots as
+    /// fit after the data offset, up to [`Layout::max_slots`]. Refuses a size
+    /// that holds no slot and one past what the checkpoints can describe.
+    pub fn resized(&self, dev_size: u64) -> Result<Layout> {
+        let line = self.line_size as u64;
+        let fit = dev_size.saturating_sub(self.data_offset) / line;
+        if fit < 1 {
+            return Err(StoreError::InvalidParams(format!(
+                "a cache device of {dev_size} bytes holds no line: at least {} bytes are needed (its metadata takes {})",
+                self.data_offset + line,
+                self.data_offset
+            )));
+        }
+        if fit > self.max_slots() as u64 {
+            return Err(StoreError::InvalidParams(format!(
+                "a cache device of {dev_size} bytes would hold {fit} lines, but the metadata regions were made for at most {} ({} bytes); format the cache with --max-size to reserve room for growing",
+                self.max_slots(),
+                self.max_dev_size()
+            )));
+        }
+        let mut l = *self;
+        l.dev_size = dev_size;
+        l.slots = fit as u32;
+        l.validate()?;
+        Ok(l)
+    }
     /// Checks that the regions are in order, do not overlap, fit the device
     /// and that a checkpoint region can hold every slot; says what is wrong.
     pub fn validate(&self) -> Result<()> {
@@ -210,6 +247,29 @@ pub fn layout(
     })
 }
 
+/// [`layout`] with the metadata regions made for a device of `max_size`
+/// bytes (so that [`Layout::resized`] can grow the data region up to it
+/// later) and the data region filling `cache_dev_size`. `max_size` below the
+/// device size is the device size.
+pub fn layout_reserving(
+    cache_dev_size: u64,
+    line_size: u32,
+    sub_block: u32,
+    log_bytes: Option<u64>,
+    max_size: u64,
+) -> Result<Layout> {
+    let full = layout(
+        max_size.max(cache_dev_size),
+        line_size,
+        sub_block,
+        log_bytes,
+    )?;
+    if full.dev_size == cache_dev_size {
+        return Ok(full);
+    }
+    full.resized(cache_dev_size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +328,43 @@ mod tests {
         assert!(e.contains("at most 256"), "{e}");
         let e = layout(1 << 20, 65536, 4096, None).unwrap_err().to_string();
         assert!(e.contains("too small"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod resize_tests {
+    use super::*;
+
+    #[test]
+    fn a_reserving_layout_grows_and_shrinks_within_its_checkpoints() {
+        let l = layout_reserving(16 << 20, 4096, 4096, None, 64 << 20).unwrap();
+        let full = layout(64 << 20, 4096, 4096, None).unwrap();
+        assert_eq!(l.data_offset, full.data_offset);
+        assert!(
+            l.max_slots() as u64 * l.checkpoint_entry_bytes() as u64 + BLOCK <= l.checkpoint_size
+        );
+        assert!(l.max_slots() >= full.slots);
+        assert_eq!(l.slots as u64, ((16u64 << 20) - l.data_offset) / 4096);
+        let grown = l.resized(64 << 20).unwrap();
+        assert_eq!(grown.slots, full.slots);
+        assert_eq!(grown.resized(16 << 20).unwrap(), l);
+        let e = l.resized(1 << 30).unwrap_err().to_string();
+        assert!(e.contains("--max-size"), "{e}");
+        let e = l.resized(l.data_offset).unwrap_err().to_string();
+        assert!(e.contains("holds no line"), "{e}");
+    }
+
+    #[test]
+    fn a_plain_layout_cannot_grow_past_its_device() {
+        let l = layout(64 << 20, 65536, 4096, None).unwrap();
+        assert!(l.max_slots() >= l.slots);
+        assert!(l.resized(l.max_dev_size()).is_ok());
+        assert!(l.resized(l.max_dev_size() + 4 * 65536 * 4096).is_err());
+        // Reserving less than the device is the plain layout.
+        assert_eq!(
+            layout_reserving(64 << 20, 65536, 4096, None, 1 << 20).unwrap(),
+            l
+        );
     }
 }
 

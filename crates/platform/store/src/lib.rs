@@ -171,12 +171,13 @@ pub use check::{check, CheckReport};
 pub use device::MetaDevice;
 pub use error::{Result, StoreError};
 pub use foreign::{blkid_probe, detect_foreign};
-pub use layout::{layout, Layout};
+pub use layout::{layout, layout_reserving, Layout};
 pub use log::LogEnd;
 pub use record::{LineMeta, Record, Slot, SubBlocks};
 pub use store::{
-    dirty_all_valid, drop_clean_copies, format, open, open_verified, table_entries, CommitStats,
-    FormatParams, LogUsage, Opened, RecoveryReport, Store, COLD_DETACHED,
+    dirty_all_valid, drop_clean_copies, format, format_reserving, open, open_verified,
+    table_entries, CommitStats, FormatParams, LogUsage, Opened, RecoveryReport, Store,
+    COLD_DETACHED,
 };
 pub use superblock::{BackingIdentity, State, Superblock, SuperblockCopies};
 pub use table::{SlotMap, SlotTable};

@@ -7,7 +7,7 @@ use crate::checkpoint::{self, CpHeader, HeaderStatus};
 use crate::device::MetaDevice;
 use crate::error::{Result, StoreError};
 use crate::foreign::detect_foreign;
-use crate::layout::{layout, Layout, BLOCK};
+use crate::layout::{layout_reserving, Layout, BLOCK};
 use crate::log::{self, LogEnd};
 use crate::record::{LineMeta, Record, Slot};
 use crate::superblock::{BackingIdentity, State, Superblock};
@@ -31,14 +31,27 @@ pub struct FormatParams {
 /// Writes a new, empty store. Refuses a device holding a tiercache store,
 /// a filesystem, a partition table, LUKS, LVM or swap unless `force`.
 pub fn format<D: MetaDevice>(dev: &D, params: &FormatParams, force: bool) -> Result<Superblock> {
+    format_reserving(dev, params, force, None)
+}
+
+/// [`format`] with the metadata regions made for a device of `max_size`
+/// bytes, so that [`Store::resize`] can later grow the cache up to it
+/// (`None`, or a size below the device's: the device's size).
+pub fn format_reserving<D: MetaDevice>(
+    dev: &D,
+    params: &FormatParams,
+    force: bool,
+    max_size: Option<u64>,
+) -> Result<Superblock> {
     let size = dev
         .len()
         .map_err(|e| StoreError::io("sizing the cache device", e))?;
-    let layout = layout(
+    let layout = layout_reserving(
         size,
         params.line_size,
         params.sub_block_size,
         params.log_bytes,
+        max_size.unwrap_or(size),
     )?;
     if !force {
         if let Some(found) = detect_foreign(dev)? {
@@ -639,27 +652,37 @@ impl<D: MetaDevice> Store<D> {
         I: IntoIterator<Item = (Slot, LineMeta)>,
         I::IntoIter: Clone,
     {
+        self.checkpoint_hooked(table, &|| {})
+    }
+
+    /// [`Store::checkpoint`], calling `after_write` after each of its writes and syncs.
+    fn checkpoint_hooked<I>(&mut self, table: I, after_write: &dyn Fn()) -> Result<()>
+    where
+        I: IntoIterator<Item = (Slot, LineMeta)>,
+        I::IntoIter: Clone,
+    {
         self.guard()?;
         let epoch = self.epoch + 1;
         let log_start = (self.log_start + self.log_used) % self.layout.log_blocks;
-        if let Err(e) = self.dev.sync() {
-            return self.fail(StoreError::io("syncing cache data before a checkpoint", e));
-        }
-        let mapped = match checkpoint::write(
-            &self.dev,
-            &self.layout,
-            &self.uuid,
-            epoch,
-            log_start,
-            self.next_seq,
-            table,
-        ) {
+        let written = {
+            let dev = Counted {
+                dev: &self.dev,
+                after_write,
+            };
+            let (layout, uuid, seq) = (&self.layout, &self.uuid, self.next_seq);
+            (|| -> Result<Vec<u64>> {
+                dev.sync()
+                    .map_err(|e| StoreError::io("syncing cache data before a checkpoint", e))?;
+                let m = checkpoint::write(&dev, layout, uuid, epoch, log_start, seq, table)?;
+                dev.sync()
+                    .map_err(|e| StoreError::io("syncing a checkpoint", e))?;
+                Ok(m)
+            })()
+        };
+        let mapped = match written {
             Ok(m) => m,
             Err(e) => return self.fail(e),
         };
-        if let Err(e) = self.dev.sync() {
-            return self.fail(StoreError::io("syncing a checkpoint", e));
-        }
         self.epoch = epoch;
         self.log_start = log_start;
         self.log_used = 0;
@@ -726,6 +749,76 @@ impl<D: MetaDevice> Store<D> {
         })
     }
 
+    /// Resize the data region to `layout` (from [`Layout::resized`]), with
+    /// `table` the engine's current state (every buffered record's effect
+    /// included). Growing: the device must already hold `layout.dev_size`
+    /// bytes; the superblock with the new layout is written (both copies,
+    /// synced) and the new slots are usable on return. Shrinking: no slot at
+    /// or past the new end may be mapped in `table`; a checkpoint of `table`
+    /// comes first (so no log record names a slot past the new end), then
+    /// the superblock. The caller may cut the device after it returns.
+    /// Either way a crash recovers the old layout or the new one, each with
+    /// the table of every commit that returned. `after_write` runs after
+    /// every metadata write and sync of the resize (the crash tests stop there).
+    pub fn resize<I>(&mut self, layout: Layout, table: I, after_write: &dyn Fn()) -> Result<()>
+    where
+        I: IntoIterator<Item = (Slot, LineMeta)>,
+        I::IntoIter: Clone,
+    {
+        self.guard()?;
+        let old = self.layout;
+        let same = Layout {
+            dev_size: old.dev_size,
+            slots: old.slots,
+            ..layout
+        };
+        if same != old {
+            return Err(StoreError::InvalidParams(
+                "a resize changes only the device size and the slots".into(),
+            ));
+        }
+        layout.validate()?;
+        let table = table.into_iter();
+        if let Some((s, _)) = table.clone().find(|(s, _)| *s >= layout.slots) {
+            return Err(StoreError::InvalidTable(format!(
+                "slot {s} is still mapped past the new end ({} slots)",
+                layout.slots
+            )));
+        }
+        let len = self
+            .dev
+            .len()
+            .map_err(|e| StoreError::io("sizing the cache device", e))?;
+        if len < layout.data_end() {
+            return Err(StoreError::InvalidParams(format!(
+                "the cache device has {len} bytes, the new size needs {}",
+                layout.data_end()
+            )));
+        }
+        if layout.slots < old.slots {
+            self.checkpoint_hooked(table, after_write)?;
+        }
+        let mut sb = self.sb.clone();
+        sb.layout = layout;
+        sb.generation += 1;
+        let written = sb.write(&Counted {
+            dev: &self.dev,
+            after_write,
+        });
+        if let Err(e) = written {
+            return self.fail(e);
+        }
+        self.sb = sb;
+        self.layout = layout;
+        self.mapped.resize((layout.slots as usize).div_ceil(64), 0);
+        if let Some(w) = self.mapped.last_mut() {
+            if layout.slots % 64 != 0 {
+                *w &= (1u64 << (layout.slots % 64)) - 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Record a new policy blob in the superblock (`tiercache set`), durably
     /// (both copies written and synced) before returning.
     pub fn set_policy(&mut self, policy: String) -> Result<()> {
@@ -766,6 +859,31 @@ impl<D: MetaDevice> Store<D> {
             sb.state = State::Open;
             sb.detached = false;
         })
+    }
+}
+
+/// A device that calls a hook after every write and sync (a resize's crash points).
+struct Counted<'a, D: MetaDevice> {
+    dev: &'a D,
+    after_write: &'a dyn Fn(),
+}
+
+impl<D: MetaDevice> MetaDevice for Counted<'_, D> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.dev.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let r = self.dev.write_at(buf, offset);
+        (self.after_write)();
+        r
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let r = self.dev.sync();
+        (self.after_write)();
+        r
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.dev.len()
     }
 }
 
