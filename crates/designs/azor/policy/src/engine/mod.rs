@@ -294,6 +294,60 @@ impl Engine {
         Ok(())
     }
 
+    /// The engine of the same configuration and counters with `slots` slots
+    /// (a cache resized while it serves), holding this engine's lines of the
+    /// slots below `slots`, in their eviction order (coldest first, as this
+    /// engine's policy would evict them). Only a fully associative cache can
+    /// be resized: elsewhere the slot count decides each line's set.
+    ///
+    /// The driver calls it with no op in flight, after writing back every
+    /// dirty line of the slots that go. It empties this engine's eviction
+    /// state: replace this engine with the result.
+    pub fn resized(&mut self, slots: u32) -> Result<Engine, String> {
+        if self.cfg.assoc != Assoc::Full {
+            return Err(format!(
+                "only a fully associative cache can be resized (this one is {}: its slot count decides which set holds each line)",
+                self.cfg.assoc
+            ));
+        }
+        if let Some(s) = (slots..self.geo.slots).find(|s| self.map.bits.any_dirty(*s)) {
+            return Err(format!(
+                "slot {s} past the new end ({slots} slots) is still dirty"
+            ));
+        }
+        let mut cfg = self.cfg.clone();
+        cfg.cache_bytes = slots as u64 * self.geo.line_bytes as u64;
+        let mut e = Engine::new(cfg).map_err(|e| e.0)?;
+        let mapped: Vec<Slot> = (0..self.geo.slots)
+            .filter(|s| self.map.line_of(*s).is_some())
+            .collect();
+        // Coldest first: what this engine's policy would evict, in order.
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut order = Vec::with_capacity(mapped.len());
+        let map = &self.map;
+        for _ in 0..mapped.len() {
+            let v = self.evict.evict(0, &|s| map.line_of(s).unwrap_or(u64::MAX));
+            if map.line_of(v).is_some() && seen.insert(v) {
+                order.push(v);
+            }
+        }
+        order.extend(mapped.into_iter().filter(|s| !seen.contains(s)));
+        let entries: Vec<(Slot, SlotBits)> = order
+            .into_iter()
+            .filter(|s| *s < slots)
+            .filter_map(|s| self.slot_bits(s).map(|b| (s, b)))
+            .collect();
+        e.restore_slots(entries)?;
+        e.stats = self.stats.clone();
+        e.next_op = self.next_op;
+        e.synchronous = self.synchronous;
+        e.count_only = self.count_only;
+        e.model_only = self.model_only;
+        e.journal = self.journal;
+        e.clean_cursor = self.clean_cursor;
+        Ok(e)
+    }
+
     /// Drop sub-blocks `first..=last` of a slot (a failed cache write or read), freeing it if empty.
     pub fn invalidate(&mut self, slot: Slot, first: u32, last: u32) {
         let Some(line) = self.map.line_of(slot) else {
@@ -525,8 +579,15 @@ impl Engine {
             }
         }
         self.flush_runs(out);
+        // The check walks the whole table: every 4096 requests, or for a
+        // larger cache every (its slots rounded up to a power of two)
+        // requests, so that it costs about one slot per request at most.
         #[cfg(debug_assertions)]
-        if self.stats.requests.is_multiple_of(4096) {
+        if self
+            .stats
+            .requests
+            .is_multiple_of(4096u64.max(u64::from(self.geo.slots).next_power_of_two()))
+        {
             self.check_invariants();
         }
     }
