@@ -42,6 +42,8 @@ enum Command {
     /// Change the policy of a running cache (write policy, dirty target,
     /// sequential cutoff), recorded in its superblock.
     Set(cmd::live::SetArgs),
+    /// Grow or shrink the cache of a running server, recorded in its superblock.
+    Resize(cmd::live::resize::ResizeArgs),
     /// Clean everything and stop the server: the backing device alone is then complete.
     Detach(cmd::live::CtlArgs),
     /// Verify the metadata of a cache that is not in use.
@@ -87,6 +89,7 @@ fn main() {
         Command::Flush(a) => cmd::live::ctl("flush", a),
         Command::Detach(a) => cmd::live::ctl("detach", a),
         Command::Set(a) => cmd::live::set(a),
+        Command::Resize(a) => cmd::live::resize::resize(a),
         Command::Check(a) => cmd::live::check(a),
         Command::Classify(a) => cmd::classify::run(a),
         Command::Demo(a) => cmd::demo::run(a),

@@ -73,6 +73,9 @@ impl BlockDev for CountErrors {
     fn len(&self) -> u64 {
         self.inner.len()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.errors.track(false, self.inner.read_at(buf, offset))
     }

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use rustix::fs::{AtFlags, FallocateFlags, StatxFlags};
@@ -51,7 +51,8 @@ pub struct FileDevOptions {
 ///   returns `Ok` (logged once).
 pub struct FileDev {
     file: File,
-    len: u64,
+    /// The size used: a regular file's changes with [`BlockDev::set_len`].
+    len: AtomicU64,
     name: String,
     block_device: bool,
     /// Logical sector size (block devices), 512 for files.
@@ -96,7 +97,7 @@ impl FileDev {
         let memory_resident = !block_device && in_memory_fs(&file);
         let mut dev = FileDev {
             file,
-            len,
+            len: AtomicU64::new(len),
             name,
             block_device,
             sector,
@@ -201,10 +202,11 @@ impl FileDev {
                 direct.align, direct.mem_align
             )));
         }
-        if !self.len.is_multiple_of(direct.align as u64) {
+        if !self.len().is_multiple_of(direct.align as u64) {
             return Ok(Err(format!(
                 "size {} is not a multiple of the direct I/O alignment {}",
-                self.len, direct.align
+                self.len(),
+                direct.align
             )));
         }
         let file = match open_file(path, read_only, true) {
@@ -215,7 +217,7 @@ impl FileDev {
             Err(e) => return Err(e),
         };
         // Some file systems accept the flag and refuse the I/O: probe.
-        if self.len >= direct.align as u64 {
+        if self.len() >= direct.align as u64 {
             let mut probe = AlignedBuf::zeroed(direct.align, PAGE)?;
             if let Err(e) = file.read_exact_at(&mut probe, 0) {
                 if e.raw_os_error() == Some(Errno::INVAL.raw_os_error()) {
@@ -292,11 +294,65 @@ impl FileDev {
 
 impl BlockDev for FileDev {
     fn len(&self) -> u64 {
-        self.len
+        self.len.load(Ordering::Acquire)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        if let Some(d) = self.direct {
+            if !len.is_multiple_of(d.align as u64) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: {len} bytes is not a multiple of the direct I/O alignment {}",
+                        self.name, d.align
+                    ),
+                ));
+            }
+        }
+        if self.block_device {
+            let size =
+                blkgetsize64(&self.file).map_err(|e| context(e, &self.name, "BLKGETSIZE64"))?;
+            if len > size {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} holds {size} bytes, fewer than {len}", self.name),
+                ));
+            }
+            return Ok(());
+        }
+        let now = self.len();
+        if len > now {
+            let st = rustix::fs::fstatvfs(&self.file)
+                .map_err(|e| context(e.into(), &self.name, "statvfs"))?;
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            if len - now > free {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!(
+                        "{} cannot grow by {} bytes: its file system has {free} bytes free",
+                        self.name,
+                        len - now
+                    ),
+                ));
+            }
+        }
+        // Extending: the size first, then the new bytes are used; truncating:
+        // the caller stopped using them before.
+        self.file
+            .set_len(len)
+            .map_err(|e| context(e, &self.name, "set the size of"))?;
+        self.len.store(len, Ordering::Release);
+        Ok(())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        check_range(&self.name, self.len, Access::Read, offset, buf.len() as u64)?;
+        check_range(
+            &self.name,
+            self.len(),
+            Access::Read,
+            offset,
+            buf.len() as u64,
+        )?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -309,7 +365,7 @@ impl BlockDev for FileDev {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(
             &self.name,
-            self.len,
+            self.len(),
             Access::Write,
             offset,
             buf.len() as u64,
@@ -328,7 +384,7 @@ impl BlockDev for FileDev {
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        check_range(&self.name, self.len, Access::Trim, offset, len)?;
+        check_range(&self.name, self.len(), Access::Trim, offset, len)?;
         let result = if self.block_device {
             let start = offset.div_ceil(self.sector) * self.sector;
             let end = (offset + len) / self.sector * self.sector;

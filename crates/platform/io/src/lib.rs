@@ -255,6 +255,18 @@ pub trait BlockDev: Send + Sync {
     /// (`fdatasync` on files and block devices).
     fn flush(&self) -> io::Result<()>;
 
+    /// Change the size the device is used to (a cache resized while it
+    /// serves): a regular file is extended (sparse) or truncated to `len`
+    /// bytes; a block device keeps its size, and `len` may not pass it.
+    /// Devices that cannot change refuse.
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let _ = len;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{} cannot change its size", self.name()),
+        ))
+    }
+
     /// Discard `len` bytes at `offset`: their contents are no longer needed.
     ///
     /// Advisory: afterwards the range reads back as either its old contents or
@@ -475,6 +487,9 @@ pub struct RawTarget {
 impl<T: BlockDev + ?Sized> BlockDev for Arc<T> {
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        (**self).set_len(len)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         (**self).read_at(buf, offset)

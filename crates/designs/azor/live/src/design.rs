@@ -100,6 +100,20 @@ impl Design for SsdCache {
         }
         Ok(())
     }
+    async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
+        if cmd != "resize" {
+            return None;
+        }
+        let Some(size) = request["size"].as_u64() else {
+            return Some(
+                json!({"ok": false, "error": "resize: expected \"size\": the new cache device size in bytes"}),
+            );
+        };
+        Some(match self.cache.resize(size).await {
+            Ok(v) => v,
+            Err(e) => json!({"ok": false, "error": e.0}),
+        })
+    }
     async fn stats(&self) -> Value {
         stats_json(&self.cache)
     }

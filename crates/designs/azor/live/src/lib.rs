@@ -36,6 +36,20 @@ pub fn format_cache(
     create_size: Option<u64>,
     force: bool,
 ) -> Result<tiercache_store::Layout> {
+    format_cache_reserving(cache, backing, cfg, create_size, force, None)
+}
+
+/// [`format_cache`] with the metadata made for a cache of up to `max_size`
+/// bytes, so that `resize` can grow it that far while it serves (`None`:
+/// the device's size).
+pub fn format_cache_reserving(
+    cache: &Path,
+    backing: &Path,
+    cfg: &CacheConfig,
+    create_size: Option<u64>,
+    force: bool,
+    max_size: Option<u64>,
+) -> Result<tiercache_store::Layout> {
     if cfg.line_bytes < tiercache_azor_policy::config::MIN_LIVE_LINE {
         bail!("line size {} B is too small for a live cache (allowed: 4KiB to 1MiB; the simulator also takes 512B to 2KiB)", cfg.line_bytes);
     }
@@ -78,7 +92,11 @@ pub fn format_cache(
             return Err(e);
         }
     }
-    let r = format_existing(cache, backing, cfg, force);
+    if let Some(m) = max_size.filter(|m| *m > size) {
+        memory::check_fits(cfg, m).context("--max-size")?;
+        memory::check_addressable(cfg, m).context("--max-size")?;
+    }
+    let r = format_existing(cache, backing, cfg, force, max_size);
     if r.is_err() && created {
         // Leave nothing behind: the file is ours and holds no cache.
         let _ = std::fs::remove_file(cache);
@@ -92,6 +110,7 @@ fn format_existing(
     backing: &Path,
     cfg: &CacheConfig,
     force: bool,
+    max_size: Option<u64>,
 ) -> Result<tiercache_store::Layout> {
     let dev = std::fs::OpenOptions::new()
         .read(true)
@@ -107,7 +126,7 @@ fn format_existing(
         policy: policy_json(cfg),
         backing: identity,
     };
-    tiercache_store::format(&dev, &params, force)?;
+    tiercache_store::format_reserving(&dev, &params, force, max_size)?;
     let mut opened = tiercache_store::open(&dev, &params.backing)?;
     // `open` marks the store in use: mark it clean again, so the first
     // `serve` starts as after a clean shutdown (not as after a crash).

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod designs;
+pub mod resize;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -113,6 +114,9 @@ fn warn_if_larger_than_free_space(file: &Path) {
 }
 
 fn format_design(a: &FormatArgs) -> Result<()> {
+    if a.max_size.is_some() && (a.tier.mode != "cache" || a.ls.layout != "in-place") {
+        bail!("--max-size applies to the SSD cache (--design azor) only");
+    }
     if let Some(r) = designs::log_structured::format(a) {
         return r;
     }

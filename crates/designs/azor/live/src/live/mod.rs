@@ -56,7 +56,8 @@
 //! `barriers` (slot barriers, `guard_overwrite`), `policy` (online
 //! policy changes, `tiercache set`), `exec` (running ops on the
 //! devices), `failure` (device errors, degraded mode), `cleaner` (background
-//! tasks), `lifecycle` (`flush_all`, shutdown) and `debug` (debug state).
+//! tasks), `lifecycle` (`flush_all`, shutdown), `resize` (`tiercache resize`) and
+//! `debug` (debug state).
 
 mod barriers;
 mod cleaner;
@@ -67,7 +68,9 @@ mod intake;
 mod journal;
 mod lifecycle;
 mod policy;
+mod resize;
 pub use policy::PolicyChange;
+pub use resize::STOP_AT_ENV as RESIZE_STOP_AT_ENV;
 
 use crate::stats::LiveStats;
 use rustc_hash::FxHashMap;

@@ -268,7 +268,7 @@ impl LiveCache {
         Ok(cleaned)
     }
 
-    fn set_paused(&self, on: bool) {
+    pub(super) fn set_paused(&self, on: bool) {
         self.core.lock().expect("core").paused = on;
         self.pause.send_replace(on);
     }

@@ -57,7 +57,14 @@ pub fn format(a: &FormatArgs) -> Result<()> {
         .map(parse_bytes)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let layout = tiercache_azor_live::format_cache(cache, backing, &cfg, size, a.force)?;
+    let max_size = a
+        .max_size
+        .as_deref()
+        .map(parse_bytes)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--max-size: {e}"))?;
+    let layout =
+        tiercache_azor_live::format_cache_reserving(cache, backing, &cfg, size, a.force, max_size)?;
     println!(
         "formatted {}: {} lines of {} ({} of cache), {} {} {} admission {}, for backing {}",
         cache.display(),
@@ -70,6 +77,13 @@ pub fn format(a: &FormatArgs) -> Result<()> {
         cfg.admission.kind,
         backing.display()
     );
+    if max_size.is_some_and(|m| m > layout.dev_size) {
+        println!(
+            "metadata made for up to {} lines ({} of cache): `tiercache resize` can grow it that far",
+            layout.max_slots(),
+            format_bytes(layout.max_slots() as u64 * cfg.line_bytes as u64)
+        );
+    }
     super::warn_if_larger_than_backing(
         "cache",
         layout.slots as u64 * cfg.line_bytes as u64,

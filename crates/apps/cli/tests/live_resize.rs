@@ -1,0 +1,447 @@
+//! `tiercache resize` of a served SSD cache: fio's crc32c verification at
+//! queue depth 32 passes while the cache grows and shrinks five times;
+//! `stats`, the cache file and `sim --like` follow the size; a kill -9 at
+//! every metadata write of a grow and of a shrink recovers the old size or
+//! the new one with every acknowledged write; impossible resizes are
+//! refused with one line and change nothing.
+//!
+//! Tests skip with a `SKIPPED:` message when a tool is missing
+//! (`scripts/setup.sh` installs them).
+
+mod common;
+
+use common::{
+    bin, format_cache, init_backing, run_load, tail, verify_all, wait_until, Ledger, LoadShape,
+    NbdClient, Rng, ServeProc, FIO_NO_STATE,
+};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const MIB: u64 = 1 << 20;
+
+/// The environment variable that stops a resize after its Nth metadata
+/// write (`tiercache_azor_live::live::RESIZE_STOP_AT_ENV`).
+const STOP_AT: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+
+fn have(tool: &str) -> bool {
+    Command::new("which")
+        .arg(tool)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `tiercache resize --cache CACHE --size SIZE [extra]`: (success, stdout, stderr).
+fn resize(cache: &Path, size: &str, extra: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin())
+        .args(["resize", "--cache"])
+        .arg(cache)
+        .args(["--size", size])
+        .args(extra)
+        .output()
+        .expect("run tiercache resize");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().len()
+}
+
+/// The cache size `sim --like` takes from the device, in lines.
+fn like_lines(dir: &Path, cache: &Path) -> u64 {
+    let trace = dir.join("t.csv");
+    std::fs::write(
+        &trace,
+        "128166372003061629,hm,0,Write,4096,4096,100\n128166372003061630,hm,0,Read,4096,4096,100\n",
+    )
+    .unwrap();
+    let out = common::tiercache(&[
+        "sim",
+        "--like",
+        cache.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "msr",
+        "--json",
+        "--no-timing",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["cache_lines"].as_u64().unwrap()
+}
+
+/// fio writing and verifying (crc32c, as it goes) `len` bytes of the
+/// export at queue depth 32, over and over until the test stops it; it
+/// ends on its own only on an error. Killed on drop.
+struct VerifyingFio {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl VerifyingFio {
+    fn start(uri: &str, len: u64, out: &Path) -> VerifyingFio {
+        let child = Command::new("fio")
+            .args(["--name=verify-while-resizing", "--ioengine=nbd"])
+            .args(["--rw=randwrite", "--bs=4k", "--iodepth=32"])
+            .args([
+                "--verify=crc32c",
+                "--verify_backlog=512",
+                "--verify_fatal=1",
+            ])
+            .args(["--loops=1000000", "--output-format=json", FIO_NO_STATE])
+            .arg(format!("--uri={uri}"))
+            .arg(format!("--size={len}"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(out).unwrap())
+            .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+            .spawn()
+            .expect("fio starts");
+        VerifyingFio {
+            child,
+            out: out.to_path_buf(),
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().expect("fio status").is_none()
+    }
+
+    /// Stop by PID (SIGINT: fio reports and exits); its report.
+    fn stop(mut self) -> Value {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-INT", &pid]).status();
+        self.child.wait().expect("fio exits");
+        let s = std::fs::read_to_string(&self.out).unwrap();
+        let j = &s[s.find('{').unwrap_or(0)..];
+        serde_json::from_str(j).unwrap_or_else(|e| {
+            panic!(
+                "fio JSON {e}: {s}\n{}",
+                std::fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
+            )
+        })
+    }
+}
+
+impl Drop for VerifyingFio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn fio_verifies_while_the_cache_grows_and_shrinks_five_times() {
+    if !have("fio") {
+        eprintln!("SKIPPED: fio is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (cache, backing) = (dir.join("cache.img"), dir.join("backing.img"));
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(256 * MIB)
+        .unwrap();
+    let out = format_cache(
+        &cache,
+        &backing,
+        "24MiB",
+        &[
+            "--max-size",
+            "96MiB",
+            "--write-policy",
+            "write-back",
+            "--dirty-target",
+            "0.9",
+        ],
+    );
+    assert!(out.contains("metadata made for up to"), "{out}");
+    let sock = dir.join("nbd.sock");
+    let log = dir.join("serve.log");
+    let mut srv = ServeProc::start(&cache, &sock, &log);
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let mut fio = VerifyingFio::start(&uri, 128 * MIB, &dir.join("fio.json"));
+    wait_until("dirty lines under fio", Duration::from_secs(300), || {
+        assert!(fio.running(), "fio ended: {}", tail(&dir.join("fio.err")));
+        srv.stats()["dirty_lines"].as_u64().unwrap() >= 256
+    });
+    let sizes = [
+        "96MiB", "16MiB", "64MiB", "12MiB", "80MiB", "20MiB", "96MiB", "8MiB", "48MiB", "24MiB",
+    ];
+    let mut before = srv.stats()["slots"].as_u64().unwrap();
+    for size in sizes {
+        assert!(fio.running(), "fio ended before resizing to {size}");
+        let (ok, out, err) = resize(&cache, size, &["--json"]);
+        assert!(ok, "resize to {size} failed: {out}{err}\n{}", tail(&log));
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let slots = v["slots"].as_u64().unwrap();
+        assert_eq!(v["old_slots"].as_u64(), Some(before), "{v}");
+        assert_ne!(slots, before, "{v}");
+        let bytes = tiercache_sim_bytes(size);
+        assert_eq!(file_len(&cache), bytes, "the cache file follows the size");
+        let st = srv.stats();
+        assert_eq!(st["slots"].as_u64(), Some(slots), "stats after {size}");
+        assert!(st["occupied_lines"].as_u64().unwrap() <= slots);
+        assert_eq!(
+            st["config"]["cache_bytes"].as_u64(),
+            Some(slots * 4096),
+            "{st}"
+        );
+        assert_eq!(like_lines(dir, &cache), slots, "sim --like after {size}");
+        // Still writing and verifying after the resize: it ran under load.
+        assert!(
+            fio.running(),
+            "fio failed during the resize to {size}: {}",
+            tail(&dir.join("fio.err"))
+        );
+        before = slots;
+    }
+    let report = fio.stop();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "fio reported an error: {job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() > 0,
+        "fio verified nothing"
+    );
+    // The size survives a restart.
+    let _ = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status();
+    assert!(srv.wait_exit().success(), "{}", tail(&log));
+    let srv = ServeProc::start(&cache, &sock, &log);
+    assert_eq!(srv.stats()["slots"].as_u64(), Some(before));
+}
+
+/// Bytes of a size written like "96MiB".
+fn tiercache_sim_bytes(s: &str) -> u64 {
+    s.trim_end_matches("MiB").parse::<u64>().unwrap() * MIB
+}
+
+/// One kill -9 round: the server stops its resize from `from` to `to`
+/// after metadata write `n` and is killed there while a pipelined load
+/// waits; the restarted server must hold every acknowledged write and the
+/// old size or the new one. Returns whether the resize stopped (false: it
+/// has fewer than `n` metadata writes and completed).
+#[allow(clippy::too_many_arguments)]
+fn kill_round(
+    dir: &Path,
+    cache: &Path,
+    ledger: &mut Ledger,
+    rng: &mut Rng,
+    from: &str,
+    to: &str,
+    n: u32,
+    sizes: (u64, u64),
+) -> bool {
+    let sock = dir.join("nbd.sock");
+    let log = dir.join("serve.log");
+    // The cache at `from`, with a clean start.
+    {
+        let mut srv = ServeProc::start(cache, &sock, &log);
+        let (ok, out, err) = resize(cache, from, &[]);
+        assert!(ok, "setting up {from}: {out}{err}");
+        let _ = Command::new("kill")
+            .args(["-TERM", &srv.child.id().to_string()])
+            .status();
+        assert!(srv.wait_exit().success(), "{}", tail(&log));
+    }
+    let n_s = n.to_string();
+    let mut srv = ServeProc::start_env(cache, &sock, &log, &[], &[(STOP_AT, &n_s)]);
+    let mut c = NbdClient::connect(&sock).expect("connect");
+    let shape = LoadShape {
+        depth: 8,
+        ..LoadShape::default()
+    };
+    let target = ledger.writes_acked + 600;
+    match run_load(
+        &mut c,
+        ledger,
+        rng,
+        shape,
+        common::Until::WritesAcked(target),
+    ) {
+        Ok(common::LoadEnd::Done) => {}
+        other => panic!("load before the resize: {other:?}\n{}", tail(&log)),
+    }
+    let marker = format!("resize stopped after metadata write {n} ");
+    let mut resizer = Command::new(bin())
+        .args(["resize", "--cache"])
+        .arg(cache)
+        .args(["--size", to])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("resize starts");
+    // Requests sent while the resize runs: they wait for its pause, and
+    // the kill lands with them in flight.
+    let load = {
+        let mut c2 = NbdClient::connect(&sock).expect("connect");
+        let mut l = std::mem::replace(ledger, Ledger::new(0));
+        let mut r = Rng(rng.next());
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + Duration::from_secs(600);
+            let e = run_load(&mut c2, &mut l, &mut r, shape, end);
+            (l, e)
+        })
+    };
+    wait_until(
+        "the resize to stop or end",
+        Duration::from_secs(120),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains(&marker) || resizer.try_wait().unwrap().is_some()
+        },
+    );
+    let hit = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains(&marker);
+    srv.kill9();
+    let _ = resizer.kill();
+    let _ = resizer.wait();
+    let (l, end) = load.join().expect("load thread");
+    *ledger = l;
+    match end {
+        Ok(_) => {}
+        Err(e) => panic!("load during the resize: {e}\n{}", tail(&log)),
+    }
+    drop(c);
+    // Restart: every acknowledged write is there, the size is old or new.
+    let srv = ServeProc::start(cache, &sock, &log);
+    let mut c = NbdClient::connect(&sock).expect("connect after the kill");
+    verify_all(&mut c, ledger).unwrap_or_else(|e| {
+        panic!(
+            "{from} -> {to}, killed after write {n}: {e}\n{}",
+            tail(&log)
+        )
+    });
+    c.disconnect();
+    let slots = srv.stats()["slots"].as_u64().unwrap();
+    assert!(
+        slots == sizes.0 || slots == sizes.1,
+        "{from} -> {to}, killed after write {n}: {slots} slots, neither {} nor {}",
+        sizes.0,
+        sizes.1
+    );
+    drop(srv);
+    hit
+}
+
+#[test]
+fn kill_9_at_every_metadata_write_of_a_grow_and_a_shrink_loses_no_acknowledged_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (cache, backing) = (dir.join("cache.img"), dir.join("backing.img"));
+    let blocks = 4096; // 16 MiB exported
+    init_backing(&backing, blocks);
+    format_cache(
+        &cache,
+        &backing,
+        "8MiB",
+        &[
+            "--max-size",
+            "16MiB",
+            "--write-policy",
+            "write-back",
+            "--dirty-target",
+            "0.9",
+        ],
+    );
+    // The slot counts of the two sizes.
+    let slots_at = |size: &str| -> u64 {
+        let sock = dir.join("nbd.sock");
+        let log = dir.join("serve.log");
+        let srv = ServeProc::start(&cache, &sock, &log);
+        let (ok, out, err) = resize(&cache, size, &["--json"]);
+        assert!(ok, "{out}{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        drop(srv);
+        v["slots"].as_u64().unwrap()
+    };
+    let sizes = (slots_at("8MiB"), slots_at("16MiB"));
+    let mut ledger = Ledger::new(blocks);
+    let mut rng = Rng(0x5e51_2e);
+    for (from, to) in [("8MiB", "16MiB"), ("16MiB", "8MiB")] {
+        let mut n = 1;
+        while kill_round(dir, &cache, &mut ledger, &mut rng, from, to, n, sizes) {
+            n += 1;
+        }
+        eprintln!(
+            "{from} -> {to}: killed after each of its {} metadata writes",
+            n - 1
+        );
+        assert!(n > 4, "{from} -> {to}: only {} metadata writes", n - 1);
+    }
+}
+
+#[test]
+fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (cache, backing) = (dir.join("cache.img"), dir.join("backing.img"));
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    format_cache(&cache, &backing, "16MiB", &[]);
+    let sock = dir.join("nbd.sock");
+    let log = dir.join("serve.log");
+    let srv = ServeProc::start(&cache, &sock, &log);
+    let slots = srv.stats()["slots"].as_u64().unwrap();
+    let refused = |size: &str, why: &str| {
+        let (ok, out, err) = resize(&cache, size, &[]);
+        assert!(!ok, "resize to {size} succeeded: {out}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("tiercache: error: resize refused: ") && err.contains(why),
+            "resize to {size}: {err}"
+        );
+        assert_eq!(srv.stats()["slots"].as_u64(), Some(slots));
+        assert_eq!(file_len(&cache), 16 * MIB);
+    };
+    // Past what the metadata regions were made for (no --max-size).
+    refused("64MiB", "format the cache with --max-size");
+    refused("5000000", "not a multiple of 4 KiB");
+    refused("1MiB", "holds no line");
+    drop(srv);
+    // A set-associative cache keeps its sets: no resize.
+    let assoc = dir.join("assoc.img");
+    format_cache(&assoc, &backing, "16MiB", &["--assoc", "8-way", "--force"]);
+    let srv = ServeProc::start(&assoc, &dir.join("assoc.sock"), &log);
+    let (ok, _, err) = resize(&assoc, "8MiB", &[]);
+    assert!(
+        !ok && err.contains("only a fully associative cache"),
+        "{err}"
+    );
+    drop(srv);
+    // Another design: refused by name.
+    let ls = dir.join("ls.img");
+    format_cache(
+        &ls,
+        &backing,
+        "16MiB",
+        &["--design", "flashtier", "--force"],
+    );
+    let srv = ServeProc::start(&ls, &dir.join("ls.sock"), &log);
+    let (ok, _, err) = resize(&ls, "8MiB", &[]);
+    assert!(!ok && err.contains("only the SSD cache"), "{err}");
+    drop(srv);
+    // --max-size is the SSD cache's.
+    let out = Command::new(bin())
+        .args(["format", "--design", "flashtier", "--cache"])
+        .arg(dir.join("ls2.img"))
+        .arg("--backing")
+        .arg(&backing)
+        .args(["--size", "16MiB", "--max-size", "32MiB"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--max-size applies to the SSD cache"),
+        "{err}"
+    );
+}
