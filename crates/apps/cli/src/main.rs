@@ -34,7 +34,7 @@ enum Command {
     /// Write a new cache on a file or block device, in front of a backing device.
     Format(Box<cmd::live::FormatArgs>),
     /// Export a cache over NBD (Unix socket or loopback TCP).
-    Serve(cmd::live::ServeArgs),
+    Serve(Box<cmd::live::ServeArgs>),
     /// Counters of a running server (hits, dirty lines, latencies, recovery time).
     Stats(cmd::live::StatsArgs),
     /// Write back every dirty line of a running server and commit.
@@ -46,6 +46,8 @@ enum Command {
     Resize(cmd::live::resize::ResizeArgs),
     /// Clean everything and stop the server: the backing device alone is then complete.
     Detach(cmd::live::CtlArgs),
+    /// Record the requests a running cache serves into a trace file (start, stop, status).
+    Record(cmd::live::record::RecordCmdArgs),
     /// Verify the metadata of a cache that is not in use.
     Check(cmd::live::CheckArgs),
     /// Detect ext4 or XFS in an image and classify its blocks (metadata, journal, data).
@@ -84,11 +86,12 @@ fn main() {
         Command::Mrc(a) => cmd::mrc::run(*a),
         Command::Trace(t) => cmd::trace::run(t),
         Command::Format(a) => cmd::live::format(*a),
-        Command::Serve(a) => cmd::live::serve(a),
+        Command::Serve(a) => cmd::live::serve(*a),
         Command::Stats(a) => cmd::live::stats(a),
         Command::Flush(a) => cmd::live::ctl("flush", a),
         Command::Detach(a) => cmd::live::ctl("detach", a),
         Command::Set(a) => cmd::live::set(a),
+        Command::Record(a) => cmd::live::record::run(a),
         Command::Resize(a) => cmd::live::resize::resize(a),
         Command::Check(a) => cmd::live::check(a),
         Command::Classify(a) => cmd::classify::run(a),

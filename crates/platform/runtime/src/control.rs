@@ -13,6 +13,8 @@
 //! - `{"cmd":"set","write_policy":..,"dirty_target":..,"seq_cutoff":..,
 //!   "eviction":..}`: change the policy online ([`Design::set_policy`]);
 //!   `{"progress":{...}}` lines come before the answer;
+//! - `{"cmd":"record","action":"start"|"stop"|"status",...}`: the request
+//!   recorder ([`crate::record`]);
 //! - a design's own commands.
 //!
 //! The socket is created mode 0600 (owner only), never replaces a file that
@@ -93,6 +95,9 @@ pub fn bind(path: &Path) -> Result<std::os::unix::net::UnixListener> {
     Ok(l)
 }
 
+/// The server's recorder, and whether the design can record.
+pub(crate) type Recording = (Arc<crate::Recorder>, bool);
+
 /// A request from the control socket to the lifecycle: detach, answer here.
 pub(crate) type DetachRequest = oneshot::Sender<Value>;
 
@@ -111,17 +116,20 @@ impl ControlServer {
         design: Arc<dyn Design>,
         runtime_info: Value,
         detach: mpsc::Sender<DetachRequest>,
+        recording: Recording,
     ) -> Result<ControlServer> {
         let l = UnixListener::from_std(listener)?;
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
         let (s, t) = (stop.clone(), tasks.clone());
         let info = Arc::new(runtime_info);
+        let rec = Arc::new(recording);
         tasks.spawn(async move {
             accept_loop("control socket", l, s, |stream| {
                 let (d, i, tx) = (Arc::clone(&design), Arc::clone(&info), detach.clone());
+                let r = Arc::clone(&rec);
                 t.spawn(async move {
-                    if let Err(e) = handle(stream, d, i, tx).await {
+                    if let Err(e) = handle(stream, d, i, tx, r).await {
                         tracing::debug!("control request failed: {e:#}");
                     }
                 });
@@ -160,18 +168,32 @@ async fn handle(
     design: Arc<dyn Design>,
     info: Arc<Value>,
     detach: mpsc::Sender<DetachRequest>,
+    rec: Arc<Recording>,
 ) -> Result<()> {
     let (r, mut w) = s.into_split();
     let answer = match read_request(r).await {
         Err(e) => json!({"ok": false, "error": e}),
         Ok(req) if req["cmd"] == "set" => set(&req, &design, &mut w).await?,
+        // Stopping syncs the files: off the async workers.
+        Ok(req) if req["cmd"] == "record" => {
+            tokio::task::spawn_blocking(move || rec.0.control(&req, rec.1))
+                .await
+                .unwrap_or_else(|e| json!({"ok": false, "error": e.to_string()}))
+        }
+        Ok(req) if req["cmd"] == "stats" => {
+            let mut v = answer(&req, &design, &info, &detach).await;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("recording".into(), rec.0.status());
+            }
+            v
+        }
         Ok(req) => answer(&req, &design, &info, &detach).await,
     };
     w.write_all(format!("{answer}\n").as_bytes()).await?;
     Ok(())
 }
 
-const COMMANDS: &str = "stats, flush, detach, debug, set";
+const COMMANDS: &str = "stats, flush, detach, debug, set, record";
 
 /// `{"cmd":"set",...}`: change the policy online. Progress goes to the
 /// client as `{"progress":{...}}` lines while the change runs; the answer

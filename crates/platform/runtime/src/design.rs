@@ -125,6 +125,15 @@ pub trait Design: Send + Sync + 'static {
             ),
         })
     }
+    /// Record requests (`serve --record`, `tiercache record`): keep
+    /// `recorder` and call [`crate::Recorder::record`] for every request
+    /// where the policy takes it, in the order it takes them, with the class
+    /// it gave. `false` (the default): this design cannot record, and
+    /// recording is refused.
+    fn attach_recorder(&self, recorder: std::sync::Arc<crate::Recorder>) -> bool {
+        let _ = recorder;
+        false
+    }
     /// A design's own control command (`{"cmd": NAME, ...}`), if it has it.
     async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
         let _ = (cmd, request);

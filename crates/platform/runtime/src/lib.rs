@@ -21,7 +21,9 @@
 //!   design's counters through [`Design::metrics`]);
 //! - [`notify`]: systemd readiness (`READY=1`, `STOPPING=1`, `STATUS=`);
 //! - [`panic`]: the panic policy: abort, in every build (recovery restores
-//!   the acknowledged state, as after a kill -9).
+//!   the acknowledged state, as after a kill -9);
+//! - [`record`]: `serve --record` and the `record` control command: the
+//!   requests the design's policy takes, as a native trace, with rotation.
 
 mod accept;
 pub mod blocking_design;
@@ -37,6 +39,7 @@ pub mod metrics;
 pub mod metrics_http;
 pub mod notify;
 pub mod panic;
+pub mod record;
 pub mod remote;
 
 pub use async_trait::async_trait;
@@ -47,3 +50,4 @@ pub use error::{blocking, Error, ErrorKind, Result};
 pub use lifecycle::{serve, Ended, Prepared, ServeConfig};
 pub use listen::ListenSpec;
 pub use metrics::{HistogramData, MetricSet};
+pub use record::{RecordSpec, Recorder};

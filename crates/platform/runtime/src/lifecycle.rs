@@ -38,6 +38,8 @@ pub struct Prepared {
     control: std::os::unix::net::UnixListener,
     control_path: PathBuf,
     metrics: Option<(std::net::TcpListener, std::net::SocketAddr)>,
+    /// `serve --record`: recording starts before the first request.
+    record: Option<crate::RecordSpec>,
     /// SIGTERM and SIGINT, caught from the moment the sockets exist: a
     /// client may connect (and a supervisor stop the server) while the
     /// design is still opening, and such a stop must end in a clean shutdown
@@ -70,6 +72,7 @@ impl Prepared {
             control: ctl,
             control_path: control.to_path_buf(),
             metrics: None,
+            record: None,
             signals,
         })
     }
@@ -90,6 +93,19 @@ impl Prepared {
                 Err(e)
             }
         }
+    }
+
+    /// Also record from the first request (`serve --record`); the file is
+    /// checked now, before any device is opened.
+    pub fn with_recording(mut self, spec: Option<crate::RecordSpec>) -> Result<Prepared> {
+        if let Some(s) = &spec {
+            if let Err(e) = s.check() {
+                self.abandon();
+                return Err(e);
+            }
+        }
+        self.record = spec;
+        Ok(self)
     }
 
     /// Give up (the design failed to open): remove the socket files.
@@ -139,6 +155,22 @@ pub async fn serve(
         cfg.tls.clone(),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let recorder = Arc::new(crate::Recorder::default());
+    let can_record = design.attach_recorder(Arc::clone(&recorder));
+    if let Some(spec) = prepared.record.clone() {
+        let started = match can_record {
+            true => recorder.start(spec).map(|_| ()),
+            false => Err(anyhow::anyhow!(
+                "--record: the {} design cannot record its requests (the SSD cache can)",
+                design.name()
+            )),
+        };
+        if let Err(e) = started {
+            let _ = design.shutdown().await;
+            prepared.abandon();
+            return Err(e);
+        }
+    }
     let listening = prepared.nbd.serve(&server)?;
     let uri = listening.uri.clone();
     let started = Instant::now();
@@ -162,6 +194,7 @@ pub async fn serve(
         Arc::clone(&design),
         info,
         dtx,
+        (Arc::clone(&recorder), can_record),
     )?;
     let metrics = start_metrics(prepared.metrics, req_metrics, &design, &cfg.export)?;
     let (mut term, mut int) = prepared.signals;
@@ -199,6 +232,11 @@ pub async fn serve(
     listening.shutdown().await;
     if let Some(m) = metrics {
         m.stop(CONTROL_GRACE).await;
+    }
+    if recorder.is_on() {
+        if let Err(e) = recorder.stop() {
+            eprintln!("tiercache: warning: {e:#}");
+        }
     }
     let r = match why {
         Why::Signal(s) => {

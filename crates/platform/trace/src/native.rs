@@ -87,6 +87,7 @@ pub struct NativeWriter {
     out: BufWriter<File>,
     time: u64,
     count: u64,
+    bytes: u64,
 }
 
 impl NativeWriter {
@@ -104,7 +105,13 @@ impl NativeWriter {
             out,
             time: 0,
             count: 0,
+            bytes: HEADER_LEN as u64,
         })
+    }
+
+    /// Bytes of the file so far (header and records, buffered or written).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Appends one record. Fails if its offset is `>= 2^59`.
@@ -138,6 +145,7 @@ impl NativeWriter {
     }
 
     fn put(&mut self, bytes: &[u8; RECORD_LEN]) -> Result<()> {
+        self.bytes += RECORD_LEN as u64;
         self.out
             .write_all(bytes)
             .map_err(|e| TraceError::io(&self.path, e))

@@ -95,6 +95,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             threads: None,
             insecure_listen: false,
             tls: Default::default(),
+            record: Default::default(),
             metrics: None,
             limits: Default::default(),
         };

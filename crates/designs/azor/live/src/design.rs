@@ -130,6 +130,10 @@ impl Design for SsdCache {
             Err(e) => json!({"ok": false, "error": e.0}),
         }
     }
+    fn attach_recorder(&self, recorder: Arc<tiercache_runtime::Recorder>) -> bool {
+        let _ = self.cache.recorder.set(recorder);
+        true
+    }
     fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
         crate::metrics::fill(&self.cache, stats, m)
     }

@@ -296,6 +296,8 @@ pub struct ServeArgs {
     pub threads: Option<u16>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub record: super::record::RecordArgs,
 }
 
 /// TLS options of `serve`, with nbdkit's names and certificate layout.

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod designs;
+pub mod record;
 pub mod resize;
 
 use anyhow::{bail, Context, Result};
@@ -191,7 +192,10 @@ pub async fn serve_async(
         .control
         .clone()
         .unwrap_or_else(|| tiercache_runtime::control::default_path(&a.cache));
-    let prepared = Prepared::bind(&listen, &control)?.with_metrics(a.metrics.as_deref())?;
+    let record = a.record.spec()?;
+    let prepared = Prepared::bind(&listen, &control)?
+        .with_metrics(a.metrics.as_deref())?
+        .with_recording(record)?;
     let opened = match design.open(&a) {
         Ok(d) => d,
         Err(e) => {

@@ -286,6 +286,10 @@ impl LiveCache {
             return None;
         }
         let mut out = Vec::new();
+        // Recorded under the core's lock: the order the engine takes them.
+        if let Some(r) = self.recorder.get() {
+            r.record(req.kind, req.offset, req.len, Some(req.class));
+        }
         c.engine.submit(req, &mut out);
         // Foreground-coupled cleaning only under eviction pressure: once a
         // victim was dirty (a writeback before reuse), the next requests each

@@ -263,6 +263,8 @@ pub struct LiveCache {
     /// error failed a commit): no commit can happen any more, so requests
     /// waiting for one, FLUSH and FUA fail (see `failure`).
     metadata_failed: std::sync::OnceLock<String>,
+    /// `serve --record`: every request as the core takes it (`intake`).
+    pub(crate) recorder: std::sync::OnceLock<Arc<tiercache_runtime::Recorder>>,
 }
 
 /// An I/O error to hand to the client, with a message for the log.
@@ -381,6 +383,7 @@ impl LiveCache {
             cold_start: std::sync::OnceLock::new(),
             stopping: AtomicBool::new(false),
             metadata_failed: std::sync::OnceLock::new(),
+            recorder: std::sync::OnceLock::new(),
             track_phases: AtomicBool::new(
                 std::env::var_os("TIERCACHE_DEBUG_OPS").is_some_and(|v| v != "0"),
             ),

@@ -1,0 +1,288 @@
+//! The request recorder: `serve --record FILE` writes the requests the SSD
+//! cache's policy takes, in the order it takes them, as a native trace.
+//! - A recorded fio run (nbd engine, random mixed reads and writes at queue
+//!   depth 16, crc32c verify, then a Zipf-skewed mix), run through `sim --like` of the same cache,
+//!   counts exactly the live hits, misses, fills and evictions.
+//! - `--record-max` and `--record-keep` bound the files (rotation).
+//! - `tiercache record start|stop|status` over the control socket.
+//!
+//! Skips with a `SKIPPED:` message when fio is missing.
+
+mod clients_util;
+mod common;
+
+use clients_util::{bin, fio, output, run, Setup};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tiercache_block::{Class, IoKind};
+
+const MIB: u64 = 1 << 20;
+
+/// The records of a native trace.
+fn records(p: &Path) -> Vec<tiercache_trace::Record> {
+    tiercache_trace::open(p, None, &Default::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .map(|r| r.unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("bad JSON ({e}): {s}"))
+}
+
+/// `tiercache record --cache C ARGS... --json`.
+fn record_ctl(cache: &Path, args: &[&str]) -> Value {
+    json(&run(Command::new(bin())
+        .arg("record")
+        .args(args)
+        .arg("--cache")
+        .arg(cache)
+        .arg("--json")))
+}
+
+/// fio over `size` bytes at queue depth 16: random reads and writes of
+/// 4-32 KiB, every block verified (crc32c) by a read after the writes; then
+/// 4 KiB random reads and writes (80/20) drawn from a Zipf distribution
+/// (1.1), so that blocks are used again (fio cannot verify overwritten
+/// blocks, so this part is not verified).
+fn fio_workload(uri: &str, size: u64) {
+    let size = format!("--size={size}");
+    let v = fio(
+        uri,
+        "randrw",
+        &[
+            "--rw=randrw",
+            "--bsrange=4k-32k",
+            &size,
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--randseed=11",
+        ],
+    );
+    assert!(v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap() > 0);
+    fio(
+        uri,
+        "zipf",
+        &[
+            "--rw=randrw",
+            "--rwmixread=80",
+            "--bs=4k",
+            &size,
+            "--norandommap",
+            "--random_distribution=zipf:1.1",
+            "--iodepth=16",
+            "--randseed=12",
+        ],
+    );
+}
+
+/// The SSD cache's decision counters, named alike in `stats --json` and `sim --json`.
+const COUNTERS: [&str; 4] = ["hits", "misses", "fills", "evictions"];
+
+/// A fio run recorded from the first request, then `sim --trace FILE
+/// --like CACHE --json`: the live counters exactly, in write-back (timed
+/// cleaning on, which decides no hit, miss, fill or eviction) and in
+/// write-through with 16 KiB lines of 4 KiB sub-blocks, 4-way, ARC.
+#[test]
+fn recorded_fio_run_through_sim_like_gives_the_live_counters() {
+    require_tools!("fio");
+    for opts in [
+        &[][..],
+        &[
+            "--write-policy",
+            "write-through",
+            "--line-size",
+            "16KiB",
+            "--sub-block",
+            "4KiB",
+            "--assoc",
+            "4-way",
+            "--eviction",
+            "arc",
+        ][..],
+    ] {
+        let s = Setup::new(64 * MIB, "8MiB", opts);
+        let trace = s.path("run.trace");
+        let mut srv = s.serve(&["--record", trace.to_str().unwrap()]);
+        fio_workload(&srv.uri(), 16 * MIB);
+        let live = s.stats();
+        assert_eq!(live["recording"]["recording"], true, "{live:#}");
+        let stopped = record_ctl(&s.cache, &["stop"]);
+        assert_eq!(stopped["ok"], true, "{stopped:#}");
+        srv.stop();
+        let what = format!("{opts:?}");
+        assert!(
+            live["evictions"].as_u64().unwrap() > 0 && live["hits"].as_u64().unwrap() > 0,
+            "{what}: the cache must be under pressure and hit: {live:#}"
+        );
+        let recs = records(&trace);
+        assert_eq!(recs.len() as u64, stopped["requests"].as_u64().unwrap());
+        assert!(recs.iter().all(|r| r.class == Some(Class::Data)));
+        let sim = json(&run(Command::new(bin())
+            .args(["sim", "--trace"])
+            .arg(&trace)
+            .arg("--like")
+            .arg(&s.cache)
+            .arg("--json")));
+        for k in COUNTERS {
+            assert!(live[k].is_u64(), "{what}: stats --json has no {k}");
+            assert_eq!(
+                live[k], sim[k],
+                "{what}: {k} differs (live {live:#}\nsim {sim:#})"
+            );
+        }
+    }
+}
+
+/// `--record-max 16KiB --record-keep 2`: FILE, FILE.1 and FILE.2 each at
+/// most 16 KiB, nothing older; together the newest requests, in time order.
+#[test]
+fn recording_rotates_within_its_bound() {
+    require_tools!("fio");
+    let s = Setup::new(64 * MIB, "8MiB", &[]);
+    let trace = s.path("rot.trace");
+    let mut srv = s.serve(&[
+        "--record",
+        trace.to_str().unwrap(),
+        "--record-max",
+        "16KiB",
+        "--record-keep",
+        "2",
+    ]);
+    fio_workload(&srv.uri(), 16 * MIB);
+    let st = record_ctl(&s.cache, &["status"]);
+    srv.stop();
+    assert!(st["rotations"].as_u64().unwrap() >= 3, "{st:#}");
+    assert_eq!(st["files"].as_array().unwrap().len(), 3, "{st:#}");
+    let file = |n: u32| -> PathBuf {
+        if n == 0 {
+            trace.clone()
+        } else {
+            PathBuf::from(format!("{}.{n}", trace.display()))
+        }
+    };
+    assert!(!file(3).exists(), "only 2 older files are kept");
+    let mut all = Vec::new();
+    for n in [2, 1, 0] {
+        let len = std::fs::metadata(file(n)).unwrap().len();
+        assert!(len <= 16 << 10, "{} is {len} bytes", file(n).display());
+        let r = records(&file(n));
+        assert!(!r.is_empty(), "{} is empty", file(n).display());
+        all.extend(r);
+    }
+    assert!(all.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    // The files that were rotated out are full (16-byte records up to the bound).
+    for n in [2, 1] {
+        assert!(std::fs::metadata(file(n)).unwrap().len() > (16 << 10) - 64);
+    }
+}
+
+/// `tiercache record start FILE` on a running server records exactly the
+/// requests sent after it, in order, until `record stop`; a second start
+/// while recording, a stop with none running, and a FILE that is not a
+/// trace are refused with one clear line.
+#[test]
+fn record_starts_and_stops_over_the_control_socket() {
+    let s = Setup::new(16 * MIB, "8MiB", &[]);
+    let srv = s.serve(&[]);
+    let mut c = common::NbdClient::connect(&srv.socket).unwrap();
+    c.write(0, &[1u8; 4096], false).unwrap().unwrap(); // before: not recorded
+    let st = s.stats();
+    assert_eq!(st["recording"]["recording"], false, "{st:#}");
+    let trace = s.path("ctl.trace");
+    let started = record_ctl(&s.cache, &["start", trace.to_str().unwrap()]);
+    assert_eq!(started["recording"], true, "{started:#}");
+    let mut sent = Vec::new();
+    for i in 0..20u64 {
+        let off = (i * 7 % 16) * 8192;
+        if i % 3 == 0 {
+            c.read(off, 8192).unwrap().unwrap();
+            sent.push((IoKind::Read, off, 8192));
+        } else {
+            c.write(off, &vec![i as u8; 4096], false).unwrap().unwrap();
+            sent.push((IoKind::Write, off, 4096));
+        }
+    }
+    c.flush().unwrap().unwrap();
+    sent.push((IoKind::Flush, 0, 0));
+    let again = Command::new(bin())
+        .args(["record", "start"])
+        .arg(s.path("other.trace"))
+        .arg("--cache")
+        .arg(&s.cache)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("already recording to"),
+        "{err}"
+    );
+    let stopped = record_ctl(&s.cache, &["stop"]);
+    assert_eq!(stopped["requests"], sent.len(), "{stopped:#}");
+    c.write(4096, &[2u8; 4096], false).unwrap().unwrap(); // after: not recorded
+    let got: Vec<(IoKind, u64, u64)> = records(&trace)
+        .iter()
+        .map(|r| (r.kind, r.offset, u64::from(r.len)))
+        .collect();
+    assert_eq!(got, sent);
+    for (args, why) in [
+        (vec!["stop".to_string()], "no recording is running"),
+        (
+            vec!["start".to_string(), s.backing.to_str().unwrap().to_string()],
+            "not a tiercache trace",
+        ),
+    ] {
+        let o = output(
+            Command::new(bin())
+                .arg("record")
+                .args(&args)
+                .arg("--cache")
+                .arg(&s.cache),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(
+            err.starts_with("tiercache: error: ") && err.contains(why) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    c.disconnect();
+}
+
+/// A design that cannot record (the log-structured cache) refuses
+/// `serve --record` with one clear line, and leaves no file behind.
+#[test]
+fn serve_record_is_refused_by_a_design_that_cannot_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, backing) = (tmp.path().join("c.img"), tmp.path().join("b.img"));
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    common::format_cache(
+        &cache,
+        &backing,
+        "8MiB",
+        &["--layout", "log-structured", "--segment-size", "256KiB"],
+    );
+    let trace = tmp.path().join("ls.trace");
+    let o = output(
+        Command::new(bin())
+            .args(["serve", "--cache"])
+            .arg(&cache)
+            .arg("--listen")
+            .arg(format!("unix:{}", tmp.path().join("s.sock").display()))
+            .arg("--record")
+            .arg(&trace),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "serve --record succeeded: {err}");
+    assert!(
+        err.contains("tiercache: error: --record: the flashtier design cannot record"),
+        "{err}"
+    );
+    assert!(!trace.exists());
+}
