@@ -16,7 +16,7 @@ use common::inproc::{write_blocks, InProcess};
 use common::*;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tiercache_azor_live::design::SsdCache;
 use tiercache_azor_live::live::LiveCache;
 use tiercache_io::{FaultRule, FaultyDev, OpKinds};
@@ -264,7 +264,7 @@ fn random_cache_write_errors_lose_no_data_under_load() {
         &mut ledger,
         &mut rng,
         shape,
-        Instant::now() + Duration::from_secs(2),
+        Until::WritesAcked(1500),
     )
     .unwrap_or_else(|e| panic!("with 5% cache write errors: {e}"));
     assert!(
@@ -307,7 +307,7 @@ fn random_cache_read_errors_on_write_through_never_reach_the_client() {
         &mut ledger,
         &mut rng,
         shape,
-        Instant::now() + Duration::from_secs(2),
+        Until::WritesAcked(1000),
     )
     .unwrap_or_else(|e| panic!("with 10% cache read errors on clean data: {e}"));
     assert!(matches!(end, LoadEnd::Done), "{end:?}");
@@ -514,14 +514,9 @@ fn direct_mapped_write_back_answers_every_request_under_load() {
     let mut ledger = Ledger::new(BLOCKS);
     let mut rng = Rng(44);
     for round in 0..6 {
-        let end = run_load(
-            &mut c,
-            &mut ledger,
-            &mut rng,
-            LoadShape::default(),
-            Instant::now() + Duration::from_millis(700),
-        )
-        .unwrap_or_else(|e| panic!("{e}; ops in flight: {:#}", f.live.debug_state()));
+        let until = Until::WritesAcked(ledger.writes_acked + 500);
+        let end = run_load(&mut c, &mut ledger, &mut rng, LoadShape::default(), until)
+            .unwrap_or_else(|e| panic!("{e}; ops in flight: {:#}", f.live.debug_state()));
         assert!(
             matches!(end, LoadEnd::Done),
             "round {round}: {end:?}; stats {}; ops in flight: {:#}",

@@ -17,7 +17,6 @@ use common::crash::tiercache_in;
 use common::inproc::{dev, read_version, write_blocks, InProcess};
 use common::*;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tiercache_flashtier_live::{open_with_devices, LogCache, LogStructured, Superblock};
 use tiercache_io::{FaultRule, FaultyDev, OpKinds};
 
@@ -121,7 +120,7 @@ fn bad_cache_sectors_send_writes_around_and_a_crash_keeps_them() {
     let mut ledger = Ledger::new(BLOCKS);
     let mut rng = Rng(0xbad5);
     let mut c = f.client();
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Until::WritesAcked(1500);
     match run_load(&mut c, &mut ledger, &mut rng, LoadShape::default(), until) {
         Ok(LoadEnd::Done) => {}
         other => panic!("load under bad cache sectors: {other:?}"),
