@@ -1,25 +1,18 @@
-//! `tiercache reproduce PAPER`: one file per paper.
+//! The papers' experiments, one module per paper: `tiercache reproduce
+//! PAPER` parses its options (each module's `Args`) and calls its `run`.
+//! Simulated parts run the simulator's code in process; live parts run the
+//! `tiercache` binary given to them (real `format` and `serve` processes)
+//! and real clients (fio, nbdkit, mkfs, PostgreSQL). Each writes its report
+//! (Markdown, CSV, SVG) into the `--out` folder.
 
 use anyhow::{bail, Context, Result};
-use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
 pub mod azor;
 pub mod flashtier;
 pub mod oodt;
 pub mod tica;
-
-#[derive(Subcommand, Debug)]
-pub enum ReproduceCmd {
-    /// Azor thesis: parameter studies (simulated) and a live run beside nbdkit's cache filter.
-    Azor(azor::Args),
-    /// FlashTier Tables VI and VII: SSD against SSC against SSC-V.
-    Flashtier(flashtier::Args),
-    /// OODT: OODT against frequency-only, Hystor and RAF, simulated and live.
-    Oodt(oodt::Args),
-    /// TICA Figs. 11-14: TICA-A, EF and WED against uCache and S-RAC.
-    Tica(tica::Args),
-}
+pub mod tools;
 
 /// The options every full reproduction (`azor`, `oodt`) shares: where the
 /// traces are, where the report goes, and the short run.
@@ -79,13 +72,4 @@ pub fn find_traces<'a>(dir: &Path, rels: &[&'a str]) -> Result<Vec<(&'a str, Pat
         );
     }
     Ok(found)
-}
-
-pub fn run(c: ReproduceCmd) -> Result<()> {
-    match c {
-        ReproduceCmd::Azor(a) => azor::run(a),
-        ReproduceCmd::Flashtier(a) => flashtier::run(a),
-        ReproduceCmd::Oodt(a) => oodt::run(a),
-        ReproduceCmd::Tica(a) => tica::run(a),
-    }
 }

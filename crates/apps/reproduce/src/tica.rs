@@ -85,6 +85,8 @@ fn shares(a: &Args) -> Result<(f64, f64)> {
     Ok((dram, ssd))
 }
 
+/// Runs every architecture on every shared trace found and prints the
+/// figures' tables (or `--json`).
 pub fn run(a: Args) -> Result<()> {
     let page = u32::try_from(parse_bytes(&a.page_size).map_err(anyhow::Error::msg)?)
         .context("--page-size too large")?;
@@ -95,7 +97,39 @@ pub fn run(a: Args) -> Result<()> {
     let (dram_percent, ssd_percent) = shares(&a)?;
     let rels: Vec<&str> = WORKLOADS.iter().map(|(r, _)| *r).collect();
     let found = super::find_traces(&a.traces, &rels)?;
-    let mut all: Vec<(String, Vec<LevelsReport>)> = Vec::new();
+    let all = simulate(
+        &a,
+        &found,
+        page,
+        profile.as_ref(),
+        dram_percent,
+        ssd_percent,
+    )?;
+    if a.json {
+        let v: Vec<serde_json::Value> = all
+            .iter()
+            .map(|(t, rows)| serde_json::json!({ "trace": t, "runs": rows }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print_tables(&all);
+    Ok(())
+}
+
+/// Each trace's runs, one per architecture, in `ARCHS` order.
+type Runs = Vec<(String, Vec<LevelsReport>)>;
+
+/// Every architecture on each trace of `found`.
+fn simulate(
+    a: &Args,
+    found: &[(&str, PathBuf)],
+    page: u32,
+    profile: Option<&tiercache_tica_policy::LevelsProfile>,
+    dram_percent: f64,
+    ssd_percent: f64,
+) -> Result<Runs> {
+    let mut all: Runs = Vec::new();
     for (rel, format) in WORKLOADS {
         let Some((_, path)) = found.iter().find(|(r, _)| *r == rel) else {
             continue;
@@ -118,7 +152,7 @@ pub fn run(a: Args) -> Result<()> {
             } else {
                 Replay::Closed
             };
-            if let Some(p) = &profile {
+            if let Some(p) = profile {
                 cfg.profile = p.clone();
             }
             tracing::info!("{}: {}", rel, arch.name());
@@ -126,14 +160,11 @@ pub fn run(a: Args) -> Result<()> {
         }
         all.push((rel.to_string(), rows));
     }
-    if a.json {
-        let v: Vec<serde_json::Value> = all
-            .iter()
-            .map(|(t, rows)| serde_json::json!({ "trace": t, "runs": rows }))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
+    Ok(all)
+}
+
+/// The figures' tables, each normalized to uCache, and Fig. 16's benefit.
+fn print_tables(all: &Runs) {
     type Metric = (&'static str, fn(&LevelsReport) -> f64);
     let metrics: [Metric; 7] = [
         ("Fig. 11: response time (normalized to uCache)", |r| {
@@ -157,7 +188,7 @@ pub fn run(a: Args) -> Result<()> {
     for (i, (title, f)) in metrics.iter().enumerate() {
         println!("\n{title}");
         header();
-        for (t, rows) in &all {
+        for (t, rows) in all {
             let base = f(&rows[0]);
             let cells: Vec<f64> = rows
                 .iter()
@@ -176,7 +207,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     println!("\nFig. 16: benefit (1/response x 1/SSD writes x 1/cost x 1/energy, each normalized to the best)");
     header();
-    for (t, rows) in &all {
+    for (t, rows) in all {
         let figs: Vec<Figures> = rows
             .iter()
             .map(|r| Figures {
@@ -189,7 +220,6 @@ pub fn run(a: Args) -> Result<()> {
             .collect();
         line(t, &benefit(&figs));
     }
-    Ok(())
 }
 
 fn header() {

@@ -8,10 +8,8 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use tiercache_io::{BlockDev, EmulatedHdd, FileDev, FileDevOptions};
+use tiercache_reproduce::tools::{fio_json, serve_emulated_hdd};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -95,9 +93,9 @@ pub fn run(a: DemoArgs) -> Result<()> {
             threads: None,
             insecure_listen: false,
             tls: Default::default(),
-            record: Default::default(),
             metrics: None,
             limits: Default::default(),
+            record: Default::default(),
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
@@ -125,49 +123,4 @@ pub fn run(a: DemoArgs) -> Result<()> {
         Ok::<(), anyhow::Error>(())
     })?;
     Ok(())
-}
-
-/// Serves `backing` through the HDD model (the default profile's 7200 rpm
-/// disk, one actuator) as export `hdd` of an in-process NBD server on the
-/// Unix socket `sock`: the one emulated slow disk of `demo` and of
-/// `reproduce azor`'s live part. Returns the server and the export's URI.
-pub async fn serve_emulated_hdd(
-    backing: &Path,
-    sock: &Path,
-) -> Result<(tiercache_nbd::ServerHandle, String)> {
-    let dev: Arc<dyn BlockDev> = Arc::new(
-        FileDev::open(backing, FileDevOptions::default())
-            .with_context(|| format!("opening {}", backing.display()))?,
-    );
-    let hdd: Arc<dyn tiercache_nbd::Backend> =
-        Arc::new(tiercache_azor_live::passthrough::PassThrough {
-            dev: Arc::new(EmulatedHdd::default_disk(dev).map_err(|e| anyhow::anyhow!("{e}"))?),
-        });
-    let server = tiercache_nbd::Server::new([("hdd", hdd)]).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let handle = server
-        .serve_unix(sock)
-        .await
-        .with_context(|| format!("serving the emulated HDD on {}", sock.display()))?;
-    Ok((handle, tiercache_nbd::unix_export_uri(false, "hdd", sock)))
-}
-
-/// fio's JSON report from its finished run (`--output-format=json`); fio may
-/// print notices before the document.
-pub fn fio_json(out: std::io::Result<std::process::Output>) -> Result<serde_json::Value> {
-    let out = out.context("running fio (install it with scripts/setup.sh)")?;
-    if !out.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text
-        .find("\n{")
-        .map(|i| &text[i + 1..])
-        .or_else(|| text.strip_prefix('{').map(|_| &text[..]))
-        .unwrap_or(&text);
-    serde_json::from_str(json).with_context(|| {
-        format!(
-            "fio JSON output: {}",
-            text.chars().take(200).collect::<String>()
-        )
-    })
 }

@@ -8,11 +8,11 @@
 //! cache, on the same emulated HDD.
 
 use super::live::{self, Env, Kind};
-use anyhow::{bail, Context, Result};
+use super::workloads::{in_path, pg_bin, pgbench, postmark, Mounted};
+use anyhow::{Context, Result};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Instant;
 
 /// One application run through one variant.
 #[derive(Clone, Debug)]
@@ -45,6 +45,9 @@ pub struct AppResults {
 /// The smallest device `mkfs.xfs` formats (it refuses "Filesystem must be
 /// larger than 300MB" below this).
 const XFS_MIN_BYTES: u64 = 300 << 20;
+
+/// The filesystems of the full run (the quick run makes ext4 only).
+const FILESYSTEMS: [&str; 2] = ["ext4", "xfs"];
 
 /// The variants of the application runs: the quick run compares the HDD
 /// alone with fully associative write-hdd-upd and write-back; the full run
@@ -100,300 +103,6 @@ fn missing_tools(fs: &str, app: &str) -> Option<String> {
     None
 }
 
-fn in_path(t: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p)
-            .chain(["/usr/sbin".into(), "/sbin".into()])
-            .any(|d| d.join(t).is_file())
-    })
-}
-
-/// PostgreSQL's server binaries (Debian keeps them per version).
-fn pg_bin() -> Option<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|b| b.join("pg_ctl").is_file() && b.join("pgbench").is_file())
-        .collect();
-    v.sort_by_key(|p| {
-        p.parent()
-            .and_then(|d| d.file_name())
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0)
-    });
-    v.pop()
-}
-
-fn output(c: &mut Command) -> Result<Output> {
-    let prog = format!("{:?}", c.get_program());
-    c.stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {prog}"))
-}
-
-fn check(c: &mut Command) -> Result<String> {
-    let what = format!("{c:?}");
-    let o = output(c)?;
-    if !o.status.success() {
-        bail!(
-            "{what} failed ({}): {}{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-/// A filesystem on a variant's export: nbdfuse, loop device, mount.
-struct Mounted {
-    fusedir: PathBuf,
-    mnt: PathBuf,
-    dev: Option<String>,
-    fuse: Option<Child>,
-    mounted: bool,
-    pg: Option<(PathBuf, PathBuf)>,
-}
-
-impl Mounted {
-    fn new(uri: &str, work: &Path, fs: &str) -> Result<Mounted> {
-        let fusedir = work.join("fuse");
-        let mnt = work.join("mnt");
-        std::fs::create_dir_all(&fusedir)?;
-        std::fs::create_dir_all(&mnt)?;
-        let pidfile = work.join("nbdfuse.pid");
-        let _ = std::fs::remove_file(&pidfile);
-        let fuse = Command::new("nbdfuse")
-            .arg("-P")
-            .arg(&pidfile)
-            .arg(&fusedir)
-            .arg(uri)
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting nbdfuse")?;
-        let mut m = Mounted {
-            fusedir,
-            mnt,
-            dev: None,
-            fuse: Some(fuse),
-            mounted: false,
-            pg: None,
-        };
-        let image = m.fusedir.join("nbd");
-        let t0 = Instant::now();
-        while !(pidfile.exists() && image.exists()) {
-            if let Some(st) = m.fuse.as_mut().and_then(|f| f.try_wait().ok().flatten()) {
-                bail!("nbdfuse exited ({st}): FUSE is not usable here");
-            }
-            if t0.elapsed() > Duration::from_secs(60) {
-                bail!("nbdfuse did not expose {uri} within 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // Direct I/O on the loop device keeps a second page cache (of the
-        // FUSE file) out of the way; fall back where FUSE refuses it.
-        let lo = output(
-            Command::new("losetup")
-                .args(["-f", "--show", "--direct-io=on"])
-                .arg(&image),
-        )?;
-        let lo = if lo.status.success() {
-            lo
-        } else {
-            output(Command::new("losetup").args(["-f", "--show"]).arg(&image))?
-        };
-        if !lo.status.success() {
-            bail!("losetup failed: {}", String::from_utf8_lossy(&lo.stderr));
-        }
-        let dev = String::from_utf8_lossy(&lo.stdout).trim().to_string();
-        m.dev = Some(dev.clone());
-        // Full inode tables and journal at mkfs (no lazy init writing in the
-        // background during the measurement), no discard.
-        match fs {
-            "ext4" => check(Command::new("mkfs.ext4").args([
-                "-q",
-                "-F",
-                "-b",
-                "4096",
-                "-E",
-                "lazy_itable_init=0,lazy_journal_init=0,nodiscard",
-                &dev,
-            ]))?,
-            _ => check(Command::new("mkfs.xfs").args(["-q", "-f", "-K", &dev]))?,
-        };
-        // Synchronous writes, as a mail server's fsync per message: without
-        // them PostMark's short-lived files never leave the page cache.
-        check(
-            Command::new("mount")
-                .args(["-o", "sync"])
-                .arg(&dev)
-                .arg(&m.mnt),
-        )?;
-        m.mounted = true;
-        Ok(m)
-    }
-
-    /// Unmounts and checks the filesystem read-only; true when clean.
-    fn unmount_and_fsck(&mut self, fs: &str) -> Result<bool> {
-        self.stop_pg();
-        if self.mounted {
-            // A process that just exited may hold the mount a moment longer.
-            let mut tries = 0;
-            while let Err(e) = check(Command::new("umount").arg(&self.mnt)) {
-                tries += 1;
-                if tries == 10 {
-                    return Err(e);
-                }
-                std::thread::sleep(std::time::Duration::from_secs(2));
-            }
-            self.mounted = false;
-        }
-        let dev = self.dev.clone().context("no loop device")?;
-        let o = match fs {
-            "ext4" => output(Command::new("e2fsck").args(["-fn", &dev]))?,
-            _ => output(Command::new("xfs_repair").args(["-n", &dev]))?,
-        };
-        Ok(o.status.success())
-    }
-
-    fn stop_pg(&mut self) {
-        if let Some((bin, data)) = self.pg.take() {
-            let _ = output(
-                Command::new("runuser")
-                    .args(["-u", "postgres", "--"])
-                    .arg(bin.join("pg_ctl"))
-                    .arg("-D")
-                    .arg(&data)
-                    // The shutdown checkpoint goes through the cache to
-                    // the emulated HDD: pg_ctl's default 60 s wait is too
-                    // short for some variants (umount then found it busy).
-                    .args(["-m", "fast", "-w", "-t", "600", "stop"]),
-            );
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        self.stop_pg();
-        if self.mounted {
-            let _ = output(Command::new("umount").arg(&self.mnt));
-        }
-        if let Some(d) = &self.dev {
-            let _ = output(Command::new("losetup").args(["-d", d]));
-        }
-        let _ = output(Command::new("fusermount3").arg("-u").arg(&self.fusedir));
-        if let Some(mut f) = self.fuse.take() {
-            for _ in 0..100 {
-                if f.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = f.kill();
-            let _ = f.wait();
-        }
-    }
-}
-
-/// PostMark: `files` initial files of 4-64 KiB in 10 folders, then
-/// `transactions`; the rate is transactions per second of the whole run.
-fn postmark(m: &Mounted, work: &Path, files: u32, transactions: u32) -> Result<f64> {
-    let dir = m.mnt.join("postmark");
-    std::fs::create_dir_all(&dir)?;
-    let cfg = work.join("postmark.cfg");
-    std::fs::write(
-        &cfg,
-        format!(
-            "set location {}\nset number {files}\nset transactions {transactions}\n\
-             set size 4096 65536\nset subdirectories 10\nset seed 42\nrun\nquit\n",
-            dir.display()
-        ),
-    )?;
-    let t = Instant::now();
-    let out = check(Command::new("postmark").arg(&cfg))?;
-    check(&mut Command::new("sync"))?;
-    let secs = t.elapsed().as_secs_f64();
-    if !out.contains("seconds of transactions") {
-        bail!("PostMark printed no result: {out}");
-    }
-    Ok(transactions as f64 / secs)
-}
-
-/// pgbench on a fresh PostgreSQL cluster on the mount: `pgbench -i -s
-/// scale`, then `pgbench -T seconds -c 4 -j 2`; its TPS.
-fn pgbench(m: &mut Mounted, scale: u32, seconds: u32) -> Result<f64> {
-    let bin = pg_bin().context("PostgreSQL is not installed")?;
-    let data = m.mnt.join("pgdata");
-    let sockdir = m.mnt.join("pgsock");
-    for d in [&data, &sockdir] {
-        std::fs::create_dir_all(d)?;
-        check(Command::new("chown").arg("postgres:postgres").arg(d))?;
-    }
-    let pg = |c: &str| {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", "postgres", "--"]).arg(bin.join(c));
-        cmd
-    };
-    check(
-        pg("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "trust", "--no-sync", "-U", "postgres"]),
-    )?;
-    let port = "5439";
-    m.pg = Some((bin.clone(), data.clone()));
-    check(
-        pg("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .args(["-w", "-t", "300", "-l"])
-            // In a folder postgres owns: the mount point is root's.
-            .arg(sockdir.join("pg.log"))
-            .arg("-o")
-            .arg(format!(
-        "-p {port} -k {} -c listen_addresses='' -c shared_buffers=32MB -c max_wal_size=256MB",
-        sockdir.display()
-    ))
-            .arg("start"),
-    )?;
-    let host = sockdir.display().to_string();
-    check(pg("pgbench").args([
-        "-h",
-        &host,
-        "-p",
-        port,
-        "-q",
-        "-i",
-        "-s",
-        &scale.to_string(),
-        "postgres",
-    ]))?;
-    let out = check(pg("pgbench").args([
-        "-h",
-        &host,
-        "-p",
-        port,
-        "-c",
-        "4",
-        "-j",
-        "2",
-        "-T",
-        &seconds.to_string(),
-        "postgres",
-    ]))?;
-    m.stop_pg();
-    out.lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("tps = ")
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|x| x.parse::<f64>().ok())
-        })
-        .with_context(|| format!("pgbench printed no TPS: {out}"))
-}
-
 /// Runs every application workload through every variant.
 pub(super) async fn run(
     a: &super::Args,
@@ -419,20 +128,7 @@ pub(super) async fn run(
         postmark: pm,
         pgbench: pgb,
     };
-    let fss: &[&'static str] = if quick { &["ext4"] } else { &["ext4", "xfs"] };
-    let apps: Vec<&'static str> = match &a.apps {
-        Some(v) => ["postmark", "pgbench"]
-            .into_iter()
-            .filter(|x| v.iter().any(|y| y == x))
-            .collect(),
-        None if quick => vec!["postmark"],
-        None => vec!["postmark", "pgbench"],
-    };
-    let plan: Vec<(&'static str, &'static str)> = apps
-        .iter()
-        .flat_map(|&app| fss.iter().map(move |&fs| (fs, app)))
-        .collect();
-    for (fs, app) in plan {
+    for (fs, app) in plan(a) {
         if let Some(m) = missing_tools(fs, app) {
             eprintln!("reproduce azor: {m}");
             res.notes.push(m);
@@ -448,64 +144,106 @@ pub(super) async fn run(
             continue;
         }
         for (name, kind) in variants(quick) {
-            eprintln!("reproduce azor: live: {app} on {fs} through {name}...");
-            let v = match live::start(name, kind, env).await {
-                Ok(v) => v,
-                Err(e) if matches!(kind, Kind::Peer) => {
-                    res.notes.push(format!("{e:#}"));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let work = env.dir.join(format!("app-{fs}-{app}-{name}"));
-            std::fs::create_dir_all(&work)?;
-            // PostgreSQL runs as postgres: it must reach the mount point.
-            for d in [&env.dir, &work] {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
-            }
-            let uri = v.uri.clone();
-            let t = Instant::now();
-            let r = tokio::task::spawn_blocking(move || -> Result<(f64, bool)> {
-                let mut m = Mounted::new(&uri, &work, fs)?;
-                let rate = match app {
-                    "postmark" => postmark(&m, &work, pm.0, pm.1)?,
-                    _ => pgbench(&mut m, pgb.0, pgb.1)?,
-                };
-                let clean = m.unmount_and_fsck(fs)?;
-                drop(m);
-                let _ = std::fs::remove_dir_all(&work);
-                Ok((rate, clean))
-            })
-            .await?;
-            let what = v.what.clone();
-            let hit_ratio = v.stop().await?;
-            // One failed run does not throw away the others: noted, and a
-            // failure through tiercache fails the whole reproduction at the end.
-            let (rate, fsck_clean) = match r {
-                Ok(x) => x,
-                Err(e) => {
-                    let m = format!("{app} on {fs} through {name} failed: {e:#}");
-                    eprintln!("reproduce azor: {m}");
-                    res.notes.push(m.clone());
-                    if !matches!(kind, Kind::Peer) {
-                        res.failed.push(m);
-                    }
-                    continue;
-                }
-            };
-            res.rows.push(AppRow {
-                fs,
-                app,
-                variant: name,
-                what,
-                rate,
-                wall_s: t.elapsed().as_secs_f64(),
-                hit_ratio,
-                fsck_clean,
-            });
+            run_one(&mut res, env, fs, app, name, kind).await?;
         }
     }
+    write_csv(&res, out)?;
+    Ok(res)
+}
+
+/// The (filesystem, application) pairs to run, as `--apps` and `--quick` say.
+fn plan(a: &super::Args) -> Vec<(&'static str, &'static str)> {
+    let quick = a.run.quick;
+    let fss: &[&'static str] = if quick {
+        &FILESYSTEMS[..1]
+    } else {
+        &FILESYSTEMS
+    };
+    let apps: Vec<&'static str> = match &a.apps {
+        Some(v) => ["postmark", "pgbench"]
+            .into_iter()
+            .filter(|x| v.iter().any(|y| y == x))
+            .collect(),
+        None if quick => vec!["postmark"],
+        None => vec!["postmark", "pgbench"],
+    };
+    apps.iter()
+        .flat_map(|&app| fss.iter().map(move |&fs| (fs, app)))
+        .collect()
+}
+
+/// One application run through one variant: a row, or a note (and a
+/// failure, through tiercache) if it failed.
+async fn run_one(
+    res: &mut AppResults,
+    env: &mut Env,
+    fs: &'static str,
+    app: &'static str,
+    name: &'static str,
+    kind: Kind,
+) -> Result<()> {
+    let (pm, pgb) = (res.postmark, res.pgbench);
+    eprintln!("reproduce azor: live: {app} on {fs} through {name}...");
+    let v = match live::start(name, kind, env).await {
+        Ok(v) => v,
+        Err(e) if matches!(kind, Kind::Peer) => {
+            res.notes.push(format!("{e:#}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let work = env.dir.join(format!("app-{fs}-{app}-{name}"));
+    std::fs::create_dir_all(&work)?;
+    // PostgreSQL runs as postgres: it must reach the mount point.
+    for d in [&env.dir, &work] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let uri = v.uri.clone();
+    let t = Instant::now();
+    let r = tokio::task::spawn_blocking(move || -> Result<(f64, bool)> {
+        let mut m = Mounted::new(&uri, &work, fs)?;
+        let rate = match app {
+            "postmark" => postmark(&m, &work, pm.0, pm.1)?,
+            _ => pgbench(&mut m, pgb.0, pgb.1)?,
+        };
+        let clean = m.unmount_and_fsck(fs)?;
+        drop(m);
+        let _ = std::fs::remove_dir_all(&work);
+        Ok((rate, clean))
+    })
+    .await?;
+    let what = v.what.clone();
+    let hit_ratio = v.stop().await?;
+    // One failed run does not throw away the others: noted, and a
+    // failure through tiercache fails the whole reproduction at the end.
+    let (rate, fsck_clean) = match r {
+        Ok(x) => x,
+        Err(e) => {
+            let m = format!("{app} on {fs} through {name} failed: {e:#}");
+            eprintln!("reproduce azor: {m}");
+            res.notes.push(m.clone());
+            if !matches!(kind, Kind::Peer) {
+                res.failed.push(m);
+            }
+            return Ok(());
+        }
+    };
+    res.rows.push(AppRow {
+        fs,
+        app,
+        variant: name,
+        what,
+        rate,
+        wall_s: t.elapsed().as_secs_f64(),
+        hit_ratio,
+        fsck_clean,
+    });
+    Ok(())
+}
+
+/// azor-apps.csv: one line per run.
+fn write_csv(res: &AppResults, out: &Path) -> Result<()> {
     let mut csv = String::from("fs,app,variant,rate,unit,speedup,wall_s,hit_ratio,fsck_clean\n");
     for r in &res.rows {
         let _ = writeln!(
@@ -524,7 +262,7 @@ pub(super) async fn run(
     }
     std::fs::write(out.join("azor-apps.csv"), csv)
         .with_context(|| format!("writing {}", out.join("azor-apps.csv").display()))?;
-    Ok(res)
+    Ok(())
 }
 
 fn unit(app: &str) -> &'static str {
@@ -573,6 +311,15 @@ impl AppResults {
 
     /// The application section of azor.md.
     pub fn markdown(&self, md: &mut String) {
+        self.method_markdown(md);
+        self.rows_markdown(md);
+        self.claims_markdown(md);
+        self.comparisons_markdown(md);
+        self.notes_markdown(md);
+    }
+
+    /// How the application runs were made.
+    fn method_markdown(&self, md: &mut String) {
         let _ = writeln!(
             md,
             "## Live part: applications on ext4 and XFS through the live cache\n"
@@ -592,6 +339,10 @@ impl AppResults {
              cache (24 GiB of memory), so the device sees mostly writes and the cold reads of each run.\n",
             self.postmark.0, self.postmark.1, self.pgbench.0, self.pgbench.1
         );
+    }
+
+    /// One row per run.
+    fn rows_markdown(&self, md: &mut String) {
         let _ = writeln!(
             md,
             "| fs | application | variant | configuration | rate | speedup | hit % | fsck | wall s |\n|---|---|---|---|---|---|---|---|---|"
@@ -614,16 +365,19 @@ impl AppResults {
             );
         }
         md.push('\n');
+    }
+
+    /// The thesis's application claims beside ours.
+    fn claims_markdown(&self, md: &mut String) {
         let _ = writeln!(
             md,
             "| Thesis claim | Ours | Agrees? | Why not |\n|---|---|---|---|"
         );
-        let fss = ["ext4", "xfs"];
         let mut line = |claim: &str,
                         app: &str,
                         thesis: f64,
                         f: &dyn Fn(&str) -> Option<(String, f64)>| {
-            let got: Vec<(String, f64)> = fss
+            let got: Vec<(String, f64)> = FILESYSTEMS
                 .iter()
                 .filter_map(|fs| f(fs).map(|(s, v)| (format!("{fs}: {s}"), v)))
                 .collect();
@@ -682,8 +436,12 @@ impl AppResults {
                 .map(|g| (format!("{g:+.0} % (FA, write-hdd-upd)"), g))
         });
         md.push('\n');
+    }
+
+    /// Each pair of variants compared, per filesystem and application.
+    fn comparisons_markdown(&self, md: &mut String) {
         let mut cmp = Vec::new();
-        for fs in fss {
+        for fs in FILESYSTEMS {
             for app in ["postmark", "pgbench"] {
                 for (label, x, y) in [
                     (
@@ -715,6 +473,10 @@ impl AppResults {
             let _ = writeln!(md, "- {c}");
         }
         md.push('\n');
+    }
+
+    /// Why the figures differ from the thesis, and the run's notes.
+    fn notes_markdown(&self, md: &mut String) {
         let _ = writeln!(
             md,
             "Notes: the thesis ran PostMark and Hammerora on a 12-disk RAID-0 behind four X25-E SSDs with \

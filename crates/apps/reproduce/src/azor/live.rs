@@ -5,6 +5,7 @@
 //! the backing device) and nbdkit's cache filter (its `nbd` plugin on the same
 //! socket). Each variant runs the same fio zipf workload (same seed).
 
+use crate::tools;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -72,7 +73,7 @@ fn fio_args(uri: &str, seconds: u32) -> Vec<String> {
 
 fn fio(uri: &str, seconds: u32) -> Result<Fio> {
     let out = Command::new("fio").args(fio_args(uri, seconds)).output();
-    let v = crate::cmd::demo::fio_json(out)?;
+    let v = tools::fio_json(out)?;
     let j = &v["jobs"][0];
     let f = |op: &str, k: &str| j[op][k].as_f64().unwrap_or(0.0);
     Ok(Fio {
@@ -81,10 +82,6 @@ fn fio(uri: &str, seconds: u32) -> Result<Fio> {
         read_mean_us: j["read"]["clat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
         write_mean_us: j["write"]["clat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
     })
-}
-
-pub(super) fn have(cmd: &str) -> bool {
-    Command::new(cmd).arg("--version").output().is_ok()
 }
 
 /// What serves one variant.
@@ -113,6 +110,8 @@ pub(super) const VARIANTS: [(&str, Kind); 8] = [
 
 /// The shared slow device and the cache size every variant gets.
 pub(super) struct Env {
+    /// The `tiercache` binary that serves the cache variants.
+    pub tiercache: std::path::PathBuf,
     pub dir: std::path::PathBuf,
     pub hdd_uri: String,
     pub hdd_sock: std::path::PathBuf,
@@ -131,7 +130,7 @@ pub(super) struct Started {
 enum Stop {
     Nothing,
     Tier {
-        srv: tokio::task::JoinHandle<Result<()>>,
+        srv: tools::Proc,
         ctl: std::path::PathBuf,
         cache: std::path::PathBuf,
     },
@@ -148,114 +147,113 @@ pub(super) async fn start(name: &str, kind: Kind, env: &mut Env) -> Result<Start
             what: "the emulated HDD alone".into(),
             stop: Stop::Nothing,
         }),
+        // Waits for the server's socket: off the runtime's async workers.
         Kind::Tier(assoc, wp, twolbs) => {
-            let mut spec = super::spec(assoc, "4KiB", wp, if twolbs { "both" } else { "none" });
-            if twolbs {
-                spec.twolbs_levels = vec!["metadata".into(), "frequency".into()];
-            }
-            let cfg = spec
-                .config(env.cache_bytes)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let cache = env.dir.join(format!("{name}.img"));
-            let _ = std::fs::remove_file(&cache);
-            let layout = tiercache_azor_live::format_cache(
-                &cache,
-                Path::new(&env.hdd_uri),
-                &cfg,
-                Some(env.cache_bytes + (8 << 20)),
-                false,
-            )
-            .with_context(|| format!("formatting the {name} cache"))?;
-            if assoc == "full" && !twolbs {
-                env.peer_bytes = layout.slots as u64 * 4096;
-            }
-            let csock = env.dir.join(format!("{name}.sock"));
-            let ctl = env.dir.join(format!("{name}.ctl"));
-            let _ = std::fs::remove_file(&csock);
-            let _ = std::fs::remove_file(&ctl);
-            let args = crate::cmd::live::ServeArgs {
-                cache: cache.clone(),
-                backing: Some(env.hdd_uri.clone().into()),
-                listen: Some(format!("unix:{}", csock.display())),
-                export: "tiercache".into(),
-                read_only: false,
-                control: Some(ctl.clone()),
-                emulate_hdd: false,
-                backing_timeout: Duration::from_secs(30),
-                backing_connections: 4,
-                backing_queue_depth: tiercache_io::NBD_MAX_IN_FLIGHT as u16,
-                direct: false,
-                no_cache: false,
-                fs_classify: if twolbs { "auto" } else { "off" }.into(),
-                io_engine: "auto".into(),
-                threads: None,
-                insecure_listen: false,
-                tls: Default::default(),
-                metrics: None,
-                limits: Default::default(),
-            };
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let srv = tokio::spawn(crate::cmd::live::serve_async(args, Some(tx)));
-            if rx.await.is_err() {
-                let e = srv.await;
-                bail!("the {name} cache server did not start: {e:?}");
-            }
-            Ok(Started {
-                uri: tiercache_nbd::unix_export_uri(false, "tiercache", &csock),
-                what: format!(
-                    "tiercache {assoc}, {wp}{}, {} lines of 4 KiB",
-                    if twolbs {
-                        ", 2LBS (metadata+frequency, --fs-classify auto)"
-                    } else {
-                        ""
-                    },
-                    layout.slots
-                ),
-                stop: Stop::Tier { srv, ctl, cache },
-            })
+            tokio::task::block_in_place(|| start_tier(name, assoc, wp, twolbs, env))
         }
-        Kind::Peer => {
-            if !have("nbdkit") {
-                bail!("nbdkit is not installed: the peer cache was not measured");
-            }
-            let psock = env.dir.join("peer.sock");
-            let pid = env.dir.join("peer.pid");
-            let _ = std::fs::remove_file(&psock);
-            let _ = std::fs::remove_file(&pid);
-            let cache_tmp = env.dir.join("peer-tmp");
-            std::fs::create_dir_all(&cache_tmp)?;
-            let peer_bytes = env.peer_bytes;
-            let mut child = Command::new("nbdkit")
-                .env("TMPDIR", &cache_tmp)
-                .args(["-f", "--exit-with-parent", "-U"])
-                .arg(&psock)
-                .arg("-P")
-                .arg(&pid)
-                .args(["--filter=cache", "nbd"])
-                .arg(format!("socket={}", env.hdd_sock.display()))
-                .arg("export=hdd")
-                .arg("cache=writeback")
-                .arg("cache-on-read=true")
-                .arg(format!("cache-max-size={peer_bytes}"))
-                .spawn()
-                .context("starting nbdkit")?;
-            for _ in 0..100 {
-                if pid.exists() && psock.exists() {
-                    return Ok(Started {
-                        uri: tiercache_nbd::unix_uri(false, &psock),
-                        what: format!(
-                            "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
-                        ),
-                        stop: Stop::Peer(child),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("nbdkit did not start: the peer was not measured")
-        }
+        Kind::Peer => start_peer(env).await,
     }
+}
+
+/// Formats and serves (`tiercache serve`, a child process) the live SSD
+/// cache in front of the emulated HDD.
+fn start_tier(name: &str, assoc: &str, wp: &str, twolbs: bool, env: &mut Env) -> Result<Started> {
+    let mut spec = super::spec(assoc, "4KiB", wp, if twolbs { "both" } else { "none" });
+    if twolbs {
+        spec.twolbs_levels = vec!["metadata".into(), "frequency".into()];
+    }
+    let cfg = spec
+        .config(env.cache_bytes)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cache = env.dir.join(format!("{name}.img"));
+    let _ = std::fs::remove_file(&cache);
+    let layout = tiercache_azor_live::format_cache(
+        &cache,
+        Path::new(&env.hdd_uri),
+        &cfg,
+        Some(env.cache_bytes + (8 << 20)),
+        false,
+    )
+    .with_context(|| format!("formatting the {name} cache"))?;
+    if assoc == "full" && !twolbs {
+        env.peer_bytes = layout.slots as u64 * 4096;
+    }
+    let csock = env.dir.join(format!("{name}.sock"));
+    let ctl = env.dir.join(format!("{name}.ctl"));
+    let _ = std::fs::remove_file(&csock);
+    let _ = std::fs::remove_file(&ctl);
+    let srv = tools::spawn(
+        Command::new(&env.tiercache)
+            .arg("serve")
+            .arg("--cache")
+            .arg(&cache)
+            .args(["--backing", &env.hdd_uri])
+            .arg("--listen")
+            .arg(format!("unix:{}", csock.display()))
+            .arg("--control")
+            .arg(&ctl)
+            .args(["--fs-classify", if twolbs { "auto" } else { "off" }]),
+        &csock,
+        &env.dir.join(format!("{name}.log")),
+    )
+    .with_context(|| format!("starting the {name} cache server"))?;
+    Ok(Started {
+        uri: tiercache_nbd::unix_export_uri(false, "tiercache", &csock),
+        what: format!(
+            "tiercache {assoc}, {wp}{}, {} lines of 4 KiB",
+            if twolbs {
+                ", 2LBS (metadata+frequency, --fs-classify auto)"
+            } else {
+                ""
+            },
+            layout.slots
+        ),
+        stop: Stop::Tier { srv, ctl, cache },
+    })
+}
+
+/// Starts nbdkit's cache filter in front of the emulated HDD, with the
+/// fully associative cache's data area as its size.
+async fn start_peer(env: &mut Env) -> Result<Started> {
+    if !tools::present("nbdkit") {
+        bail!("nbdkit is not installed: the peer cache was not measured");
+    }
+    let psock = env.dir.join("peer.sock");
+    let pid = env.dir.join("peer.pid");
+    let _ = std::fs::remove_file(&psock);
+    let _ = std::fs::remove_file(&pid);
+    let cache_tmp = env.dir.join("peer-tmp");
+    std::fs::create_dir_all(&cache_tmp)?;
+    let peer_bytes = env.peer_bytes;
+    let mut child = Command::new("nbdkit")
+        .env("TMPDIR", &cache_tmp)
+        .args(["-f", "--exit-with-parent", "-U"])
+        .arg(&psock)
+        .arg("-P")
+        .arg(&pid)
+        .args(["--filter=cache", "nbd"])
+        .arg(format!("socket={}", env.hdd_sock.display()))
+        .arg("export=hdd")
+        .arg("cache=writeback")
+        .arg("cache-on-read=true")
+        .arg(format!("cache-max-size={peer_bytes}"))
+        .spawn()
+        .context("starting nbdkit")?;
+    for _ in 0..100 {
+        if pid.exists() && psock.exists() {
+            return Ok(Started {
+                uri: tiercache_nbd::unix_uri(false, &psock),
+                what: format!(
+                    "nbdkit --filter=cache (writeback, cache-on-read, cache-max-size={peer_bytes})"
+                ),
+                stop: Stop::Peer(child),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    bail!("nbdkit did not start: the peer was not measured")
 }
 
 impl Started {
@@ -263,10 +261,19 @@ impl Started {
     pub(super) async fn stop(self) -> Result<Option<f64>> {
         match self.stop {
             Stop::Nothing => Ok(None),
-            Stop::Tier { srv, ctl, cache } => {
+            Stop::Tier {
+                mut srv,
+                ctl,
+                cache,
+            } => {
                 let st = tiercache_runtime::control::request(&ctl, "stats").await;
                 let _ = tiercache_runtime::control::request(&ctl, "detach").await;
-                srv.await??;
+                let exited =
+                    tokio::task::spawn_blocking(move || srv.wait_exit(Duration::from_secs(120)))
+                        .await?;
+                if !exited {
+                    bail!("the cache server did not exit within 120 s of detach");
+                }
                 let _ = std::fs::remove_file(&cache);
                 Ok(st?["hit_ratio"].as_f64())
             }
@@ -295,8 +302,8 @@ pub fn data_bytes(a: &super::Args) -> Result<u64> {
     Ok(data)
 }
 
-pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
-    if !have("fio") {
+pub fn run(a: &super::Args, out: &Path, tiercache: &Path) -> Result<LiveResults> {
+    if !tools::present("fio") {
         bail!("fio is not installed (scripts/setup.sh installs it)");
     }
     let quick = a.run.quick;
@@ -321,8 +328,9 @@ pub fn run(a: &super::Args, out: &Path) -> Result<LiveResults> {
     rt.block_on(async {
         // The one slow device: the backing file behind the HDD model.
         let sock = dir.path().join("hdd.sock");
-        let (hdd_server, hdd_uri) = crate::cmd::demo::serve_emulated_hdd(&backing, &sock).await?;
+        let (hdd_server, hdd_uri) = tools::serve_emulated_hdd(&backing, &sock).await?;
         let mut env = Env {
+            tiercache: tiercache.to_path_buf(),
             dir: dir.path().to_path_buf(),
             hdd_uri,
             hdd_sock: sock,
@@ -447,6 +455,19 @@ impl LiveResults {
             );
         }
         md.push('\n');
+        self.comparisons_markdown(md);
+        let _ = writeln!(
+            md,
+            "Notes: IOPS are fio's over the whole run from a cold cache, so they include warm-up. Write-back \
+             caches write their dirty lines back at `detach`, after fio's measurement. The peer's cache \
+             filter keeps its cache in a temporary file (on the same filesystem as the tiercache cache files) \
+             and its writes stay in it until a flush (`cache=writeback`). The raw device carries no filesystem, \
+             so 2LBS's metadata level has nothing to prefer; only its frequency level acts.\n"
+        );
+    }
+
+    /// Each pair of variants compared (IOPS).
+    fn comparisons_markdown(&self, md: &mut String) {
         let g = |n: &str| {
             self.variants
                 .iter()
@@ -496,13 +517,5 @@ impl LiveResults {
             let _ = writeln!(md, "- {c}");
         }
         md.push('\n');
-        let _ = writeln!(
-            md,
-            "Notes: IOPS are fio's over the whole run from a cold cache, so they include warm-up. Write-back \
-             caches write their dirty lines back at `detach`, after fio's measurement. The peer's cache \
-             filter keeps its cache in a temporary file (on the same filesystem as the tiercache cache files) \
-             and its writes stay in it until a flush (`cache=writeback`). The raw device carries no filesystem, \
-             so 2LBS's metadata level has nothing to prefer; only its frequency level acts.\n"
-        );
     }
 }
