@@ -10,18 +10,11 @@ use std::path::Path;
 use std::process::Command;
 
 /// (from, to): dependencies that break the rule today.
-const KNOWN: &[(&str, &str, &str)] = &[
-    (
-        "tiercache-sim",
-        "tiercache-azor-policy",
-        "the platform's simulation driver replays through the SSD cache's engine",
-    ),
-    (
-        "tiercache-flashtier-live",
-        "tiercache-azor-policy",
-        "the log-structured live cache uses the SSD cache's cleaning scheduler",
-    ),
-];
+const KNOWN: &[(&str, &str, &str)] = &[(
+    "tiercache-sim",
+    "tiercache-azor-policy",
+    "the platform's simulation driver replays through the SSD cache's engine",
+)];
 
 /// Where a workspace crate lives: "platform", "design:NAME", or "other"
 /// (apps and checks, which may use anything).

@@ -7,7 +7,9 @@
 //! real devices) run exactly the same policy.
 
 pub mod admission;
-pub mod cleaning;
+/// Write-back cleaning pacing, shared with the log-structured layout (in the
+/// design-neutral platform).
+pub use tiercache_block::cleaning;
 pub mod config;
 pub mod engine;
 pub mod error;

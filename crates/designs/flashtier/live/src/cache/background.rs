@@ -35,13 +35,13 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tiercache_azor_policy::cleaning::{CleaningConfig, CleaningScheduler};
+use tiercache_block::cleaning::{CleaningConfig, CleaningScheduler};
 
 use super::{err, LogCache, Res, State, RESERVE};
 
 /// The cleaner's tick: the write-back pace is decided once per tick (the
 /// shared scheduler's interval).
-pub const PACE_TICK: Duration = Duration::from_nanos(tiercache_azor_policy::cleaning::TICK_NS);
+pub const PACE_TICK: Duration = Duration::from_nanos(tiercache_block::cleaning::TICK_NS);
 
 /// Blocks written back per lock hold by the cleaner.
 const WRITE_BACK_BATCH: usize = 256;
