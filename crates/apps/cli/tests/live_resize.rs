@@ -445,3 +445,144 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
         "{err}"
     );
 }
+
+/// A shrink needs every dirty line written back first: with the backing
+/// device failing every write (nbdkit's error filter, switched by a file),
+/// it is refused with one line, the size unchanged and the dirty data
+/// still served from the cache.
+#[test]
+fn a_shrink_is_refused_while_dirty_lines_cannot_be_written_back() {
+    if !have("nbdkit") {
+        eprintln!("SKIPPED: nbdkit is not installed (scripts/setup.sh installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (remote_sock, inject) = (dir.join("remote.sock"), dir.join("inject"));
+    let pidfile = dir.join("nbdkit.pid");
+    let st = Command::new("nbdkit")
+        .args(["--filter=error", "-U"])
+        .arg(&remote_sock)
+        .arg("-P")
+        .arg(&pidfile)
+        .args(["memory", "size=64M", "error=EIO", "error-rate=1"])
+        .arg(format!("error-file={}", inject.display()))
+        .status()
+        .expect("nbdkit");
+    assert!(st.success(), "nbdkit did not start");
+    struct Remote(std::path::PathBuf);
+    impl Drop for Remote {
+        fn drop(&mut self) {
+            if let Ok(pid) = std::fs::read_to_string(&self.0) {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+    let _remote = Remote(pidfile);
+    wait_until("nbdkit listening", Duration::from_secs(30), || {
+        remote_sock.exists()
+    });
+    let uri = format!("nbd+unix:///?socket={}", remote_sock.display());
+    let cache = dir.join("cache.img");
+    format_cache(
+        &cache,
+        Path::new(&uri),
+        "16MiB",
+        &["--write-policy", "write-back", "--dirty-target", "1.0"],
+    );
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
+    let srv = ServeProc::start_with(&cache, &sock, &log, &["--backing-timeout", "1s"]);
+    let mut c = NbdClient::connect(&sock).unwrap();
+    for b in 0..512u64 {
+        c.write(b * 4096, &common::make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
+    }
+    let slots = srv.stats()["slots"].as_u64().unwrap();
+    assert!(srv.stats()["dirty_lines"].as_u64().unwrap() > 0);
+    std::fs::write(&inject, b"").unwrap();
+    let (ok, out, err) = resize(&cache, "8MiB", &[]);
+    assert!(!ok, "a shrink over unwritable dirty lines succeeded: {out}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("tiercache: error: resize refused: ") && err.contains("written back"),
+        "{err}"
+    );
+    assert_eq!(srv.stats()["slots"].as_u64(), Some(slots));
+    assert_eq!(file_len(&cache), 16 * MIB);
+    // The acknowledged writes are still there.
+    for b in 0..512u64 {
+        let d = c.read(b * 4096, 4096).unwrap().unwrap();
+        assert_eq!(common::parse_block(b, &d), Ok(1), "block {b}");
+    }
+}
+
+/// On a block device (a loop device) the size is the part of the device
+/// the cache uses: a shrink leaves the device as it is, a grow goes up to
+/// its end and no further.
+#[test]
+fn a_block_device_keeps_its_size_and_grows_only_to_its_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let img = dir.join("loop.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 * MIB)
+        .unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .expect("losetup");
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: no loop device ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    struct Loop(String);
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _loop = Loop(dev.clone());
+    let backing = dir.join("backing.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let cache = Path::new(&dev);
+    common::tiercache(&[
+        "format",
+        "--cache",
+        &dev,
+        "--backing",
+        backing.to_str().unwrap(),
+        "--force",
+    ]);
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
+    // The control socket is the device's: /dev/loopN.ctl.
+    let srv = ServeProc::start(cache, &sock, &log);
+    let full = srv.stats()["slots"].as_u64().unwrap();
+    let run = |size: &str| -> (bool, String) {
+        let (ok, _, err) = resize(cache, size, &[]);
+        (ok, err)
+    };
+    let (ok, err) = run("16MiB");
+    assert!(ok, "{err}\n{}", tail(&log));
+    assert!(srv.stats()["slots"].as_u64().unwrap() < full);
+    let size = std::fs::File::open(cache)
+        .map(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap())
+        .unwrap();
+    assert_eq!(size, 32 * MIB, "the block device keeps its size");
+    let (ok, err) = run("32MiB");
+    assert!(ok, "{err}");
+    assert_eq!(srv.stats()["slots"].as_u64(), Some(full));
+    let (ok, err) = run("48MiB");
+    assert!(!ok && err.lines().count() == 1, "{err}");
+    assert!(err.contains("resize refused"), "{err}");
+    drop(srv);
+}
