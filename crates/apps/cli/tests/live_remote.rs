@@ -21,7 +21,6 @@ mod pki;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 use tiercache_nbd_client as nbdc;
 
 /// Blocks of the versioned-block ledger (4 MiB); fio uses the space after it.
@@ -288,9 +287,23 @@ fn backing_state(p: &ServeProc) -> String {
         .to_string()
 }
 
-/// When the remote dies under fio, and how long it stays down.
-const OUTAGE_AT: Duration = Duration::from_millis(300);
-const OUTAGE: Duration = Duration::from_millis(700);
+/// fio's writes the server takes before the remote dies under fio: the
+/// outage falls inside fio's run (10240 writes, then as many verifying
+/// reads) whatever the machine's speed.
+const OUTAGE_AT_WRITES: u64 = 1024;
+
+/// What the server logs when it meets the remote's outage.
+const CONNECTION_LOST: &str = "connection lost";
+
+/// The client writes a design has answered: the log-structured cache's
+/// write hits and misses, the tiered volume's writes to either tier.
+fn writes_served(st: &serde_json::Value) -> u64 {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    match st["tiers"].as_array() {
+        Some(tiers) => tiers.iter().map(|t| n(&t["write_hits"])).sum(),
+        None => n(&st["write_hits"]) + n(&st["write_misses"]),
+    }
+}
 
 fn wait_state(p: &ServeProc, want: &str) {
     let reached = poll_for(READY_TIMEOUT, || (backing_state(p) == want).then_some(()));
@@ -1039,16 +1052,31 @@ fn outage_under_fio(design: LocalDesign, kind: Kind) {
     let turi = format!("nbd+unix:///?socket={}", sock.display());
     std::thread::scope(|s| {
         let fio = s.spawn(|| fio_verify_uri(&turi, dir.path(), false));
-        // The outage is the point here: the remote dies a moment into fio's
-        // run and stays down a moment (nothing asserts how long anything
-        // takes; fio verifies every block whenever the outage falls).
-        std::thread::sleep(OUTAGE_AT);
+        // The outage is the point here: the remote dies once the server has
+        // taken some of fio's writes, and comes back once the server met
+        // the outage (fio's writes soon need the remote: they outgrow the
+        // cache); fio verifies every block whenever the outage falls.
+        let started = writes_served(&p.stats());
+        wait_until("fio's first writes", READY_TIMEOUT, || {
+            fio.is_finished() || writes_served(&p.stats()) >= started + OUTAGE_AT_WRITES
+        });
         eprintln!(
             "{design:?} over {kind:?}: remote killed {} fio finished",
             if fio.is_finished() { "after" } else { "before" }
         );
+        // The server's log, not `stats`: a control command may wait
+        // behind requests that wait for the remote.
+        let lost = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .matches(CONNECTION_LOST)
+                .count()
+        };
+        let before = lost();
         remote.kill9();
-        std::thread::sleep(OUTAGE);
+        wait_until("the server to meet the outage", READY_TIMEOUT, || {
+            fio.is_finished() || lost() > before
+        });
         remote.start();
         fio.join().unwrap();
     });
