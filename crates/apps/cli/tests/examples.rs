@@ -158,7 +158,7 @@ fn skip_reason(words: &[String]) -> Option<&'static str> {
     let sub = words.get(1).map(String::as_str).unwrap_or("");
     if matches!(
         sub,
-        "format" | "serve" | "stats" | "flush" | "detach" | "check" | "demo" | "set"
+        "format" | "serve" | "stats" | "flush" | "detach" | "check" | "demo" | "set" | "resize"
     ) {
         return Some("needs a live server, NBD or root (covered by the live_* tests)");
     }

@@ -163,7 +163,11 @@ fn fio_verifies_while_the_cache_grows_and_shrinks_five_times() {
     assert!(out.contains("metadata made for up to"), "{out}");
     let sock = dir.join("nbd.sock");
     let log = dir.join("serve.log");
-    let mut srv = ServeProc::start(&cache, &sock, &log);
+    let mut srv = ServeProc::start_with(&cache, &sock, &log, &["--metrics", "127.0.0.1:0"]);
+    let metrics = srv.stats()["runtime"]["metrics"]
+        .as_str()
+        .expect("runtime.metrics in stats")
+        .to_string();
     let uri = format!("nbd+unix:///?socket={}", sock.display());
     let mut fio = VerifyingFio::start(&uri, 128 * MIB, &dir.join("fio.json"));
     wait_until("dirty lines under fio", Duration::from_secs(300), || {
@@ -193,6 +197,7 @@ fn fio_verifies_while_the_cache_grows_and_shrinks_five_times() {
             "{st}"
         );
         assert_eq!(like_lines(dir, &cache), slots, "sim --like after {size}");
+        assert_eq!(scraped_slots(&metrics), slots, "the metrics after {size}");
         // Still writing and verifying after the resize: it ran under load.
         assert!(
             fio.running(),
@@ -215,6 +220,28 @@ fn fio_verifies_while_the_cache_grows_and_shrinks_five_times() {
     assert!(srv.wait_exit().success(), "{}", tail(&log));
     let srv = ServeProc::start(&cache, &sock, &log);
     assert_eq!(srv.stats()["slots"].as_u64(), Some(before));
+}
+
+/// The `tiercache_slots` gauge of a `/metrics` scrape at `url`.
+fn scraped_slots(url: &str) -> u64 {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(host).expect("connect to the metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix("tiercache_slots "))
+        .unwrap_or_else(|| panic!("no tiercache_slots in the scrape:\n{body}"))
+        .trim()
+        .parse::<f64>()
+        .unwrap() as u64
 }
 
 /// Bytes of a size written like "96MiB".
