@@ -860,8 +860,41 @@ fn options_mean_the_same_in_every_command() {
             && e.contains("the simulator also takes 512B to 2KiB"),
         "{e}"
     );
-    assert!(tiercache(&["format", "--help"]).contains("`sim` also takes 512B to 2KiB"));
-    assert!(tiercache(&["sim", "--help"]).contains("takes 4KiB and up"));
+    // One definition of the SSD cache's policy options: `format` and `sim`
+    // show each with the same help text and default.
+    let (format_help, sim_help) = (
+        tiercache(&["format", "--help"]),
+        tiercache(&["sim", "--help"]),
+    );
+    for h in [&format_help, &sim_help] {
+        assert!(h.contains("from 4KiB to 1MiB; `sim` also takes 512B to 2KiB"));
+    }
+    let option_help = |h: &str, opt: &str| -> String {
+        let mut lines = h.lines().skip_while(|l| !l.trim_start().starts_with(opt));
+        let first = lines.next().unwrap_or_default().to_string();
+        let rest: Vec<&str> = lines
+            .take_while(|l| !l.trim_start().starts_with('-'))
+            .collect();
+        format!("{first}\n{}", rest.join("\n"))
+    };
+    for opt in [
+        "--line-size",
+        "--assoc",
+        "--eviction",
+        "--write-policy",
+        "--admission",
+        "--seq-cutoff",
+        "--nhit-threshold",
+        "--nhit-trigger",
+        "--2lbs-levels",
+        "--dirty-target",
+        "--clean-rate",
+        "--timed-cleaning",
+    ] {
+        let (f, s) = (option_help(&format_help, opt), option_help(&sim_help, opt));
+        assert!(f.contains("[default: "), "format --help {opt}: {f}");
+        assert_eq!(f, s, "{opt}: format and sim --help differ");
+    }
     // Output: `-o`/`--out` in every command that writes files.
     for cmd in [
         &["sim"][..],

@@ -4,9 +4,8 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
-use tiercache_sim::units::parse_fraction;
 
-use crate::policy::defaults as d;
+use crate::policy_args::PolicyArgs;
 
 /// Options of `tiercache sim`. Options marked "list" take comma-separated
 /// values; several values make a sweep over their cross product.
@@ -117,61 +116,9 @@ pub struct SimArgs {
     /// (required for --mode cache and the flash and three-level modes).
     #[arg(long, value_delimiter = ',')]
     pub cache_size: Vec<String>,
-    /// Cache line size (list): a power of two from 512B to 1MiB (a live cache, `format
-    /// --line-size`, takes 4KiB and up).
-    #[arg(long, value_delimiter = ',', default_value = d::LINE_SIZE)]
-    pub line_size: Vec<String>,
-    /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
-    #[arg(long)]
-    pub sub_block: Option<String>,
-    /// Associativity (list): direct, N-way (e.g. 8-way), full.
-    #[arg(long, value_delimiter = ',', default_value = d::ASSOC)]
-    pub assoc: Vec<String>,
-    /// Eviction policy (list): lru, fifo, arc, s3fifo.
-    #[arg(long, value_delimiter = ',', default_value = d::EVICTION)]
-    pub eviction: Vec<String>,
-    /// Write policy (list): write-back, write-through (Azor write-hdd-ssd), write-hdd-upd, write-hdd-inv (write-around), read-only.
-    #[arg(long, value_delimiter = ',', default_value = d::WRITE_POLICY)]
-    pub write_policy: Vec<String>,
-    /// Do not allocate lines on write misses (write-back and write-through).
-    #[arg(long)]
-    pub no_write_allocate: bool,
-    /// Admission policy (list): always, seq-cutoff, nhit, 2lbs.
-    #[arg(long, value_delimiter = ',', default_value = d::ADMISSION)]
-    pub admission: Vec<String>,
-    /// Sequential cutoff: bypass a stream once it has run this far.
-    #[arg(long, default_value = d::SEQ_CUTOFF)]
-    pub seq_cutoff: String,
-    /// n-hit: admit a line on its n-th access.
-    #[arg(long, default_value = d::NHIT_THRESHOLD)]
-    pub nhit_threshold: u32,
-    /// n-hit: filter only once the cache is this full (a percentage such as 80% or a share such as 0.8).
-    #[arg(long, default_value = d::NHIT_TRIGGER, value_parser = parse_fraction)]
-    pub nhit_trigger: f64,
-    /// 2LBS levels: metadata, frequency, or both (comma-separated).
-    #[arg(
-        long = "2lbs-levels",
-        value_delimiter = ',',
-        default_value = d::TWOLBS_LEVELS
-    )]
-    pub twolbs_levels: Vec<String>,
-    /// 2LBS: halve access counts every this many line accesses (0: never).
-    #[arg(long = "2lbs-window", default_value = d::TWOLBS_WINDOW)]
-    pub twolbs_window: u64,
-    /// Write-back: share of lines that may be dirty before cleaning runs (a percentage such as 20% or a share such as 0.2).
-    #[arg(long, default_value = d::DIRTY_TARGET, value_parser = parse_fraction)]
-    pub dirty_target: f64,
-    /// Write-back: dirty lines each request writes back after a dirty eviction
-    /// (for the next 1024 requests). The rest of the cleaning is time-driven
-    /// (see --timed-cleaning), in the trace's virtual time.
-    #[arg(long, default_value = d::CLEAN_RATE)]
-    pub clean_rate: u32,
-    /// Write-back: the time-driven cleaner (a PI rate controller above the
-    /// dirty target, full speed during a 10 ms tick with no request), on or
-    /// off; the simulator runs it in the trace's time (100 µs per request
-    /// for a trace without timestamps), the live server on the wall clock.
-    #[arg(long, default_value = d::TIMED_CLEANING)]
-    pub timed_cleaning: String,
+    /// The SSD cache's policy options (lists sweep).
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Simulate the device `tiercache format` wrote, with the policy and
     /// capacity its superblock records (the policy and size options are
     /// then refused): an SSD cache (--mode cache, `slots` lines), a

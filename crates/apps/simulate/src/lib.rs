@@ -11,6 +11,7 @@ pub mod error;
 pub mod modes;
 pub mod mrc;
 pub mod policy;
+pub mod policy_args;
 
 /// `f(0)`, ..., `f(n - 1)` on `jobs` threads, each taking the next index
 /// as it finishes one: the results in index order. The sweeps of `sim` and
@@ -42,3 +43,4 @@ pub fn parallel_map<T: Send>(n: usize, jobs: usize, f: impl Fn(usize) -> T + Syn
 pub use args::{replay_choice, SimArgs, DEFAULT_QUEUE_DEPTH, DEFAULT_TRACE_BLOCK};
 pub use modes::{BadOption, ModeOutput};
 pub use policy::{parse_2lbs_levels, PolicyError, PolicySpec};
+pub use policy_args::PolicyArgs;

@@ -99,7 +99,7 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
-    fn of(option: &'static str, message: impl fmt::Display) -> PolicyError {
+    pub(crate) fn of(option: &'static str, message: impl fmt::Display) -> PolicyError {
         PolicyError {
             option: Some(option),
             message: message.to_string(),

@@ -42,7 +42,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             format!("required by --mode {} (the flash capacity: a SIZE such as 64MiB, or a percentage of the footprint such as 10%)", a.mode),
         ));
     }
-    for l in &a.line_size {
+    for l in &a.policy.line_size {
         let b = parse_bytes(l.trim()).map_err(|e| bad("line_size", e))?;
         if b != 4096 {
             return Err(bad(
@@ -62,7 +62,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             }
             _ => spec.bytes(4096, 0),
         };
-        for wp in &a.write_policy {
+        for wp in &a.policy.write_policy {
             let manager: ManagerKind = wp.trim().parse().map_err(|e| bad("write_policy", e))?;
             let mut device =
                 DeviceConfig::new(kind, bytes).with_context(|| format!("flash capacity {size}"))?;
@@ -70,7 +70,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             let cfg = FlashSimConfig {
                 device,
                 manager,
-                dirty_target: a.dirty_target,
+                dirty_target: a.policy.dirty_target,
                 warmup_requests: 0,
             };
             let mut rec = tiercache_trace::open(&a.trace, format, &ropts)?;
@@ -117,13 +117,13 @@ fn run_log(a: &SimArgs) -> Result<ModeOutput> {
         };
         let segments = u32::try_from(bytes / seg_bytes)
             .map_err(|_| bad("cache_size", format!("{size}: too many segments")))?;
-        for wp in &a.write_policy {
+        for wp in &a.policy.write_policy {
             let manager: ManagerKind = wp.trim().parse().map_err(|e| bad("write_policy", e))?;
             let cfg = LogSimConfig {
                 segments,
                 seg_bytes,
                 manager,
-                dirty_target: a.dirty_target,
+                dirty_target: a.policy.dirty_target,
                 victim,
                 compress: compress.clone(),
             };

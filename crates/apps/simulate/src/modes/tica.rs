@@ -68,7 +68,7 @@ pub fn run(a: &SimArgs) -> Result<ModeOutput> {
             ),
         ));
     };
-    let [line] = a.line_size.as_slice() else {
+    let [line] = a.policy.line_size.as_slice() else {
         return Err(bad(
             "line_size",
             format!("--mode {} takes one line size (the page size)", a.mode),

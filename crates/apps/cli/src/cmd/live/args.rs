@@ -3,67 +3,10 @@
 
 use clap::Args;
 use std::path::PathBuf;
-use tiercache_sim::units::parse_fraction;
-use tiercache_simulate::policy::defaults as d;
 
-/// Policy options, spelled as in `tiercache sim` (one value each); the
-/// configuration is built by the builder `sim` and Python share
-/// (`tiercache_simulate::PolicySpec`).
-#[derive(Args, Debug, Clone)]
-pub struct PolicyArgs {
-    /// Cache line size: a power of two from 4KiB to 1MiB (`sim` also takes 512B to 2KiB,
-    /// for traces counted in 512-byte pages).
-    #[arg(long, allow_hyphen_values = true, default_value = d::LINE_SIZE)]
-    pub line_size: String,
-    /// Valid/dirty granularity inside a line [default: the smaller of 4KiB and the line size].
-    #[arg(long, allow_hyphen_values = true)]
-    pub sub_block: Option<String>,
-    /// Associativity: direct, N-way (e.g. 8-way), full.
-    #[arg(long, default_value = d::ASSOC)]
-    pub assoc: String,
-    /// Eviction policy: lru, fifo, arc, s3fifo.
-    #[arg(long, default_value = d::EVICTION)]
-    pub eviction: String,
-    /// Write policy: write-back, write-through, write-hdd-upd, write-hdd-inv, read-only.
-    #[arg(long, default_value = d::WRITE_POLICY)]
-    pub write_policy: String,
-    /// Do not allocate lines on write misses.
-    #[arg(long)]
-    pub no_write_allocate: bool,
-    /// Admission policy: always, seq-cutoff, nhit, 2lbs.
-    #[arg(long, default_value = d::ADMISSION)]
-    pub admission: String,
-    /// Sequential cutoff threshold.
-    #[arg(long, allow_hyphen_values = true, default_value = d::SEQ_CUTOFF)]
-    pub seq_cutoff: String,
-    /// n-hit: admit a line on its n-th access.
-    #[arg(long, default_value = d::NHIT_THRESHOLD)]
-    pub nhit_threshold: u32,
-    /// n-hit: filter only once the cache is this full (a percentage such as 80% or a share such as 0.8).
-    #[arg(long, default_value = d::NHIT_TRIGGER, value_parser = parse_fraction)]
-    pub nhit_trigger: f64,
-    /// 2LBS levels: metadata, frequency, or both (comma-separated).
-    #[arg(
-        long = "2lbs-levels",
-        value_delimiter = ',',
-        default_value = d::TWOLBS_LEVELS
-    )]
-    pub twolbs_levels: Vec<String>,
-    /// 2LBS: halve access counts every this many line accesses (0: never).
-    #[arg(long = "2lbs-window", default_value = d::TWOLBS_WINDOW)]
-    pub twolbs_window: u64,
-    /// Write-back: share of lines that may be dirty before cleaning speeds up (a percentage such as 20% or a share such as 0.2).
-    #[arg(long, default_value = d::DIRTY_TARGET, value_parser = parse_fraction)]
-    pub dirty_target: f64,
-    /// Write-back: dirty lines each request writes back after a dirty eviction
-    /// (for the next 1024 requests).
-    #[arg(long, default_value = d::CLEAN_RATE)]
-    pub clean_rate: u32,
-    /// Write-back: the time-driven cleaner (a PI rate controller above the
-    /// dirty target, full speed while idle), on or off.
-    #[arg(long, default_value = d::TIMED_CLEANING)]
-    pub timed_cleaning: String,
-}
+/// The SSD cache's policy options: one definition with `sim`'s (format
+/// takes one value of each list option).
+pub use tiercache_simulate::PolicyArgs;
 
 /// `tiercache format`: write a new cache on a file or block device.
 #[derive(Args, Debug)]

@@ -143,7 +143,7 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
             "{}lines",
             info.dram_bytes / tiercache_tica_live::PAGE
         ));
-        a.line_size = vec![format!("{}B", tiercache_tica_live::PAGE)];
+        a.policy.line_size = vec![format!("{}B", tiercache_tica_live::PAGE)];
         return Ok(Some("tica"));
     }
     if tiercache_oodt_live::is_tiered_volume(dev) {
@@ -178,8 +178,8 @@ fn like_other(a: &mut SimArgs, dev: &Path) -> Result<Option<&'static str>> {
         a.ftl = "log".into();
         a.segment_size = format!("{}B", sb.seg_bytes);
         a.cache_size = vec![format!("{}B", u64::from(sb.nsegs) * sb.seg_bytes)];
-        a.write_policy = vec![sb.write_policy.to_string()];
-        a.dirty_target = sb.dirty_target;
+        a.policy.write_policy = vec![sb.write_policy.to_string()];
+        a.policy.dirty_target = sb.dirty_target;
         a.victim = "cost-benefit".into();
         a.compress = sb.compress.to_string();
         return Ok(Some("ssc"));
@@ -212,6 +212,7 @@ fn like(dev: &Path) -> Result<CacheConfig> {
 fn sweep_points(a: &SimArgs, format: Option<Format>, ropts: &ReadOptions) -> Result<Vec<Point>> {
     let sizes = parse_list(&a.cache_size, parse_size)?;
     let lines = a
+        .policy
         .line_size
         .iter()
         .map(|s| tiercache_simulate::policy::parse_line_size(s).map_err(anyhow::Error::from))
@@ -227,28 +228,28 @@ fn sweep_points(a: &SimArgs, format: Option<Format>, ropts: &ReadOptions) -> Res
     }
     let mut points = Vec::new();
     for &size in &sizes {
-        for (line_s, &line) in a.line_size.iter().zip(&lines) {
-            for assoc in &a.assoc {
-                for eviction in &a.eviction {
-                    for wp in &a.write_policy {
-                        for adm in &a.admission {
+        for (line_s, &line) in a.policy.line_size.iter().zip(&lines) {
+            for assoc in &a.policy.assoc {
+                for eviction in &a.policy.eviction {
+                    for wp in &a.policy.write_policy {
+                        for adm in &a.policy.admission {
                             let fp = footprints.get(&line).copied().unwrap_or(0);
                             let spec = PolicySpec {
                                 line_size: line_s.clone(),
-                                sub_block: a.sub_block.clone(),
+                                sub_block: a.policy.sub_block.clone(),
                                 assoc: assoc.clone(),
                                 eviction: eviction.clone(),
                                 write_policy: wp.clone(),
-                                no_write_allocate: a.no_write_allocate,
+                                no_write_allocate: a.policy.no_write_allocate,
                                 admission: adm.clone(),
-                                seq_cutoff: a.seq_cutoff.clone(),
-                                nhit_threshold: a.nhit_threshold,
-                                nhit_trigger: a.nhit_trigger,
-                                twolbs_levels: a.twolbs_levels.clone(),
-                                twolbs_window: a.twolbs_window,
-                                dirty_target: a.dirty_target,
-                                clean_rate: a.clean_rate,
-                                timed_cleaning: a.timed_cleaning.clone(),
+                                seq_cutoff: a.policy.seq_cutoff.clone(),
+                                nhit_threshold: a.policy.nhit_threshold,
+                                nhit_trigger: a.policy.nhit_trigger,
+                                twolbs_levels: a.policy.twolbs_levels.clone(),
+                                twolbs_window: a.policy.twolbs_window,
+                                dirty_target: a.policy.dirty_target,
+                                clean_rate: a.policy.clean_rate,
+                                timed_cleaning: a.policy.timed_cleaning.clone(),
                             };
                             let cfg = spec.config(size.bytes(line as u64, fp)).map_err(|e| {
                                 if e.option.is_some() {

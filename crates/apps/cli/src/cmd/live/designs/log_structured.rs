@@ -34,7 +34,7 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
     // The in-place layout's policy options have no meaning here: the store
     // caches 4 KiB blocks in a unified map and evicts by segment cleaning.
     // Refuse them rather than ignore them silently.
-    let p = &a.policy;
+    let p = a.policy.single()?;
     let ignored = [
         (
             "--line-size",
@@ -68,7 +68,12 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
             .map(parse_bytes)
             .transpose()
             .map_err(anyhow::Error::msg)?,
-        write_policy: a.policy.write_policy.parse().map_err(anyhow::Error::msg)?,
+        write_policy: a
+            .policy
+            .single()?
+            .write_policy
+            .parse()
+            .map_err(anyhow::Error::msg)?,
         dirty_target: a.policy.dirty_target,
         seg_bytes: parse_bytes(&a.ls.segment_size).map_err(anyhow::Error::msg)?,
         force: a.force,

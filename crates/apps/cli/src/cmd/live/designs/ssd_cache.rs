@@ -7,42 +7,18 @@ use std::sync::Arc;
 use tiercache_azor_live::{open_cache, OpenOptions};
 use tiercache_azor_policy::CacheConfig;
 use tiercache_sim::units::{format_bytes, parse_bytes};
-use tiercache_simulate::PolicySpec;
 
 use super::super::args::{FormatArgs, PolicyArgs, ServeArgs};
 
 /// The SSD cache.
 pub struct SsdCache;
 
-impl PolicyArgs {
-    /// The options as the shared builder takes them.
-    pub fn spec(&self) -> PolicySpec {
-        PolicySpec {
-            line_size: self.line_size.clone(),
-            sub_block: self.sub_block.clone(),
-            assoc: self.assoc.clone(),
-            eviction: self.eviction.clone(),
-            write_policy: self.write_policy.clone(),
-            no_write_allocate: self.no_write_allocate,
-            admission: self.admission.clone(),
-            seq_cutoff: self.seq_cutoff.clone(),
-            nhit_threshold: self.nhit_threshold,
-            nhit_trigger: self.nhit_trigger,
-            twolbs_levels: self.twolbs_levels.clone(),
-            twolbs_window: self.twolbs_window,
-            dirty_target: self.dirty_target,
-            clean_rate: self.clean_rate,
-            timed_cleaning: self.timed_cleaning.clone(),
-        }
-    }
-
-    /// The configuration, by the builder `sim` and Python share.
-    pub fn config(&self) -> Result<CacheConfig> {
-        let spec = self.spec();
-        let line = tiercache_simulate::policy::parse_line_size(&spec.line_size)?;
-        // A placeholder large enough for any associativity: format derives the real size from the device.
-        Ok(spec.config((line as u64) << 20)?)
-    }
+/// The configuration `format` writes, by the builder `sim` and Python share.
+pub fn config(p: &PolicyArgs) -> Result<CacheConfig> {
+    let spec = p.single()?;
+    let line = tiercache_simulate::policy::parse_line_size(&spec.line_size)?;
+    // A placeholder large enough for any associativity: format derives the real size from the device.
+    Ok(spec.config((line as u64) << 20)?)
 }
 
 /// `tiercache format` of an SSD cache (`--mode cache --layout in-place`).
@@ -50,7 +26,7 @@ pub fn format(a: &FormatArgs) -> Result<()> {
     let (Some(cache), Some(backing)) = (&a.cache, &a.backing) else {
         bail!("format needs --cache and --backing (or --mode tier --tiers FAST,SLOW)");
     };
-    let cfg = a.policy.config()?;
+    let cfg = config(&a.policy)?;
     let size = a
         .size
         .as_deref()
