@@ -80,7 +80,7 @@ fn fio_workload(uri: &str, size: u64) {
 }
 
 /// The SSD cache's decision counters, named alike in `stats --json` and `sim --json`.
-const COUNTERS: [&str; 4] = ["hits", "misses", "fills", "evictions"];
+const COUNTERS: [&str; 5] = ["hits", "misses", "fills", "evictions", "admission_rejects"];
 
 /// A fio run recorded from the first request, then `sim --trace FILE
 /// --like CACHE --json`: the live counters exactly, in write-back (timed
@@ -285,4 +285,136 @@ fn serve_record_is_refused_by_a_design_that_cannot_record() {
         "{err}"
     );
     assert!(!trace.exists());
+}
+
+/// GET `url` (plain HTTP/1.1); the body.
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = std::net::TcpStream::connect(host).expect("connect to the metrics endpoint");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    buf.split_once("\r\n\r\n")
+        .expect("an HTTP answer")
+        .1
+        .to_string()
+}
+
+/// The value of the gauge line of `name` whose labels include every one of `labels`.
+fn gauge(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The live what-if estimates (`stats`' `what_if`, the Prometheus gauges)
+/// against `tiercache mrc` of a recording of the same run: a cache of 768
+/// lines (the miniature caches hold every line) and a working set of 4096
+/// lines (SHARDS' sample holds every line), so both are exact and must
+/// agree to rounding: ARC by miniature simulation, LRU by SHARDS, at 0.25x,
+/// 0.5x, 1x, 2x and 4x. Then `set --what-if off|reset|on`.
+#[test]
+fn what_if_estimates_agree_with_mrc_of_a_recording() {
+    require_tools!("fio");
+    let s = Setup::new(64 * MIB, "8MiB", &["--eviction", "arc"]);
+    let trace = s.path("whatif.trace");
+    let mut srv = s.serve(&[
+        "--record",
+        trace.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    fio_workload(&srv.uri(), 16 * MIB);
+    let st = s.stats();
+    let w = &st["what_if"];
+    assert_eq!(w["on"], true, "{w:#}");
+    assert_eq!(w["eviction"], "arc", "{w:#}");
+    assert_eq!(w["minisim_sampling_rate"], 1.0, "{w:#}");
+    assert_eq!(w["lru_sampling_rate"], 1.0, "{w:#}");
+    assert!(w["memory_bytes"].as_u64().unwrap() <= w["memory_bound_bytes"].as_u64().unwrap());
+    let body = http_get(st["runtime"]["metrics"].as_str().unwrap());
+    record_ctl(&s.cache, &["stop"]);
+    let rows = w["sizes"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 5, "{w:#}");
+    // The 1x miniature cache is the cache itself.
+    assert_eq!(rows[2]["scale"], 1.0);
+    assert_eq!(rows[2]["cache_lines"], st["slots"]);
+    let live_hr = st["hit_ratio"].as_f64().unwrap();
+    assert!(
+        (rows[2]["hit_ratio"].as_f64().unwrap() - live_hr).abs() < 1e-9,
+        "{w:#} {live_hr}"
+    );
+    let sizes: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}lines", r["cache_lines"]))
+        .collect();
+    let sizes = sizes.join(",");
+    let mrc = |extra: &[&str]| -> Vec<Value> {
+        let v = json(&run(Command::new(bin())
+            .args(["mrc", "--trace"])
+            .arg(&trace)
+            .args(["--sizes", &sizes, "--json"])
+            .args(extra)));
+        v.as_array().unwrap().clone()
+    };
+    let arc = mrc(&["--policy", "arc", "--method", "minisim", "--rate", "1"]);
+    let lru = mrc(&["--method", "shards", "--sample-size", "8192"]);
+    for (i, r) in rows.iter().enumerate() {
+        let scale = r["scale"].as_f64().unwrap().to_string();
+        for (key, method, offline) in [
+            ("hit_ratio", "minisim", &arc),
+            ("lru_hit_ratio", "lru", &lru),
+        ] {
+            let live = r[key].as_f64().unwrap();
+            let off = offline[i]["hit_ratio"].as_f64().unwrap();
+            assert!(
+                (live - off).abs() < 1e-9,
+                "{method} at {scale}x: live {live}, mrc {off}: {w:#}"
+            );
+            let g = gauge(
+                &body,
+                "tiercache_what_if_hit_ratio",
+                &[
+                    &format!("scale=\"{scale}\""),
+                    &format!("method=\"{method}\""),
+                ],
+            )
+            .unwrap_or_else(|| panic!("no gauge for {method} at {scale}x:\n{body}"));
+            assert!((g - live).abs() < 1e-9, "gauge {g}, stats {live}");
+        }
+    }
+    // A bigger cache would hit more, a smaller one less.
+    let h = |i: usize| rows[i]["hit_ratio"].as_f64().unwrap();
+    assert!(h(0) < h(2) && h(2) < h(4), "{w:#}");
+    let set = |what: &str| {
+        run(Command::new(bin())
+            .args(["set", "--what-if", what, "--cache"])
+            .arg(&s.cache))
+    };
+    assert!(set("off").contains("what-if: off"));
+    assert_eq!(s.stats()["what_if"]["on"], false);
+    let body = http_get(st["runtime"]["metrics"].as_str().unwrap());
+    assert!(
+        gauge(&body, "tiercache_what_if_hit_ratio", &[]).is_none(),
+        "{body}"
+    );
+    set("on");
+    let w = s.stats()["what_if"].clone();
+    assert_eq!(
+        (w["on"].clone(), w["requests"].clone()),
+        (Value::Bool(true), 0.into())
+    );
+    let text = run(Command::new(bin()).args(["stats", "--cache"]).arg(&s.cache));
+    assert!(
+        text.contains("hit ratio if this cache were 0.25x: "),
+        "{text}"
+    );
+    srv.stop();
 }

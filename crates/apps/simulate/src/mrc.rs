@@ -13,7 +13,7 @@ use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use tiercache_azor_policy::IoKind;
-use tiercache_mrc::{Curve, Kind, Sampling, Shards, StackDistance};
+use tiercache_mrc::{Curve, Kind, Piece, Sampling, Shards, StackDistance};
 use tiercache_sim::units::{format_bytes, parse_bytes, parse_size};
 use tiercache_sim::{Replay, SimOptions};
 use tiercache_trace::{Format, ReadOptions, Record};
@@ -139,37 +139,10 @@ pub struct MrcOutput {
     pub text: String,
 }
 
-/// What a record does to one line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Piece {
-    line: u64,
-    /// The record covers the whole line.
-    whole: bool,
-    /// The record covers at least one whole sub-block of the line: a
-    /// write-back cache keeps a line a write misses only then (the other
-    /// pieces go to the backing device and the slot is freed).
-    keeps: bool,
-}
-
 /// The lines a record touches, as `sim`'s engine splits it.
 fn lines(r: &Record, shift: u32) -> impl Iterator<Item = Piece> {
-    let (offset, end) = (r.offset, r.end());
-    let (first, last) = if r.len == 0 {
-        (1, 0)
-    } else {
-        (r.offset >> shift, (end - 1) >> shift)
-    };
     let sub = (1u64 << shift).min(u64::from(SUB_BLOCK_MAX));
-    (first..=last).map(move |line| {
-        let start = (line << shift).max(offset);
-        let stop = ((line + 1) << shift).min(end);
-        let first_whole = start.div_ceil(sub) * sub;
-        Piece {
-            line,
-            whole: stop - start == 1u64 << shift,
-            keeps: first_whole + sub <= stop,
-        }
-    })
+    tiercache_mrc::pieces(r.offset, u64::from(r.len), shift, sub)
 }
 
 fn kind(k: IoKind) -> Option<Kind> {

@@ -31,6 +31,40 @@ pub use fenwick::Fenwick;
 pub use shards::{hash, sampled, Sampling, Shards, MODULUS};
 pub use stack::StackDistance;
 
+/// What a request does to one cache line, as the SSD cache's engine splits
+/// it (one access per line a request touches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub line: u64,
+    /// The request covers the whole line.
+    pub whole: bool,
+    /// The request covers at least one whole sub-block of the line: a
+    /// write-back cache keeps a line a write misses only then (the other
+    /// pieces go to the backing device and the slot is freed).
+    pub keeps: bool,
+}
+
+/// The lines of 2^`shift` bytes, with sub-blocks of `sub` bytes, that `len`
+/// bytes at `offset` touch.
+pub fn pieces(offset: u64, len: u64, shift: u32, sub: u64) -> impl Iterator<Item = Piece> {
+    let end = offset + len;
+    let (first, last) = if len == 0 {
+        (1, 0)
+    } else {
+        (offset >> shift, (end - 1) >> shift)
+    };
+    (first..=last).map(move |line| {
+        let start = (line << shift).max(offset);
+        let stop = ((line + 1) << shift).min(end);
+        let first_whole = start.div_ceil(sub) * sub;
+        Piece {
+            line,
+            whole: stop - start == 1u64 << shift,
+            keeps: first_whole + sub <= stop,
+        }
+    })
+}
+
 /// What kind of access: the curves count reads and writes apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

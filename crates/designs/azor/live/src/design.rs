@@ -121,6 +121,9 @@ impl Design for SsdCache {
         self.cache.debug_state()
     }
     async fn set_policy(&self, request: &Value, progress: &(dyn Fn(Value) + Send + Sync)) -> Value {
+        if let Some(v) = request.get("what_if") {
+            return crate::whatif::set(&self.cache, v, request);
+        }
         let ch = match crate::live::PolicyChange::from_request(request) {
             Ok(c) => c,
             Err(e) => return json!({"ok": false, "error": e}),
@@ -166,7 +169,7 @@ impl Design for SsdCache {
 
 /// Statistics of the core and the live cache as JSON.
 pub fn stats_json(cache: &LiveCache) -> Value {
-    let (core, dirty, used, slots, degraded, cfg, target) = {
+    let (core, dirty, used, slots, degraded, cfg, target, what_if) = {
         let c = cache.core.lock().expect("core");
         let e = &c.engine;
         (
@@ -177,6 +180,7 @@ pub fn stats_json(cache: &LiveCache) -> Value {
             e.is_degraded(),
             e.config().clone(),
             e.dirty_target_lines(),
+            crate::whatif::json(c.whatif.as_deref()),
         )
     };
     let live = cache.stats.snapshot();
@@ -231,6 +235,8 @@ pub fn stats_json(cache: &LiveCache) -> Value {
         "backing": tiercache_runtime::remote::backing_json(cache.backing.as_ref()),
         // Why the cache started cold at open (null: it kept its contents).
         "cold_start": cache.cold_start(),
+        // The hit ratio at other sizes (`crate::whatif`).
+        "what_if": what_if,
         "live": live,
     })
 }

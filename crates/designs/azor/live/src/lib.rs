@@ -15,6 +15,7 @@ pub mod memory;
 pub mod metrics;
 pub mod passthrough;
 pub mod stats;
+pub mod whatif;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};

@@ -15,6 +15,8 @@
 //! | `tiercache_evictions_total{victim="clean"\|"dirty"}` | `evictions - dirty_evictions`, `dirty_evictions` |
 //! | `tiercache_device_errors_total{device}` | `live.cache_errors`, `live.backing_errors` |
 //! | `tiercache_device_latency_seconds{device}` | the live cache's device latency histograms |
+//! | `tiercache_what_if_hit_ratio{scale,method="minisim"\|"lru"}` | `what_if.sizes[].hit_ratio`, `lru_hit_ratio` |
+//! | `tiercache_what_if_memory_bytes` | `what_if.memory_bytes` |
 //! | `tiercache_backing_connected`, `tiercache_backing_state{state}`, `tiercache_backing_{reconnects,timeouts}_total` | `backing` (see `tiercache_runtime::remote`) |
 //!
 //! Reads are classified (metadata or data) only with `serve --fs-classify
@@ -33,6 +35,7 @@ fn n(v: &Value, ptr: &str) -> u64 {
 /// Fill `m` from `stats` (this scrape's `stats` answer) and `cache`.
 pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
     hits_and_misses(stats, m);
+    what_if(stats, m);
     dirty_and_cleaning(stats, m);
     let p = &stats["policy"];
     let s = |k: &str| p[k].as_str().unwrap_or("?").to_string();
@@ -129,6 +132,34 @@ pub fn fill(cache: &LiveCache, stats: &Value, m: &mut MetricSet) {
         "Time the last open took to recover the metadata, in seconds.",
         &[],
         stats["live"]["recovery_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+    );
+}
+
+/// The hit ratio at other sizes (`stats`' `what_if`), while it is on.
+fn what_if(stats: &Value, m: &mut MetricSet) {
+    let w = &stats["what_if"];
+    let Some(sizes) = w["sizes"].as_array() else {
+        return;
+    };
+    for r in sizes {
+        let scale = r["scale"].as_f64().unwrap_or(0.0).to_string();
+        for (method, key) in [("minisim", "hit_ratio"), ("lru", "lru_hit_ratio")] {
+            if let Some(h) = r[key].as_f64() {
+                m.gauge(
+                    "what_if_hit_ratio",
+                    "Estimated hit ratio of this cache at SCALE times its size: its own policy (minisim) or LRU (SHARDS).",
+                    &[("scale", &scale), ("method", method)],
+                    h,
+                );
+            }
+        }
+    }
+    m.gauge_at(
+        "what_if_memory_bytes",
+        "Memory of the what-if estimates (SHARDS sample and miniature caches).",
+        &[],
+        stats,
+        "/what_if/memory_bytes",
     );
 }
 

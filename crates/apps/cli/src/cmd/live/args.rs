@@ -337,6 +337,10 @@ pub struct SetArgs {
     /// so the refusal can say why).
     #[arg(long)]
     pub eviction: Option<String>,
+    /// The SSD cache's estimates of its hit ratio at other sizes (`stats`,
+    /// `what_if`): on, off (frees their memory) or reset (forget what was seen).
+    #[arg(long, value_name = "on|off|reset", value_parser = ["on", "off", "reset"])]
+    pub what_if: Option<String>,
 }
 
 /// `tiercache stats`.

@@ -328,8 +328,11 @@ pub fn set(a: SetArgs) -> Result<()> {
     if let Some(e) = &a.eviction {
         req["eviction"] = e.as_str().into();
     }
+    if let Some(w) = &a.what_if {
+        req["what_if"] = w.as_str().into();
+    }
     if req.as_object().is_some_and(|o| o.len() == 1) {
-        bail!("nothing to change: give --write-policy, --dirty-target, --seq-cutoff or --eviction");
+        bail!("nothing to change: give --write-policy, --dirty-target, --seq-cutoff, --eviction or --what-if");
     }
     let json = a.ctl.json;
     let v = runtime()?.block_on(tiercache_runtime::control::request_with_progress(

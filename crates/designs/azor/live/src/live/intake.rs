@@ -290,6 +290,9 @@ impl LiveCache {
         if let Some(r) = self.recorder.get() {
             r.record(req.kind, req.offset, req.len, Some(req.class));
         }
+        if let Some(w) = c.whatif.as_mut() {
+            w.observe(req);
+        }
         c.engine.submit(req, &mut out);
         // Foreground-coupled cleaning only under eviction pressure: once a
         // victim was dirty (a writeback before reuse), the next requests each

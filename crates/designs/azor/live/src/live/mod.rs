@@ -116,6 +116,8 @@ struct ReqBuf {
 /// What the log says about one slot, plus the core under one lock.
 pub(crate) struct Core {
     pub(crate) engine: Engine,
+    /// The hit ratio at other sizes, fed every request (`None`: switched off).
+    pub(crate) whatif: Option<Box<crate::whatif::WhatIf>>,
     /// The slot table as the appended log records describe it.
     pub(crate) view: SlotTable,
     /// Records appended since the last commit.
@@ -334,6 +336,10 @@ impl LiveCache {
                     engine.geometry().slots as u64,
                     engine.dirty_target_lines() as u64,
                 ),
+                whatif: Some(Box::new(crate::whatif::WhatIf::new(
+                    engine.config(),
+                    engine.geometry().slots as u64,
+                ))),
                 engine,
                 view: table,
                 pending: Vec::new(),

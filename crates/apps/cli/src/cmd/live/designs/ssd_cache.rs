@@ -215,6 +215,7 @@ impl super::LiveDesign for SsdCache {
             "reads / writes    {} / {} hits, {} / {} misses",
             v["read_hits"], v["write_hits"], v["read_misses"], v["write_misses"]
         );
+        print_what_if(&v["what_if"]);
         println!(
             "metadata          {} hits, {} misses",
             v["metadata_hits"], v["metadata_misses"]
@@ -256,4 +257,31 @@ impl super::LiveDesign for SsdCache {
             println!("started cold      {why}");
         }
     }
+}
+
+/// `stats`' what-if lines: "hit ratio if this cache were 2x: ...".
+fn print_what_if(w: &serde_json::Value) {
+    let Some(sizes) = w["sizes"].as_array() else {
+        println!("what-if           off (tiercache set --what-if on)");
+        return;
+    };
+    let pct = |x: &serde_json::Value| {
+        x.as_f64()
+            .map_or("-".to_string(), |h| format!("{:.1} %", h * 100.0))
+    };
+    let row = |key: &str| -> String {
+        sizes
+            .iter()
+            .filter(|r| r["scale"] != 1.0)
+            .map(|r| format!("{}x: {}", r["scale"], pct(&r[key])))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "what-if           hit ratio if this cache were {} ({}, estimated on {} requests)",
+        row("hit_ratio"),
+        w["eviction"].as_str().unwrap_or("?"),
+        w["requests"]
+    );
+    println!("                  with LRU: {}", row("lru_hit_ratio"));
 }
