@@ -812,7 +812,7 @@ impl<D: MetaDevice> Store<D> {
         self.layout = layout;
         self.mapped.resize((layout.slots as usize).div_ceil(64), 0);
         if let Some(w) = self.mapped.last_mut() {
-            if layout.slots % 64 != 0 {
+            if !layout.slots.is_multiple_of(64) {
                 *w &= (1u64 << (layout.slots % 64)) - 1;
             }
         }
