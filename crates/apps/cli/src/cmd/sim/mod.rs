@@ -234,23 +234,14 @@ fn sweep_points(a: &SimArgs, format: Option<Format>, ropts: &ReadOptions) -> Res
                     for wp in &a.policy.write_policy {
                         for adm in &a.policy.admission {
                             let fp = footprints.get(&line).copied().unwrap_or(0);
-                            let spec = PolicySpec {
+                            let spec = a.policy.with(PolicySpec {
                                 line_size: line_s.clone(),
-                                sub_block: a.policy.sub_block.clone(),
                                 assoc: assoc.clone(),
                                 eviction: eviction.clone(),
                                 write_policy: wp.clone(),
-                                no_write_allocate: a.policy.no_write_allocate,
                                 admission: adm.clone(),
-                                seq_cutoff: a.policy.seq_cutoff.clone(),
-                                nhit_threshold: a.policy.nhit_threshold,
-                                nhit_trigger: a.policy.nhit_trigger,
-                                twolbs_levels: a.policy.twolbs_levels.clone(),
-                                twolbs_window: a.policy.twolbs_window,
-                                dirty_target: a.policy.dirty_target,
-                                clean_rate: a.policy.clean_rate,
-                                timed_cleaning: a.policy.timed_cleaning.clone(),
-                            };
+                                ..PolicySpec::default()
+                            });
                             let cfg = spec.config(size.bytes(line as u64, fp)).map_err(|e| {
                                 if e.option.is_some() {
                                     anyhow::anyhow!("{e}")
