@@ -243,41 +243,50 @@ impl LiveCache {
         new: Layout,
         after_write: &(impl Fn() + Clone + Send + 'static),
     ) -> Result<(u64, u64), LiveError> {
-        while !self.core.lock().expect("core").signals.is_empty() {
-            if self.is_stopping() {
-                return Err(LiveError(
-                    "the cache is shutting down; its size is unchanged".into(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
         let mut cleaned = 0;
-        if new.slots < old.slots {
-            let before = self.stats.forced_cleaned_lines.load(Ordering::Relaxed);
-            self.flush_all().await.map_err(|e| {
-                LiveError(format!(
-                    "the dirty lines cannot be written back now ({}); the size is unchanged",
-                    e.0
-                ))
-            })?;
-            cleaned = self.stats.forced_cleaned_lines.load(Ordering::Relaxed) - before;
-        } else {
-            self.commit(true).await?;
+        loop {
+            while !self.core.lock().expect("core").signals.is_empty() {
+                if self.is_stopping() {
+                    return Err(LiveError(
+                        "the cache is shutting down; its size is unchanged".into(),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            if new.slots < old.slots {
+                let before = self.stats.forced_cleaned_lines.load(Ordering::Relaxed);
+                self.flush_all().await.map_err(|e| {
+                    LiveError(format!(
+                        "the dirty lines cannot be written back now ({}); the size is unchanged",
+                        e.0
+                    ))
+                })?;
+                cleaned += self.stats.forced_cleaned_lines.load(Ordering::Relaxed) - before;
+            } else {
+                self.commit(true).await?;
+            }
+            let me = Arc::clone(self);
+            let hook = after_write.clone();
+            let _g = self.commit_lock.lock().await;
+            let switched = tokio::task::spawn_blocking(move || me.switch_layout(new, &hook))
+                .await
+                .unwrap_or_else(|e| Err(LiveError(e.to_string())))?;
+            // `None`: the background cleaner started a writeback meanwhile: drain again.
+            if let Some(dropped) = switched {
+                return Ok((cleaned, dropped));
+            }
         }
-        let me = Arc::clone(self);
-        let hook = after_write.clone();
-        let _g = self.commit_lock.lock().await;
-        tokio::task::spawn_blocking(move || me.switch_layout(new, &hook))
-            .await
-            .unwrap_or_else(|e| Err(LiveError(e.to_string())))
-            .map(|dropped| (cleaned, dropped))
     }
 
     /// Commit what is buffered, record `new` in the store, rebuild the
     /// engine and the log view for it (no op in flight, nothing dirty past
-    /// the new end). Returns the lines dropped past the new end.
-    fn switch_layout(&self, new: Layout, after_write: &dyn Fn()) -> Result<u64, LiveError> {
+    /// the new end). Returns the lines dropped past the new end, or `None`
+    /// (nothing done) when an op is in flight again.
+    fn switch_layout(&self, new: Layout, after_write: &dyn Fn()) -> Result<Option<u64>, LiveError> {
         let mut c = self.core.lock().expect("core");
+        if !c.signals.is_empty() {
+            return Ok(None);
+        }
         let mut st = self.store.lock().expect("store");
         let recs = std::mem::take(&mut c.pending);
         if std::mem::take(&mut c.needs_backing_flush) {
@@ -330,6 +339,6 @@ impl LiveCache {
         c.dropped_subs.retain(|(s, _), _| gone(s));
         drop(c);
         self.committed.send_modify(|c| *c = (*c).max(gen));
-        Ok(past.len() as u64)
+        Ok(Some(past.len() as u64))
     }
 }
