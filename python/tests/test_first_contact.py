@@ -91,6 +91,40 @@ def test_every_cli_mode_from_python_is_sim_json(msr_trace, cli, mode, opts, monk
     assert {k: v for k, v in r.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
 
 
+#: One small configuration of every design, by its one name.
+EVERY_DESIGN = [
+    ("azor", {"cache_size": "8MiB"}),
+    ("flashtier", {"cache_size": "8MiB"}),
+    ("oodt", {"fast_tier_size": "8%"}),
+    ("tica", {"cache_size": "10%", "dram_size": "1%"}),
+]
+
+
+def test_every_design_is_tested():
+    assert {d for d, _ in EVERY_DESIGN} == set(tiercache.DESIGNS)
+
+
+@pytest.mark.parametrize("design,opts", EVERY_DESIGN)
+def test_simulate_design_is_sim_design(msr_trace, cli, design, opts):
+    """simulate(design=D) returns what `tiercache sim --design D --json` prints."""
+    path, _ = msr_trace
+    r = tiercache.simulate(path, design=design, **opts)
+    args = ["sim", "--trace", str(path), "--design", design, "--json"]
+    for k, v in opts.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    want = json.loads(run_cli(cli, *args).stdout)
+    drop = {"elapsed_s", "wall_s"}
+    assert {k: v for k, v in r.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+
+
+def test_design_and_mode_together_are_refused(msr_trace):
+    path, _ = msr_trace
+    with pytest.raises(tiercache.OptionError, match=r"option design: give design or mode"):
+        tiercache.simulate(path, design="tica", mode="tica", cache_size="10%")
+    with pytest.raises(tiercache.OptionError, match=r"option design: unknown design 'nope' \(allowed: azor"):
+        tiercache.simulate(path, design="nope", cache_size="10%")
+
+
 def test_sweep_over_a_mode(msr_trace, cache_dir):
     path, _ = msr_trace
     df = tiercache.sweep([path], {"mode": "tier", "fast_tier_size": ["4%", "8%"]}, cache_dir=cache_dir, workers=1, progress=False)

@@ -322,6 +322,6 @@ def test_python_options_are_the_sim_commands_options(cli):
     longs = {m.replace("-", "_") for m in re.findall(r"^\s+(?:-\w, )?--([\w-]+)", help_text, re.M)}
     # Options about the command itself, not the configuration of a run:
     # where the trace and the output are, printing, parallelism, reading a
-    # formatted device, and --design (Python takes mode=).
-    command_only = {"trace", "json", "out", "jobs", "like", "design", "verbose", "quiet", "help", "version"}
+    # formatted device.
+    command_only = {"trace", "json", "out", "jobs", "like", "verbose", "quiet", "help", "version"}
     assert set(tiercache._TYPES) == longs - command_only

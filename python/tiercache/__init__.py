@@ -73,9 +73,13 @@ class OptionTypeError(OptionError, TypeError):
 #: Every ``mode`` of ``tiercache sim``, all available to :func:`simulate`.
 MODES: tuple[str, ...] = tuple(_native.MODES)
 
+#: Every design by its one name (``format --design``, ``stats``, ``sim --design``).
+DESIGNS: tuple[str, ...] = tuple(_native.DESIGNS)
+
 #: Allowed values of the options that take a name, for error messages.
 ALLOWED: dict[str, str] = {
     "mode": ", ".join(MODES),
+    "design": ", ".join(DESIGNS),
     "assoc": "direct, N-way (e.g. 8-way), full",
     "eviction": "lru, fifo, arc, s3fifo",
     "write_policy": "write-back, write-through, write-hdd-upd, write-hdd-inv, read-only",
@@ -98,6 +102,7 @@ _BYTES = "a size in bytes such as '4KiB' or 4096"
 #: Type of every option: (accepted Python types, what to write in an error).
 _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "mode": ((str,), "a string"),
+    "design": ((str,), "a string"),
     "cache_size": ((str,), _SIZE),
     "fast_tier_size": ((str,), _SIZE),
     "dram_size": ((str,), _SIZE),
@@ -161,6 +166,7 @@ def _check_types(options: dict[str, Any]) -> None:
 def simulate(
     trace: str | os.PathLike,
     *,
+    design: str | None = None,
     mode: str = "cache",
     cache_size: str | None = None,
     line_size: str | int = "4KiB",
@@ -212,6 +218,10 @@ def simulate(
     Every ``mode`` of ``tiercache sim`` runs in this process, by the same
     code as the command: ``cache`` (the default), ``ssd``, ``ssc``,
     ``ssc-v``, ``tier``, ``tica``, ``ucache`` and ``srac`` (:data:`MODES`).
+    ``design`` picks a design by the name ``format --design`` and ``stats``
+    use (:data:`DESIGNS`: ``azor``, ``flashtier``, ``oodt``, ``tica``), as
+    ``sim --design`` does; it sets ``mode`` (and ``ftl``), so give one or
+    the other.
 
     The keyword defaults are the CLI's; ``replay=None`` picks open-loop replay
     when the trace has timestamps, ``queue_depth=None`` is 1 in closed loop.

@@ -352,6 +352,13 @@ fn canonical_option(name: &str) -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MODES", MODES.to_vec())?;
+    m.add(
+        "DESIGNS",
+        tiercache_simulate::design::DESIGNS
+            .iter()
+            .map(|d| d.name)
+            .collect::<Vec<_>>(),
+    )?;
     m.add("PALETTE", tiercache_plot::PALETTE.to_vec())?;
     m.add(
         "SERIES_FIELDS",

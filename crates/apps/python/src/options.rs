@@ -55,6 +55,7 @@ pub enum Kind {
 /// `tiercache sim`'s own definition ([`default_of`]).
 /// `--json`, `--out` and `--jobs` only shape the CLI's output and are left out.
 pub const OPTIONS: &[(&str, Kind)] = &[
+    ("design", Kind::Text),
     ("mode", Kind::Text),
     ("tier_policy", Kind::Text),
     ("fast_tier_size", Kind::Text),
@@ -196,6 +197,20 @@ impl Parsed {
             };
             if vals.insert(n, v).is_some() {
                 return Err(opt_err(n, "given twice (under two spellings)"));
+            }
+        }
+        // `design` names a mode (and FTL), as `sim --design` does.
+        if let Some(Value::Str(name)) = vals.remove("design") {
+            if let Some(other) = ["mode", "ftl"].into_iter().find(|o| vals.contains_key(o)) {
+                return Err(opt_err(
+                    "design",
+                    format!("give design or {other}, not both (design sets mode and ftl)"),
+                ));
+            }
+            let d = tiercache_simulate::design::design(&name).map_err(|e| opt_err("design", e))?;
+            vals.insert("mode", Value::Str(d.sim_mode.into()));
+            if let Some(ftl) = d.sim_ftl {
+                vals.insert("ftl", Value::Str(ftl.into()));
             }
         }
         Ok(Parsed { vals })
