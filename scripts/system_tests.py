@@ -9,7 +9,7 @@ the default `cargo test` (the fast tier) skips it; this script finds them with
 
     scripts/system_tests.py args            the cargo arguments that select them all
                                             (`--workspace --test NAME ...`)
-    scripts/system_tests.py run [--jobs N] [-- TEST-ARGS]
+    scripts/system_tests.py run [--jobs N] [--save-reference] [-- TEST-ARGS]
                                             build them, then run N test binaries at a
                                             time (default: the CPU count), each in its
                                             crate's directory as `cargo test` would;
@@ -17,7 +17,10 @@ the default `cargo test` (the fast tier) skips it; this script finds them with
                                             and the output of those that failed.
 
 The times of the last run (target/system-tier-times.json) order the next one,
-longest first.
+longest first; without them (a fresh clone) the times of a reference run,
+scripts/system_tier_times.json, do, so that the long targets start first
+and do not end the run alone. `run --save-reference` writes that file from
+the run's times.
 """
 
 import json
@@ -29,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+REFERENCE_TIMES = ROOT / "scripts" / "system_tier_times.json"
 
 
 def metadata():
@@ -82,17 +86,19 @@ def build(meta):
     return binaries
 
 
-def run(jobs, test_args):
+def run(jobs, test_args, save_reference=False):
     meta = metadata()
     t0 = time.monotonic()
     binaries = build(meta)
     built = time.monotonic() - t0
     print(f"== system tier: {len(binaries)} test targets built in {built:.0f} s", flush=True)
     times_file = Path(meta["target_directory"]) / "system-tier-times.json"
-    try:
-        last = json.loads(times_file.read_text())
-    except (OSError, ValueError):
-        last = {}
+    last = {}
+    for f in (REFERENCE_TIMES, times_file):
+        try:
+            last.update(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
     binaries.sort(key=lambda b: -last.get(b[0], 0.0))
     logs = Path(meta["target_directory"]) / "system-tier-logs"
     logs.mkdir(exist_ok=True)
@@ -114,7 +120,10 @@ def run(jobs, test_args):
             print(f"{'ok' if rc == 0 else 'FAILED':6} {secs:7.1f} s  {label}", flush=True)
             if rc != 0:
                 failed.append((label, log))
-    times_file.write_text(json.dumps(times, indent=1, sort_keys=True))
+    times_file.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+    if save_reference and not failed:
+        REFERENCE_TIMES.write_text(
+            json.dumps({k: round(v) for k, v in times.items()}, indent=1, sort_keys=True) + "\n")
     for label, log in failed:
         print(f"\n==== {label} failed; its output ({log}):\n{log.read_text()}", flush=True)
     total = time.monotonic() - t0
@@ -135,10 +144,12 @@ def main():
     if argv[:1] == ["run"]:
         jobs = os.cpu_count() or 2
         rest = argv[1:]
+        save = "--save-reference" in rest
+        rest = [a for a in rest if a != "--save-reference"]
         if rest[:1] == ["--jobs"] and len(rest) == 2 and rest[1].isdigit():
             jobs, rest = int(rest[1]), []
         if not rest and jobs > 0:
-            return run(jobs, test_args)
+            return run(jobs, test_args, save)
     sys.exit(__doc__)
 
 
