@@ -222,6 +222,7 @@ fn exact_lru_equals_sim_at_20_sizes_on_each_shared_trace() {
             "--sizes",
             &arg,
         ]);
+        // One sim process for the 20 sizes, run side by side (one per CPU).
         let sim = json(&[
             "sim",
             "--trace",
@@ -230,8 +231,6 @@ fn exact_lru_equals_sim_at_20_sizes_on_each_shared_trace() {
             line,
             "--no-timing",
             "--json",
-            "--jobs",
-            "1",
             "--cache-size",
             &arg,
         ]);
