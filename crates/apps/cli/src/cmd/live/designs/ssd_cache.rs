@@ -273,7 +273,7 @@ fn print_what_if(w: &serde_json::Value) {
         sizes
             .iter()
             .filter(|r| r["scale"] != 1.0)
-            .map(|r| format!("{}x: {}", r["scale"], pct(&r[key])))
+            .map(|r| format!("{}x: {}", r["scale"].as_f64().unwrap_or(0.0), pct(&r[key])))
             .collect::<Vec<_>>()
             .join(", ")
     };
