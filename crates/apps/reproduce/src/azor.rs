@@ -20,6 +20,7 @@ use tiercache_trace::{Format, ReadOptions};
 mod apps;
 mod live;
 mod report;
+mod variants;
 mod workloads;
 
 use crate::tools::write;

@@ -7,7 +7,7 @@
 //! loop device. Every variant starts from a fresh `mkfs` through its own
 //! cache, on the same emulated HDD.
 
-use super::live::{self, Env, Kind};
+use super::variants::{self, Env, Kind};
 use super::workloads::{in_path, pg_bin, pgbench, postmark, Mounted};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
@@ -66,7 +66,7 @@ fn variants(quick: bool) -> Vec<(&'static str, Kind)> {
             "nbdkit-cache",
         ]
     };
-    live::VARIANTS
+    variants::VARIANTS
         .iter()
         .filter(|(n, _)| want.contains(n))
         .copied()
@@ -184,7 +184,7 @@ async fn run_one(
 ) -> Result<()> {
     let (pm, pgb) = (res.postmark, res.pgbench);
     eprintln!("reproduce azor: live: {app} on {fs} through {name}...");
-    let v = match live::start(name, kind, env).await {
+    let v = match variants::start(name, kind, env).await {
         Ok(v) => v,
         Err(e) if matches!(kind, Kind::Peer) => {
             res.notes.push(format!("{e:#}"));

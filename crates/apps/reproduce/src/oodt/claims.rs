@@ -1,7 +1,7 @@
 //! The claims of the OODT paper that the simulated main table tests, each a
 //! row of oodt.md's claims table: (claim, our figure, verdict, why not).
 
-use super::simulated::Table;
+use super::table::Table;
 use super::{pct, verdict, POLICIES};
 
 /// Why OODT does not beat the previous techniques on trace `t` as in the paper.

@@ -20,6 +20,7 @@ use tiercache_sim::units::{parse_bytes, parse_seconds};
 mod claims;
 mod live;
 mod simulated;
+mod table;
 
 /// Options.
 #[derive(clap::Args, Debug)]
