@@ -7,7 +7,6 @@ use serde::Serialize;
 use crate::device::ReadAt;
 use crate::error::{FsMetaError, Result};
 use crate::ranges::BlockRanges;
-use crate::{ext4, xfs};
 
 /// Filesystem found on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -139,36 +138,6 @@ pub(crate) struct XfsParams {
 }
 
 impl Layout {
-    /// Detect ext4 or XFS at byte `partition_offset` of `dev` and parse its
-    /// static layout.
-    pub fn detect(dev: &dyn ReadAt, partition_offset: u64) -> Result<Layout> {
-        let mut head = [0u8; 2048];
-        match dev.read_at(partition_offset, &mut head) {
-            Ok(()) => {}
-            // Too short to hold either superblock.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(FsMetaError::UnknownFilesystem {
-                    offset: partition_offset,
-                })
-            }
-            Err(cause) => {
-                return Err(FsMetaError::Io {
-                    offset: partition_offset,
-                    cause,
-                })
-            }
-        }
-        if &head[0..4] == b"XFSB" {
-            return xfs::parse(dev, partition_offset);
-        }
-        if head[1024 + 0x38..1024 + 0x3A] == [0x53, 0xEF] {
-            return ext4::parse(dev, partition_offset);
-        }
-        Err(FsMetaError::UnknownFilesystem {
-            offset: partition_offset,
-        })
-    }
-
     /// Static class of `block`: journal, metadata, or `None` (decide by content).
     pub fn class_of(&self, block: u64) -> Option<tiercache_block::Class> {
         if self.journal.contains(block) {
@@ -178,30 +147,6 @@ impl Layout {
         } else {
             None
         }
-    }
-
-    /// Replace AG `ag`'s free list with the one in `hdr` (the AG's header
-    /// block as about to be written). Returns false if `hdr` has no valid AGF.
-    pub(crate) fn update_freelist(&mut self, ci: usize, ag: u64, hdr: &[u8]) -> bool {
-        let SniffParams::Xfs(p) = &self.sniff else {
-            return false;
-        };
-        let Some(list) = xfs::freelist(hdr, p.sectsize, p.v5, p.agblocks) else {
-            return false;
-        };
-        let start = ag * p.agblocks;
-        let blocks: Vec<u64> = list.iter().map(|b| start + b).collect();
-        let Some(old) = self.freelists.get_mut(ag as usize) else {
-            return false;
-        };
-        let old_set = BlockRanges::from_runs(old.iter().map(|&b| (b, 1)).collect());
-        let mut runs: Vec<(u64, u64)> = self.metadata.minus(&old_set).runs().to_vec();
-        runs.extend(blocks.iter().map(|&b| (b, 1)));
-        self.metadata = BlockRanges::from_runs(runs);
-        *old = blocks;
-        let c = &mut self.critical[ci];
-        c.fingerprint = fingerprint(hdr, &c.fields);
-        true
     }
 
     /// Index of the critical block `block`, if it is one.

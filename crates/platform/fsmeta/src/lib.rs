@@ -79,6 +79,7 @@
 
 pub mod classifier;
 mod crc;
+mod detect;
 pub mod device;
 pub mod error;
 mod ext4;

@@ -253,3 +253,29 @@ pub(crate) fn freelist(hdr: &[u8], sectsize: usize, v5: bool, agblocks: u64) -> 
             .collect(),
     )
 }
+
+impl Layout {
+    /// Replace AG `ag`'s free list with the one in `hdr` (the AG's header
+    /// block as about to be written). Returns false if `hdr` has no valid AGF.
+    pub(crate) fn update_freelist(&mut self, ci: usize, ag: u64, hdr: &[u8]) -> bool {
+        let SniffParams::Xfs(p) = &self.sniff else {
+            return false;
+        };
+        let Some(list) = freelist(hdr, p.sectsize, p.v5, p.agblocks) else {
+            return false;
+        };
+        let start = ag * p.agblocks;
+        let blocks: Vec<u64> = list.iter().map(|b| start + b).collect();
+        let Some(old) = self.freelists.get_mut(ag as usize) else {
+            return false;
+        };
+        let old_set = BlockRanges::from_runs(old.iter().map(|&b| (b, 1)).collect());
+        let mut runs: Vec<(u64, u64)> = self.metadata.minus(&old_set).runs().to_vec();
+        runs.extend(blocks.iter().map(|&b| (b, 1)));
+        self.metadata = BlockRanges::from_runs(runs);
+        *old = blocks;
+        let c = &mut self.critical[ci];
+        c.fingerprint = crate::layout::fingerprint(hdr, &c.fields);
+        true
+    }
+}
