@@ -21,10 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
 use serde_json::Value;
-
-use crate::design::Design;
 
 /// Every metric name starts with this.
 pub const PREFIX: &str = "tiercache_";
@@ -217,12 +214,12 @@ impl Op {
 /// The runtime's own request metrics (latency by operation, errors).
 #[derive(Debug)]
 pub struct RequestMetrics {
-    latency: Family<Labels, Histogram, fn() -> Histogram>,
-    errors: Family<Labels, Counter>,
+    pub(crate) latency: Family<Labels, Histogram, fn() -> Histogram>,
+    pub(crate) errors: Family<Labels, Counter>,
     /// The members of both families for each [`Op`] (shared handles), so a
     /// request is recorded without building labels or looking them up.
     by_op: [(Histogram, Counter); 5],
-    started: Instant,
+    pub(crate) started: Instant,
 }
 
 impl Default for RequestMetrics {
@@ -260,52 +257,13 @@ impl RequestMetrics {
     }
 }
 
-/// Render `/metrics` for `design` now: its `stats`, its [`Design::metrics`]
-/// mapping, and the runtime's request metrics.
-pub async fn render(design: &dyn Design, req: &RequestMetrics, export: &str) -> String {
-    let stats = design.stats().await;
-    let mut set = MetricSet::default();
-    set.gauge(
-        "info",
-        "The served design and export (always 1).",
-        &[("design", design.name()), ("export", export)],
-        1.0,
-    );
-    set.gauge(
-        "uptime_seconds",
-        "Seconds since the server started serving.",
-        &[],
-        req.started.elapsed().as_secs_f64(),
-    );
-    design.metrics(&stats, &mut set);
-    if stats["backing"].is_object() {
-        crate::remote::backing_metrics(&stats["backing"], &mut set);
-    }
-    let mut reg = Registry::default();
-    reg.register(
-        "tiercache_request_duration_seconds",
-        "NBD request latency by operation, from the request's arrival at the export adapter to its answer",
-        req.latency.clone(),
-    );
-    reg.register(
-        "tiercache_request_errors",
-        "NBD requests answered with an error, by operation",
-        req.errors.clone(),
-    );
-    reg.register_collector(Box::new(set));
-    let mut out = String::new();
-    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
-        tracing::warn!("encoding metrics failed: {e}");
-    }
-    out
-}
-
 /// The request metrics of an export, shared with the metrics server.
 pub type SharedRequestMetrics = Arc<RequestMetrics>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prometheus_client::registry::Registry;
 
     #[test]
     fn buckets_from_cumulative_counts_add_up() {

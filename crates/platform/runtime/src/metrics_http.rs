@@ -164,11 +164,7 @@ async fn route(
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     match (method, path) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            crate::metrics::render(&**design, req, export).await,
-            CONTENT_TYPE,
-        ),
+        ("GET", "/metrics") => ("200 OK", render(&**design, req, export).await, CONTENT_TYPE),
         (_, "/metrics") => (
             "405 Method Not Allowed",
             "only GET is allowed\n".into(),
@@ -180,4 +176,48 @@ async fn route(
             text,
         ),
     }
+}
+
+/// Render `/metrics` for `design` now: its `stats`, its [`Design::metrics`]
+/// mapping, and the runtime's request metrics.
+pub async fn render(
+    design: &dyn Design,
+    req: &crate::metrics::RequestMetrics,
+    export: &str,
+) -> String {
+    let stats = design.stats().await;
+    let mut set = crate::metrics::MetricSet::default();
+    set.gauge(
+        "info",
+        "The served design and export (always 1).",
+        &[("design", design.name()), ("export", export)],
+        1.0,
+    );
+    set.gauge(
+        "uptime_seconds",
+        "Seconds since the server started serving.",
+        &[],
+        req.started.elapsed().as_secs_f64(),
+    );
+    design.metrics(&stats, &mut set);
+    if stats["backing"].is_object() {
+        crate::remote::backing_metrics(&stats["backing"], &mut set);
+    }
+    let mut reg = prometheus_client::registry::Registry::default();
+    reg.register(
+        "tiercache_request_duration_seconds",
+        "NBD request latency by operation, from the request's arrival at the export adapter to its answer",
+        req.latency.clone(),
+    );
+    reg.register(
+        "tiercache_request_errors",
+        "NBD requests answered with an error, by operation",
+        req.errors.clone(),
+    );
+    reg.register_collector(Box::new(set));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
+        tracing::warn!("encoding metrics failed: {e}");
+    }
+    out
 }
