@@ -418,3 +418,29 @@ fn what_if_estimates_agree_with_mrc_of_a_recording() {
     );
     srv.stop();
 }
+
+/// A resize starts the what-if estimates again, at multiples of the new size.
+#[test]
+fn resize_starts_the_what_if_estimates_again() {
+    let s = Setup::new(64 * MIB, "8MiB", &["--max-size", "16MiB"]);
+    let srv = s.serve(&[]);
+    let mut c = common::NbdClient::connect(&srv.socket).unwrap();
+    for i in 0..64u64 {
+        c.write(i * 4096, &[i as u8; 4096], false).unwrap().unwrap();
+    }
+    let before = s.stats();
+    assert_eq!(before["what_if"]["requests"], 64, "{:#}", before["what_if"]);
+    run(Command::new(bin())
+        .args(["resize", "--size", "12MiB", "--cache"])
+        .arg(&s.cache));
+    let after = s.stats();
+    let w = &after["what_if"];
+    assert_eq!(w["requests"], 0, "{w:#}");
+    assert_ne!(after["slots"], before["slots"]);
+    assert_eq!(w["sizes"][2]["cache_lines"], after["slots"], "{w:#}");
+    assert_eq!(
+        w["sizes"][4]["cache_lines"],
+        after["slots"].as_u64().unwrap() * 4
+    );
+    c.disconnect();
+}

@@ -324,6 +324,11 @@ impl LiveCache {
         c.engine = engine;
         let _ = c.engine.take_touched();
         c.view = view;
+        // The what-if sizes are multiples of the cache's size: start again.
+        if c.whatif.is_some() {
+            let w = crate::whatif::WhatIf::new(c.engine.config(), new.slots as u64);
+            c.whatif = Some(Box::new(w));
+        }
         c.sched = tiercache_azor_policy::cleaning::CleaningScheduler::new(
             c.engine.config().cleaning,
             new.slots as u64,
