@@ -34,6 +34,7 @@ pub mod checkpoint;
 pub mod cleaning;
 pub mod compress;
 pub mod design;
+pub mod format;
 pub mod layout;
 pub mod memory;
 /// The unified sparse map: the FlashTier policy crate's.
@@ -46,6 +47,7 @@ pub use cache::{CacheError, Counters, LogCache, RecoveryInfo};
 pub use cleaning::VictimPolicy;
 pub use compress::Codec;
 pub use design::LogStructured;
-pub use layout::{detect, format, FormatOptions, Superblock, WritePolicy};
+pub use format::{format, FormatOptions};
+pub use layout::{detect, Superblock, WritePolicy};
 pub use recovery::{check, open, open_with_devices, CheckReport, OpenOptions};
 pub use segment::BLOCK;

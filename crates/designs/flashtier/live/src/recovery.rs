@@ -57,7 +57,7 @@ pub fn open(o: &OpenOptions) -> Result<Arc<LogCache>> {
         bail!("{} holds no log-structured cache", o.cache.display());
     };
     // An image copied onto a device with larger sectors.
-    crate::layout::check_sector_size(&o.cache, sb.compress)?;
+    crate::format::check_sector_size(&o.cache, sb.compress)?;
     let bpath = o
         .backing
         .clone()

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::compress::Codec;
-use crate::layout::{format, FormatOptions};
+use crate::format::{format, FormatOptions};
 use crate::recovery::open_with_devices;
 use crate::segment::BLOCK;
 use tiercache_io::{FileDev, FileDevOptions};
