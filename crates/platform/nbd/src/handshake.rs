@@ -5,8 +5,8 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::backend::Backend;
+use crate::limits::Shared;
 use crate::protocol::*;
-use crate::server::Shared;
 use crate::tls::TlsMode;
 
 /// What the option phase ended with.

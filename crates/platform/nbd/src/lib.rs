@@ -57,6 +57,7 @@ mod backend;
 mod error;
 mod file;
 mod handshake;
+mod limits;
 mod mem;
 pub mod protocol;
 mod server;
@@ -66,10 +67,10 @@ mod transmission;
 pub use backend::{Backend, BlockSize, Extent};
 pub use error::{Errno, Error, Result};
 pub use file::FileBackend;
+pub use limits::{ConfigError, Limits};
 pub use mem::MemBackend;
 pub use server::{
-    unix_export_uri, unix_uri, ConfigError, Limits, ListenAddr, Server, ServerHandle,
-    DEFAULT_TCP_ADDR, MAX_NAME_LEN,
+    unix_export_uri, unix_uri, ListenAddr, Server, ServerHandle, DEFAULT_TCP_ADDR, MAX_NAME_LEN,
 };
 pub use tls::{Tls, TlsError, TlsMode, CA_CERT, SERVER_CERT, SERVER_KEY};
 

@@ -43,8 +43,8 @@ use crate::backend::{Backend, Extent};
 use crate::error::Errno; // for the unit tests of validation below
 use crate::error::Error;
 use crate::handshake::Session;
+use crate::limits::{Limits, Shared};
 use crate::protocol::*;
-use crate::server::{Limits, Shared};
 use reader::{take_buffered, End, Watch};
 use validation::{validate, Command};
 use writer::{write_loop, Permits, ProgressTimeout, Reply};
