@@ -8,6 +8,8 @@ use std::path::PathBuf;
 /// takes one value of each list option).
 pub use tiercache_simulate::PolicyArgs;
 
+pub use super::ctl::CtlArgs;
+
 /// `tiercache format`: write a new cache on a file or block device.
 #[derive(Args, Debug)]
 pub struct FormatArgs {
@@ -353,33 +355,6 @@ pub struct StatsArgs {
     /// one line per interval otherwise; until Ctrl-C or the server stops.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
     pub watch: Option<f64>,
-}
-
-/// Options of the commands that talk to a running server.
-#[derive(Args, Debug)]
-pub struct CtlArgs {
-    /// Cache device of the running server (its control socket is CACHE.ctl).
-    #[arg(long, required_unless_present = "control")]
-    pub cache: Option<PathBuf>,
-    /// Control socket of the running server.
-    #[arg(long)]
-    pub control: Option<PathBuf>,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-impl CtlArgs {
-    /// The control socket: `--control`, or `CACHE.ctl`.
-    pub fn socket(&self) -> PathBuf {
-        self.control.clone().unwrap_or_else(|| {
-            tiercache_runtime::control::default_path(
-                self.cache
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new("cache")),
-            )
-        })
-    }
 }
 
 /// `tiercache check`: verify the metadata of a cache that is not in use.

@@ -3,6 +3,7 @@
 //! registry in [`designs`]; the runtime (`tiercache-runtime`) serves it.
 
 pub mod args;
+pub mod ctl;
 pub mod designs;
 pub mod record;
 pub mod resize;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use tiercache_runtime::record::{DEFAULT_KEEP, DEFAULT_MAX};
 use tiercache_runtime::RecordSpec;
 
-use super::args::CtlArgs;
+use super::ctl::CtlArgs;
 
 /// How large each file grows and how many are kept.
 #[derive(Args, Debug, Clone)]
