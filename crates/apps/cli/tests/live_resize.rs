@@ -391,7 +391,7 @@ fn kill_9_at_every_metadata_write_of_a_grow_and_a_shrink_loses_no_acknowledged_w
     };
     let sizes = (slots_at("8MiB"), slots_at("16MiB"));
     let mut ledger = Ledger::new(blocks);
-    let mut rng = Rng(0x5e51_2e);
+    let mut rng = Rng(0x005e_512e);
     for (from, to) in [("8MiB", "16MiB"), ("16MiB", "8MiB")] {
         let mut n = 1;
         while kill_round(dir, &cache, &mut ledger, &mut rng, from, to, n, sizes) {
