@@ -161,6 +161,7 @@ pub mod device;
 pub mod error;
 pub mod foreign;
 pub mod layout;
+pub mod line;
 pub mod log;
 pub mod record;
 pub mod store;

@@ -6,7 +6,7 @@
 //! dirty bits): 9.25 bytes with one sub-block per line, against 88 for an
 //! `Option<LineMeta>` with its two 256-bit bitmaps.
 
-use crate::record::{LineMeta, Slot, SubBlocks};
+use crate::line::{LineMeta, Slot, SubBlocks};
 
 /// The line number that marks an unmapped slot (never a real line: line
 /// numbers are byte offsets divided by the line size).
