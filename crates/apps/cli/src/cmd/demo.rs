@@ -45,7 +45,7 @@ fn fio(uri: &str, seconds: u32, name: &str) -> Result<(f64, f64)> {
 }
 
 pub fn run(a: DemoArgs) -> Result<()> {
-    if Command::new("fio").arg("--version").output().is_err() {
+    if !tiercache_reproduce::tools::present("fio") {
         bail!("fio is not installed: run scripts/setup.sh first");
     }
     let data = tiercache_sim::units::parse_bytes(&a.data).map_err(anyhow::Error::msg)?;
