@@ -1,0 +1,1 @@
+//! `tiercache resize` of a served log-structured cache (being written).

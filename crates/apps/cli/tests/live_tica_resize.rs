@@ -1,0 +1,1 @@
+//! `tiercache resize` of a served TICA cache (being written).
