@@ -43,6 +43,7 @@ fn main() {
         policy: Policy::Adaptive,
         create_size: Some(size + (64 << 20)),
         force: true,
+        max_size: None,
     };
     format(&o).unwrap();
     let c: Arc<ThreeLevel> = open(&OpenOptions {

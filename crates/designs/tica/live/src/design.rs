@@ -1,17 +1,120 @@
 //! The three-level (TICA) cache as a design of the live runtime: a
 //! [`SyncStore`] served on request threads (the cache does synchronous
 //! device I/O under its lock), all-hit reads and cheap writes inline on the
-//! runtime's worker (`cache::inline`).
+//! runtime's worker (`cache::inline`), and its own control command
+//! `resize` (`{"cmd":"resize","size":BYTES[,"device":PATH]}`: each SSD, or
+//! the one `device` names, to `size` bytes; `cache::resize`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use serde_json::Value;
-use tiercache_runtime::{Error, OnBlockingPool, Result, SyncStore};
+use serde_json::{json, Value};
+use tiercache_runtime::{Design, Error, OnBlockingPool, Result, SyncStore, WriteBack};
 
 use crate::cache::{CacheError, ThreeLevel};
 
-/// A [`ThreeLevel`] cache as the runtime serves it (`Tica::new(cache)`).
-pub type Tica = OnBlockingPool<ThreeLevel>;
+/// A [`ThreeLevel`] cache as the runtime serves it (`Tica::new(cache)`):
+/// the request threads of [`OnBlockingPool`], plus `resize`.
+pub struct Tica {
+    pool: OnBlockingPool<ThreeLevel>,
+}
+
+impl Tica {
+    /// Serve `cache` on [`tiercache_runtime::SyncWorkers::default_threads`]
+    /// request threads. Panics only if the OS refuses to start a thread;
+    /// see [`Self::with_threads`].
+    pub fn new(cache: Arc<ThreeLevel>) -> Self {
+        Tica {
+            pool: OnBlockingPool::new(cache),
+        }
+    }
+
+    /// Serve `cache` on `threads` request threads.
+    pub fn with_threads(cache: Arc<ThreeLevel>, threads: usize) -> std::io::Result<Self> {
+        Ok(Tica {
+            pool: OnBlockingPool::with_threads(cache, threads)?,
+        })
+    }
+
+    /// The cache.
+    pub fn store(&self) -> &Arc<ThreeLevel> {
+        self.pool.store()
+    }
+}
+
+#[tiercache_runtime::async_trait]
+impl Design for Tica {
+    fn name(&self) -> &'static str {
+        self.pool.name()
+    }
+    fn description(&self) -> String {
+        self.pool.description()
+    }
+    fn size(&self) -> u64 {
+        self.pool.size()
+    }
+    fn backing_path(&self) -> PathBuf {
+        self.pool.backing_path()
+    }
+    fn can_prefetch(&self) -> bool {
+        self.pool.can_prefetch()
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.pool.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        self.pool.write(offset, data, fua).await
+    }
+    fn batches_writes(&self) -> bool {
+        self.pool.batches_writes()
+    }
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        self.pool.write_batch_now(writes)
+    }
+    async fn flush(&self) -> Result<()> {
+        self.pool.flush().await
+    }
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.pool.trim(offset, len).await
+    }
+    async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        self.pool.prefetch(offset, len).await
+    }
+    async fn stats(&self) -> Value {
+        self.pool.stats().await
+    }
+    fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
+        self.pool.metrics(stats, m)
+    }
+    async fn write_back(&self) -> Result<WriteBack> {
+        self.pool.write_back().await
+    }
+    async fn detach(&self) -> Result<WriteBack> {
+        self.pool.detach().await
+    }
+    async fn shutdown(&self) -> Result<()> {
+        self.pool.shutdown().await
+    }
+    async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
+        if cmd != "resize" {
+            return None;
+        }
+        let Some(size) = request["size"].as_u64() else {
+            return Some(
+                json!({"ok": false, "error": "resize: expected \"size\": the new size of each SSD in bytes"}),
+            );
+        };
+        let device = crate::cache::resize::requested_device(request);
+        let cache = Arc::clone(self.store());
+        // Long (it moves pages a batch at a time): off the request threads.
+        let r = tokio::task::spawn_blocking(move || cache.resize(size, device.as_deref())).await;
+        Some(match r {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"ok": false, "error": e.0}),
+            Err(e) => json!({"ok": false, "error": format!("resize: {e}")}),
+        })
+    }
+}
 
 fn conv(e: CacheError) -> Error {
     Error::io(e.0)

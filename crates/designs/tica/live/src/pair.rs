@@ -130,6 +130,10 @@ pub struct FormatOptions {
     pub create_size: Option<u64>,
     /// Overwrite existing caches and filesystems.
     pub force: bool,
+    /// Make each SSD's metadata regions for an SSD of up to this many
+    /// bytes, so that `tiercache resize` can grow it that far while the
+    /// cache serves (`None`: each SSD's size at format).
+    pub max_size: Option<u64>,
 }
 
 /// What `format` wrote.
@@ -260,11 +264,11 @@ fn format_pair(
         let params = FormatParams {
             line_size: PAGE as u32,
             sub_block_size: PAGE as u32,
-            log_bytes: Some(log_bytes(dev.len())),
+            log_bytes: Some(log_bytes(dev.len().max(o.max_size.unwrap_or(0)))),
             policy: serde_json::to_string(&info)?,
             backing: backing_id.clone(),
         };
-        let sb = tiercache_store::format(&MetaDev(dev), &params, o.force)
+        let sb = tiercache_store::format_reserving(&MetaDev(dev), &params, o.force, o.max_size)
             .with_context(|| format!("formatting the {} {}", role.label(), path.display()))?;
         slots[i] = sb.layout.slots;
     }

@@ -85,6 +85,10 @@ pub struct Ssd {
     map: FxHashMap<Page, MapEntry>,
     free: FreeSlots,
     pending_free: Vec<Slot>,
+    /// Slots a write may take: the layout's, or fewer while a shrink moves
+    /// the pages past its new end below it ([`Ssd::set_usable`]). A slot at
+    /// or past it never becomes free again.
+    usable: usize,
     /// Commits and checkpoints so far (starts at 1: no slot is fresh at open).
     epoch: u64,
     /// No records while running; the table is written at close only.
@@ -163,6 +167,7 @@ impl Ssd {
             map,
             free,
             pending_free: Vec::new(),
+            usable: layout.slots as usize,
             writes: 0,
             reads: 0,
             rewrites_in_place: 0,
@@ -184,7 +189,14 @@ impl Ssd {
     /// an SSD whose table recovery drops after an unclean shutdown.
     pub fn set_volatile_meta(&mut self) {
         self.volatile_meta = true;
-        for s in self.pending_free.drain(..) {
+        for s in std::mem::take(&mut self.pending_free) {
+            self.release(s);
+        }
+    }
+
+    /// Slot `s` is free again (unless it is past the usable end).
+    fn release(&mut self, s: Slot) {
+        if (s as usize) < self.usable {
             self.free.push(s);
         }
     }
@@ -276,7 +288,7 @@ impl Ssd {
     /// sure a slot is free ([`Ssd::has_free_slot`], else commit).
     pub fn write(&mut self, p: Page, data: &[u8], dirty: bool) -> Result<(), SsdError> {
         if let Some(e) = self.map.get(&p).copied() {
-            if e.dirty == dirty && e.mapped_in == self.epoch {
+            if e.dirty == dirty && e.mapped_in == self.epoch && (e.slot as usize) < self.usable {
                 let off = self.offset(e.slot)?;
                 if self.holding {
                     self.hold(e.slot, p, data);
@@ -309,7 +321,7 @@ impl Ssd {
         if self.holding {
             self.hold(slot, p, data);
         } else if let Err(e) = self.dev.write_at(data, off) {
-            self.free.push(slot);
+            self.release(slot);
             return Err(self.err(&format!("writing page {p}"), e));
         }
         self.writes += 1;
@@ -354,7 +366,7 @@ impl Ssd {
             return Ok(());
         };
         if self.volatile_meta {
-            self.free.push(e.slot);
+            self.release(e.slot);
             return Ok(());
         }
         self.pending_free.push(e.slot);
@@ -517,9 +529,89 @@ impl Ssd {
         }
         self.last_commit = Instant::now();
         self.epoch += 1;
-        for s in self.pending_free.drain(..) {
-            self.free.push(s);
+        for s in std::mem::take(&mut self.pending_free) {
+            self.release(s);
         }
+        Ok(())
+    }
+
+    /// The device's layout (its size and data slots) as the store records it.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Let writes take only slots below `slots` (a shrink to that many is
+    /// under way; the layout's slot count to end it): the free slots at or
+    /// past it are no longer taken, and slots freed there stay unused.
+    pub fn set_usable(&mut self, slots: usize) {
+        self.usable = slots.min(self.layout.slots as usize);
+        let mut taken = vec![false; self.usable];
+        for s in self
+            .map
+            .values()
+            .map(|e| e.slot)
+            .chain(self.pending_free.iter().copied())
+        {
+            if let Some(t) = taken.get_mut(s as usize) {
+                *t = true;
+            }
+        }
+        self.free = FreeSlots::new(self.usable);
+        for (s, _) in taken.iter().enumerate().filter(|(_, t)| !**t) {
+            self.free.push(s as Slot);
+        }
+    }
+
+    /// Pages held in slots at or past `end`.
+    pub fn pages_past(&self, end: usize) -> Vec<Page> {
+        self.map
+            .iter()
+            .filter(|(_, e)| e.slot as usize >= end)
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// Move page `p` into a free slot below the usable end when it lies
+    /// past it (a shrink): its bytes are read and written again with the
+    /// same dirty state ([`Ssd::write`]: the old slot is unmapped, and
+    /// recovery finds the page in the old slot until the new mapping is
+    /// committed). Returns whether it moved. The caller makes sure a slot
+    /// is free.
+    pub fn move_below_usable(&mut self, p: Page) -> Result<bool, SsdError> {
+        let Some(e) = self.map.get(&p).copied() else {
+            return Ok(false);
+        };
+        if (e.slot as usize) < self.usable {
+            return Ok(false);
+        }
+        let data = self.read(p)?;
+        self.write(p, &data, e.dirty)?;
+        Ok(true)
+    }
+
+    /// Record the new layout `new` (from [`Layout::resized`]) in the store
+    /// and use its slots ([`Store::resize`]: a crash recovers the old
+    /// layout or the new one). For a shrink no page may lie past the new
+    /// end, and every record must be committed first (the store's
+    /// checkpoint of this table comes before the superblock). `after_write`
+    /// runs after each metadata write and sync.
+    pub fn resize(&mut self, new: Layout, after_write: &dyn Fn()) -> Result<(), SsdError> {
+        self.write_held()?;
+        if let Some(p) = self.pages_past(new.slots as usize).first() {
+            return Err(SsdError(format!(
+                "internal: page {p} is still past the new end of the {}",
+                self.role.label()
+            )));
+        }
+        let store = self
+            .store
+            .as_mut()
+            .ok_or_else(|| SsdError("closed".into()))?;
+        store
+            .resize(new, Self::table(&self.map), after_write)
+            .map_err(|e| self.err("recording the new size", e))?;
+        self.layout = new;
+        self.set_usable(new.slots as usize);
         Ok(())
     }
 

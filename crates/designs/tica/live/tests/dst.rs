@@ -68,6 +68,7 @@ fn images() -> ([Vec<u8>; 3], tempfile::TempDir) {
         policy: Policy::Adaptive,
         create_size: Some(SSD),
         force: false,
+        max_size: None,
     })
     .unwrap();
     (

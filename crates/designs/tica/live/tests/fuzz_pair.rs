@@ -48,6 +48,7 @@ fn crashed_pair() -> ([Vec<u8>; 3], tempfile::TempDir) {
         policy: Policy::Adaptive,
         create_size: Some(SSD),
         force: false,
+        max_size: None,
     })
     .unwrap();
     let mem = |n: &str| Arc::new(MemDev::from_vec(n, std::fs::read(p(n)).unwrap()));

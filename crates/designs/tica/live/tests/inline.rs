@@ -36,6 +36,7 @@ fn files(policy: Policy) -> Files {
         policy,
         create_size: Some(4 << 20),
         force: false,
+        max_size: None,
     };
     format(&o).unwrap();
     Files {

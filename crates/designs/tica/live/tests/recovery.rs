@@ -33,6 +33,7 @@ fn files(policy: Policy) -> Files {
         policy,
         create_size: Some(4 << 20),
         force: false,
+        max_size: None,
     };
     let r = format(&o).unwrap();
     assert!(r.ro_slots > 500 && r.ro_slots == r.wo_slots, "{r:?}");
@@ -362,6 +363,7 @@ fn bad_input_is_refused_with_a_reason() {
         policy: Policy::Ef,
         create_size: Some(4 << 20),
         force: false,
+        max_size: None,
     };
     let e = format(&o).unwrap_err().to_string();
     assert!(e.contains("multiple of 4 KiB"), "{e}");

@@ -44,7 +44,8 @@
 //! This file holds the types, the state and the cache's accessors; the rest
 //! is split: `exec` (running the policy's ops), `pages` (page accesses),
 //! `flushing` (flusher batches, FLUSH, write-back), `degrade` (SSD failure),
-//! `requests`, `background` (flusher thread), `lifecycle` and `report`.
+//! `requests`, `background` (flusher thread), `lifecycle`, `resize` (SSD
+//! sizes while serving) and `report`.
 
 mod background;
 mod degrade;
@@ -55,6 +56,7 @@ mod lifecycle;
 mod pages;
 mod report;
 mod requests;
+pub mod resize;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -194,6 +196,8 @@ pub struct ThreeLevel {
     slow: Arc<AtomicUsize>,
     /// Requests may run on the caller's thread (`inline`).
     inline: AtomicBool,
+    /// Held by a resize (one at a time, `resize`).
+    resizing: Mutex<()>,
 }
 
 fn ssd_fault(e: SsdError, role: Role) -> Fault {
@@ -252,6 +256,7 @@ impl ThreeLevel {
             flusher: Mutex::new(None),
             slow,
             inline: AtomicBool::new(inline::enabled_by_env()),
+            resizing: Mutex::new(()),
         }
     }
 

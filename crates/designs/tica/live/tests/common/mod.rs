@@ -25,6 +25,7 @@ pub fn new_pair(
         policy: Policy::Adaptive,
         create_size: Some(ssd_bytes),
         force: false,
+        max_size: None,
     })
     .unwrap();
     (ro, wo, backing)

@@ -152,6 +152,21 @@ impl Tica {
         true
     }
 
+    /// Change the SSDs' capacity to `pages` (a live cache resizing its
+    /// SSDs; at least 1). Shrinking below the pages held evicts the least
+    /// recently used ones as a full WO-SSD does (a dirty victim is read from
+    /// the fastest device holding it and written to the HDD before its SSD
+    /// copies are discarded): background ops appended to `out`.
+    pub fn set_ssd_pages(&mut self, pages: usize, out: &mut Vec<Op>) {
+        self.cfg.ssd_pages = pages.max(1);
+        if self.ssd.len() > self.cfg.ssd_pages {
+            // `free_wo` makes room for one more page: stop one page short.
+            self.cfg.ssd_pages += 1;
+            self.free_wo(false, out);
+            self.cfg.ssd_pages -= 1;
+        }
+    }
+
     /// A live cache wrote `p` back to the HDD outside the policy (a flush or
     /// detach): its SSD copies are clean now, and its DRAM copy (if any) no
     /// longer needs a flush to the RO-SSD.

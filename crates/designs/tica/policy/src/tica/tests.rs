@@ -258,3 +258,40 @@ fn warm_finds_pages_anywhere_and_changes_nothing() {
     assert_eq!(a.dirty_copies(), b.dirty_copies());
     assert!(!b.warm(1000), "a page never accessed");
 }
+
+/// Shrinking the SSDs' capacity evicts the least recently used pages (a
+/// dirty one written back first), keeps every other dirty page on two
+/// devices, and growing it back lets more pages in without a victim.
+#[test]
+fn set_ssd_pages_evicts_the_lru_pages_and_grows_without_victims() {
+    let mut t = tica(8, 6, Policy::Ef);
+    let mut out = Vec::new();
+    for p in 1..=5 {
+        t.access(p, true, &mut out);
+    }
+    let s = t.start_flushes(8, &mut out);
+    for (p, gen) in s {
+        t.flush_done(p, gen);
+    }
+    out.clear();
+    t.set_ssd_pages(3, &mut out);
+    assert_eq!(t.config().ssd_pages, 3);
+    assert_eq!(t.wo_len(), 3);
+    for p in [1, 2] {
+        assert!(!t.on_wo(p), "LRU page {p} evicted");
+        assert!(out.contains(&Op::bg(Dev::Hdd, OpKind::Write, p)));
+        assert!(out.contains(&Op::bg(Dev::WoSsd, OpKind::Trim, p)));
+    }
+    assert!(out.iter().all(|o| !o.fg), "background ops only: {out:?}");
+    for (p, devs) in t.dirty_copies() {
+        assert!(devs.len() >= 2, "page {p} on {devs:?}");
+    }
+    out.clear();
+    t.set_ssd_pages(6, &mut out);
+    assert!(out.is_empty(), "growing needs no op: {out:?}");
+    for p in 10..13 {
+        t.access(p, true, &mut out);
+    }
+    assert_eq!(count(&out, Dev::Hdd, OpKind::Write), 0, "no victim");
+    assert_eq!(t.wo_len(), 6);
+}

@@ -55,6 +55,7 @@ fn format_tica(
             .transpose()
             .map_err(anyhow::Error::msg)?,
         force,
+        max_size: None,
     };
     let timed = match a.timed_flush.as_str() {
         "on" => true,
