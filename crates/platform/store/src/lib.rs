@@ -45,7 +45,7 @@
 //!   bytes per mapped slot (17 bytes with 16 sub-blocks per line).
 //! - Recovery: reads the newest checkpoint and the whole log region once
 //!   (replay, then a scan of the rest for later commits). Measured in
-//!   `tests/recovery_time.rs`: 1,000,000 mapped slots plus 100,000 log records
+//!   `tests/integration/recovery_time.rs`: 1,000,000 mapped slots plus 100,000 log records
 //!   recover in about 0.35 s on the 2-core dev machine (about 1 s under heavy
 //!   load); `open` adds about 0.3 s to write the new 17 MB checkpoint.
 //!

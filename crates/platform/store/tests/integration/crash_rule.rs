@@ -9,7 +9,7 @@
 //! place without a commit; recovery after the crash makes valid sub-blocks
 //! dirty), and skipping either half of 3b is caught.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Format, open, close, checkpoints, fallback, refusals and `check`.
 
-mod common;
+use crate::common;
 
 use std::fs::OpenOptions;
 

@@ -7,7 +7,7 @@
 //! blocks of the superblock, checkpoint and log regions). Long run:
 //! `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-store --test corruption fuzz`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Detach and a backing device modified while the cache was stopped: the
 //! next open starts cold (or refuses, with dirty data), crash-safely.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

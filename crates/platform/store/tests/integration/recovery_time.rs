@@ -2,7 +2,7 @@
 //! 100,000 log records, on a sparse file. Prints the time (no timing
 //! assertion) and checks the recovered table against a shadow model.
 
-mod common;
+use crate::common;
 
 use std::fs::OpenOptions;
 use std::time::Instant;

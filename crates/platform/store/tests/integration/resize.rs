@@ -2,7 +2,7 @@
 //! device operation of a shrink and of a grow recovers the old layout or the
 //! new one, with every committed record.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! dropped, torn at a sector, or landing in random order; the recovered table
 //! is compared with a shadow model.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,0 +1,14 @@
+//! The integration tests of this crate, in one test binary (one build and
+//! one link instead of one per file); each module is one former test file.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod block_device;
+mod corruption;
+mod crash;
+mod crash_rule;
+mod detach;
+mod recovery_time;
+mod resize;
+mod store_api;
