@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use std::path::PathBuf;
 
 use super::args::CtlArgs;
 
@@ -23,7 +24,16 @@ acknowledged write. `stats`, the metrics and `sim --like` show the new size.
 Refused, with nothing changed: a size past the device, or past what the
 metadata regions were made for; a shrink while dirty lines cannot be
 written back (the backing device fails); a cache that is not fully
-associative; a degraded cache. Only the SSD cache (--design azor) resizes.
+associative; a degraded cache.
+
+The three-level cache (--design tica) resizes each SSD to --size, or
+only the one --device names; the policy caches as many pages as the
+smaller SSD holds, less a reserve. A shrink first evicts the least recently
+used pages the smaller capacity has no room for (a dirty one written back),
+then moves the pages past the new end below it, 256 at a time while
+requests are served, then records the new size and cuts the file; dirty
+pages keep two copies throughout. The SSDs are resized one after the
+other: a crash in between leaves one at its new size (docs/designs/tica.md).
 
 Measured under fio (4 KiB random reads and writes at queue depth 32, a
 write-back cache file of 4 KiB lines on tmpfs, 2 cores): growing 1 GiB to
@@ -33,20 +43,35 @@ s, writing back about 1 GiB of dirty lines, with requests paused 0.5 to
 
 Examples:
   tiercache resize --cache cache.img --size 2GiB
-  tiercache resize --cache cache.img --size 512MiB --json")]
+  tiercache resize --cache cache.img --size 512MiB --json
+  tiercache resize --cache wo.img --size 4GiB --device ro.img")]
 pub struct ResizeArgs {
     #[command(flatten)]
     pub ctl: CtlArgs,
     /// New size of the cache device (e.g. 2GiB): the data region ends there.
     #[arg(long, value_name = "SIZE")]
     pub size: String,
+    /// Which cache device to resize, for a design with several: one SSD of
+    /// a three-level cache (--design tica) [default: each of its cache
+    /// devices, each to --size].
+    #[arg(long, value_name = "DEV")]
+    pub device: Option<PathBuf>,
 }
 
 /// `tiercache resize --cache DEV --size N`.
 pub fn resize(a: ResizeArgs) -> Result<()> {
     let size = tiercache_sim::units::parse_bytes(&a.size)
         .map_err(|e| anyhow::anyhow!("--size {}: {e}", a.size))?;
-    let req = serde_json::json!({"cmd": "resize", "size": size});
+    let mut req = serde_json::json!({"cmd": "resize", "size": size});
+    if let Some(d) = &a.device {
+        if tiercache_tica_live::detect(d).is_none() {
+            bail!(
+                "resize refused: {} is not an SSD of a three-level cache (--device names one SSD of a --design tica cache)",
+                d.display()
+            );
+        }
+        req["device"] = serde_json::json!(std::path::absolute(d)?);
+    }
     let v = super::runtime()?.block_on(tiercache_runtime::control::request_value(
         &a.ctl.socket(),
         &req,
@@ -57,7 +82,7 @@ pub fn resize(a: ResizeArgs) -> Result<()> {
         }
         let why = v["error"].as_str().unwrap_or("no reason given");
         if why.starts_with("unknown command 'resize'") {
-            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache can)");
+            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache and the three-level cache can)");
         }
         bail!("resize refused: {why}");
     }

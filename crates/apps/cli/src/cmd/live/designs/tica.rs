@@ -15,6 +15,7 @@ pub fn format(
     a: &TicaFormatArgs,
     backing: Option<&Path>,
     size: Option<&str>,
+    max_size: Option<&str>,
     force: bool,
 ) -> Option<Result<()>> {
     if mode != "tica" {
@@ -29,13 +30,14 @@ pub fn format(
         }
         return None;
     }
-    Some(format_tica(a, backing, size, force))
+    Some(format_tica(a, backing, size, max_size, force))
 }
 
 fn format_tica(
     a: &TicaFormatArgs,
     backing: Option<&Path>,
     size: Option<&str>,
+    max_size: Option<&str>,
     force: bool,
 ) -> Result<()> {
     let (Some(ro), Some(wo), Some(backing)) = (&a.ro_ssd, &a.wo_ssd, backing) else {
@@ -55,7 +57,9 @@ fn format_tica(
             .transpose()
             .map_err(anyhow::Error::msg)?,
         force,
-        max_size: None,
+        max_size: max_size
+            .map(|m| parse_bytes(m).map_err(|e| anyhow::anyhow!("--max-size {m}: {e}")))
+            .transpose()?,
     };
     let timed = match a.timed_flush.as_str() {
         "on" => true,
