@@ -5,7 +5,6 @@
 mod common;
 
 mod block_device;
-mod corruption;
 mod crash;
 mod crash_rule;
 mod detach;

@@ -3,7 +3,7 @@
 //! codes, malformed input, abrupt disconnects, and that other connections
 //! keep working afterwards.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

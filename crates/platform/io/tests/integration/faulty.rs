@@ -1,7 +1,5 @@
 //! FaultyDev: which ops fail, when, how often, and that failures change nothing.
 
-mod common;
-
 use std::io;
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! CrashDev: unflushed writes are visible before a crash and lost (or torn
 //! per sector) by one; flushed and FUA writes survive.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

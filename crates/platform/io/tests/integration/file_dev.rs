@@ -2,7 +2,7 @@
 //! and without O_DIRECT, concurrent read-modify-write of shared blocks, trim,
 //! and range errors. (Block devices: the `block_dev` tests.)
 
-mod common;
+use crate::common;
 
 use std::io;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! (socket read timeouts, polling deadlines). Time bounds asserted here are
 //! liveness bounds with generous margins, never performance numbers.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

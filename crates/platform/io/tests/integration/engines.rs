@@ -8,7 +8,7 @@
 //! Every read is compared with the reference; at the end the whole device is
 //! read back through std::fs (files) or the device itself.
 
-mod common;
+use crate::common;
 
 use std::io;
 use std::path::Path;

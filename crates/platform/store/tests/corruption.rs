@@ -7,7 +7,7 @@
 //! blocks of the superblock, checkpoint and log regions). Long run:
 //! `TIERCACHE_FUZZ_CASES=1000000 cargo test -p tiercache-store --test corruption fuzz`.
 
-use crate::common;
+mod common;
 
 use common::*;
 use proptest::prelude::*;

@@ -2,7 +2,7 @@
 //! Only lower bounds are asserted (a loaded machine may be slower, never
 //! faster than a sleep).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

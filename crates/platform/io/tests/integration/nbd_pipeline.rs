@@ -7,7 +7,7 @@
 //! which the test counts the requests in flight). Skips when nbdkit is
 //! not installed.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,5 @@
+//! The integration tests of this crate, in one test binary (one build and
+//! one link instead of one per file); each module is one former test file.
+
+mod no_timing_counts;
+mod timing;
