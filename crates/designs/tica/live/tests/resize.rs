@@ -185,3 +185,51 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
         assert_eq!(c.read(p * PAGE, PAGE as usize).unwrap(), block(p, 1));
     }
 }
+
+/// A shrink that must write dirty pages back (the smaller SSDs have no
+/// room for them) is refused with one line while the backing device fails
+/// writes: the sizes and the policy's capacity are unchanged, and every
+/// write still reads back; once the device works again the shrink succeeds.
+#[test]
+fn a_shrink_is_refused_while_dirty_pages_cannot_be_written_back() {
+    use std::sync::Arc;
+    use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
+    let tmp = tempfile::tempdir().unwrap();
+    let (ro, wo) = pair(tmp.path());
+    let dev = |p: &Path| -> Arc<dyn BlockDev> {
+        Arc::new(FileDev::open(p, FileDevOptions::default()).unwrap())
+    };
+    let backing_path = tmp.path().join("backing.img");
+    let backing = Arc::new(FaultyDev::new(dev(&backing_path), 3));
+    let c =
+        tiercache_tica_live::open_with_devices(dev(&ro), dev(&wo), backing.clone(), &backing_path)
+            .unwrap();
+    c.resize(8 * MIB, None).unwrap();
+    let mut want = vec![0u64; 2000];
+    for p in 0..1500u64 {
+        c.write(p * PAGE, &block(p, 7), false).unwrap();
+        want[p as usize] = 7;
+    }
+    c.flush().unwrap();
+    let before = c.stats_json();
+    backing.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+    let e = c.resize(2 * MIB, None).unwrap_err();
+    assert!(
+        e.0.contains("cannot be written back now") && !e.0.contains('\n'),
+        "{}",
+        e.0
+    );
+    let st = c.stats_json();
+    for k in ["ro_ssd", "wo_ssd"] {
+        assert_eq!(st[k]["slots"], before[k]["slots"]);
+    }
+    assert_eq!(st["policy"]["ssd_pages"], before["policy"]["ssd_pages"]);
+    assert_eq!((file_len(&ro), file_len(&wo)), (8 * MIB, 8 * MIB));
+    assert_eq!(st["degraded"], false, "{st}");
+    assert!(c.single_copy_dirty_pages().is_empty());
+    verify(&c, &want);
+    backing.clear_rules();
+    c.resize(2 * MIB, None).unwrap();
+    assert_eq!((file_len(&ro), file_len(&wo)), (2 * MIB, 2 * MIB));
+    verify(&c, &want);
+}

@@ -50,8 +50,8 @@ use crate::pair::{Role, PAGE};
 /// server there. (The SSD cache reads the same variable.)
 pub const STOP_AT_ENV: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
 
-/// Pages moved below the new end per hold of the lock.
-const MOVE_BATCH: usize = 256;
+/// Pages evicted, or moved below the new end, per hold of the lock.
+const BATCH: usize = 256;
 
 /// One SSD's part of a resize.
 #[derive(Clone, Copy)]
@@ -109,7 +109,12 @@ impl State {
                 let mut none = Vec::new();
                 self.tica.set_ssd_pages(before.max(pages), &mut none);
                 self.resync_policy();
-                Err(self.resize_fault(f))
+                Err(match f {
+                    Fault::Other(e) => CacheError(format!(
+                        "the pages the smaller SSDs have no room for cannot be written back now ({e}); the sizes are unchanged"
+                    )),
+                    f => self.resize_fault(f),
+                })
             }
         }
     }
@@ -329,23 +334,10 @@ impl ThreeLevel {
         after_write: &dyn Fn(),
     ) -> Result<(Duration, u64, u64), CacheError> {
         let mut longest = Duration::ZERO;
-        let new_of = |role: Role| steps.iter().find(|st| st.role == role);
-        // The capacity for the new sizes, and writes only below the new ends.
-        let evicted = {
-            let mut s = self.lock();
-            let held = Instant::now();
-            Self::check_open(&s)?;
-            let cap = s.capacity_for(|r| {
-                new_of(r).map_or(s.ssd_ref(r).slots(), |st| st.new.slots as usize)
-            });
-            let evicted = s.set_capacity(cap)?;
-            for st in steps {
-                s.ssd(st.role).set_usable(st.new.slots as usize);
-            }
-            longest = longest.max(held.elapsed());
-            evicted
-        };
-        let r = self.move_and_record(steps, after_write, &mut longest);
+        let mut evicted = 0;
+        let r = self
+            .lower_capacity(steps, &mut evicted, &mut longest)
+            .and_then(|_| self.move_and_record(steps, after_write, &mut longest));
         if r.is_err() {
             // Nothing recorded: the SSDs keep their sizes and the policy
             // its capacity.
@@ -374,6 +366,45 @@ impl ThreeLevel {
         Ok((longest, moved, evicted))
     }
 
+    /// Lower the policy's capacity to the new sizes, a batch of victims
+    /// per hold of the lock, then let writes take only slots below the new
+    /// ends. Adds the pages evicted to `evicted`.
+    fn lower_capacity(
+        &self,
+        steps: &[Step],
+        evicted: &mut u64,
+        longest: &mut Duration,
+    ) -> Result<(), CacheError> {
+        let new_of = |role: Role| steps.iter().find(|st| st.role == role);
+        loop {
+            let mut s = self.lock();
+            let held = Instant::now();
+            Self::check_open(&s)?;
+            if s.degraded.is_some() {
+                return Err(CacheError(
+                    "an SSD failed during the resize; the cache runs degraded".into(),
+                ));
+            }
+            let cap = s.capacity_for(|r| {
+                new_of(r).map_or(s.ssd_ref(r).slots(), |st| st.new.slots as usize)
+            });
+            let now = s.tica.config().ssd_pages;
+            if now > cap {
+                let step = s.tica.wo_len().saturating_sub(BATCH).max(cap);
+                *evicted += s.set_capacity(step)?;
+            } else {
+                for st in steps {
+                    s.ssd(st.role).set_usable(st.new.slots as usize);
+                }
+            }
+            *longest = (*longest).max(held.elapsed());
+            if now <= cap {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Move the pages past each new end below it, a batch per hold of the
     /// lock, then commit and record the new layouts. Returns the pages moved.
     fn move_and_record(
@@ -386,7 +417,7 @@ impl ThreeLevel {
         for st in steps {
             let end = st.new.slots as usize;
             let pages = self.lock().ssd_ref(st.role).pages_past(end);
-            for batch in pages.chunks(MOVE_BATCH) {
+            for batch in pages.chunks(BATCH) {
                 let mut s = self.lock();
                 let held = Instant::now();
                 Self::check_open(&s)?;
