@@ -33,8 +33,9 @@ used pages the smaller capacity has no room for (a dirty one written back),
 then moves the pages past the new end below it, 256 at a time while
 requests are served, then records the new size and cuts the file; dirty
 pages keep two copies throughout. The SSDs are resized one after the
-other: a crash in between leaves one at its new size. Measured under the
-same fio load with both SSD files on tmpfs: growing both from 1 GiB to
+other: a crash in between leaves one at its new size. Measured under fio
+(4 KiB random reads and writes at queue depth 32, both SSD files on tmpfs,
+2 cores): growing both from 1 GiB to
 2 GiB took 0.03 to 0.08 s; shrinking them back 6.7 to 9.0 s (262 144 pages
 evicted, about 260 000 moved), requests waiting at most 0.25 s
 (docs/designs/tica.md, Resizing while serving).
