@@ -211,6 +211,7 @@ fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
         "96MiB", "16MiB", "64MiB", "12MiB", "80MiB", "20MiB", "96MiB", "8MiB", "48MiB", "24MiB",
     ];
     let mut before = srv.stats()["slots"].as_u64().unwrap();
+    let mut moved = 0;
     for size in sizes {
         assert!(fio.running(), "fio ended before resizing to {size}");
         let (ok, out, err) = resize(&wo, size, &["--json"]);
@@ -219,6 +220,7 @@ fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
         let slots = v["slots"].as_u64().unwrap();
         assert_eq!(v["old_slots"].as_u64(), Some(before), "{v}");
         assert_ne!(slots, before, "{v}");
+        moved += v["moved_pages"].as_u64().unwrap();
         assert_eq!(v["ro_slots"].as_u64(), Some(slots), "{v}");
         assert_eq!(
             (file_len(&ro), file_len(&wo)),
@@ -244,6 +246,7 @@ fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
         );
         before = slots;
     }
+    assert!(moved > 0, "no shrink moved a page past its new end");
     let report = fio.stop();
     let job = &report["jobs"][0];
     assert_eq!(job["error"], 0, "fio reported an error: {job}");
