@@ -2,8 +2,9 @@
 # Install everything tiercache needs on a fresh Debian machine and build it.
 # Idempotent: re-running only installs what is missing.
 # Usage: ./scripts/setup.sh [--for-tests]
-#   --for-tests  skip the release build of the tiercache binary: the tests
-#                build and run their own (scripts/test.sh uses this)
+#   --for-tests  skip the release builds of the tiercache binary and of the
+#                Python package: the tests build their own, with the test
+#                profile the Rust tests use (scripts/test.sh uses this)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_cli=1
@@ -37,12 +38,12 @@ PY=${PYTHON:-python3}
 echo "setup: installing Python packages (libcachesim as the peer simulator, plotting and analysis, prometheus_client for the metrics tests)"
 $PY -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
 
-echo "setup: building and installing the Python package tiercache (pip install .)"
-$PY -m pip install -q --disable-pip-version-check .
 if [ $build_cli = 1 ]; then
+  echo "setup: building and installing the Python package tiercache (pip install .)"
+  $PY -m pip install -q --disable-pip-version-check .
   echo "setup: building tiercache (release)"
   cargo build --release --quiet --bin tiercache
   echo "setup: done. The binary is target/release/tiercache"
 else
-  echo "setup: done (no release build of the tiercache binary)"
+  echo "setup: done (no release build: the tests build tiercache and the Python package)"
 fi

@@ -9,7 +9,8 @@
 # Usage: ./scripts/test.sh [all|fast|system]
 #   all (default)  setup, formatting, lints, both tiers (each timed), Python
 #                  tests; the tests run the tiercache binary that `cargo test`
-#                  builds (target/debug/tiercache), so no release build is made
+#                  builds (target/debug/tiercache) and a Python package built
+#                  with the same profile, so no release build is made
 #   fast           the fast tier only (the edit-compile-test loop)
 #   system         the system tier only
 set -euo pipefail
@@ -49,6 +50,11 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --quiet $($PY scripts/system_tests.py args) -- -D warnings
 fast_tier
 system_tier
+echo "== python package: pip install . with the test profile"
+# The test profile's build of the workspace is done by now: the extension
+# only adds PyO3 and its own crate (a release build would compile it all
+# again, with link-time optimization).
+MATURIN_PEP517_ARGS="--profile test" $PY -m pip install -q --disable-pip-version-check .
 echo "== python tests"
 # The CLI they compare against: the one both tiers ran (the test profile's).
 TIERCACHE_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/tiercache" \
