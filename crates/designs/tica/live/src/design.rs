@@ -95,6 +95,10 @@ impl Design for Tica {
     async fn shutdown(&self) -> Result<()> {
         self.pool.shutdown().await
     }
+    fn attach_recorder(&self, recorder: Arc<tiercache_runtime::Recorder>) -> bool {
+        self.store().attach_recorder(recorder);
+        true
+    }
     async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
         if cmd != "resize" {
             return None;

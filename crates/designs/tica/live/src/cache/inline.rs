@@ -206,6 +206,7 @@ impl ThreeLevel {
         }
         // Then the policy's accesses: for a hit, one read of the device the
         // bytes came from (checked; anything else runs as on the threads).
+        s.record(tiercache_block::IoKind::Read, offset, buf.len() as u64);
         let mut ops: Vec<Op> = Vec::with_capacity(1);
         let mut pos = offset;
         for (p, dev) in hits {

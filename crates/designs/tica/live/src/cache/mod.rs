@@ -181,6 +181,8 @@ pub(crate) struct State {
     /// Failed reads and writes of each device (`stats`), counted by the
     /// wrappers `open_with_devices` puts around them.
     pub(crate) device_errors: tiercache_io::DeviceErrors,
+    /// The request recorder (`serve --record`), once attached.
+    recorder: Option<Arc<tiercache_runtime::Recorder>>,
 }
 
 /// The live three-level cache (see the module documentation).
@@ -223,6 +225,15 @@ impl State {
             slow: Arc::new(AtomicUsize::new(0)),
             ro_synced: std::time::Instant::now(),
             device_errors: tiercache_io::DeviceErrors::new(),
+            recorder: None,
+        }
+    }
+
+    /// Record a request where the policy takes it (under the lock, in the
+    /// order the policy takes them; no class: TICA has none).
+    fn record(&self, kind: tiercache_block::IoKind, offset: u64, len: u64) {
+        if let Some(r) = &self.recorder {
+            r.record(kind, offset, len, None);
         }
     }
 
@@ -300,6 +311,13 @@ impl ThreeLevel {
             return Err(CacheError("the cache is shut down".into()));
         }
         Ok(())
+    }
+
+    /// Record every request from now on with `recorder` (`serve --record`,
+    /// the `record` control command): reads, writes, trims and flushes,
+    /// where the policy takes them.
+    pub fn attach_recorder(&self, recorder: Arc<tiercache_runtime::Recorder>) {
+        self.lock().recorder = Some(recorder);
     }
 
     /// Whether a device failed (and which, why).

@@ -3,11 +3,13 @@
 use super::{CacheError, Fault};
 use super::{State, ThreeLevel};
 use crate::pair::PAGE;
+use tiercache_block::IoKind;
 use tiercache_tica_policy::Architecture;
 
 impl State {
     /// A write's pages, then the flushes it allows (the lock held).
     pub(super) fn write_range(&mut self, offset: u64, data: &[u8]) -> Result<(), CacheError> {
+        self.record(IoKind::Write, offset, data.len() as u64);
         let end = offset + data.len() as u64;
         let mut pos = offset;
         while pos < end {
@@ -36,6 +38,7 @@ impl ThreeLevel {
         let mut out = Vec::with_capacity(len);
         let mut s = self.lock();
         Self::check_open(&s)?;
+        s.record(IoKind::Read, offset, len as u64);
         let end = offset + len as u64;
         let mut pos = offset;
         while pos < end {
@@ -66,6 +69,7 @@ impl ThreeLevel {
     pub fn flush(&self) -> Result<(), CacheError> {
         let mut s = self.lock();
         Self::check_open(&s)?;
+        s.record(IoKind::Flush, 0, 0);
         s.flush_after_request()?;
         s.flush()
     }
@@ -76,6 +80,7 @@ impl ThreeLevel {
         self.check_range(offset, len)?;
         let mut s = self.lock();
         Self::check_open(&s)?;
+        s.record(IoKind::Trim, offset, len);
         let first = offset.div_ceil(PAGE);
         let last = (offset + len) / PAGE;
         for p in first..last {
