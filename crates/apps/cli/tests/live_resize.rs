@@ -445,25 +445,36 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
         "{err}"
     );
     drop(srv);
-    // Another design: refused by name.
-    let ls = dir.join("ls.img");
-    format_cache(
-        &ls,
-        &backing,
-        "16MiB",
-        &["--design", "flashtier", "--force"],
+    // A design that does not resize (the tiered volume): refused by name.
+    let fast = dir.join("fast.img");
+    let tiers = format!("{},{}", fast.display(), backing.display());
+    common::tiercache(&[
+        "format",
+        "--design",
+        "oodt",
+        "--tiers",
+        &tiers,
+        "--size",
+        "8MiB",
+        "--tier-block",
+        "64KiB",
+    ]);
+    let srv = ServeProc::start(&fast, &dir.join("tier.sock"), &log);
+    let (ok, _, err) = resize(&fast, "4MiB", &[]);
+    assert!(
+        !ok && err.contains("cannot be resized while it serves"),
+        "{err}"
     );
-    let srv = ServeProc::start(&ls, &dir.join("ls.sock"), &log);
-    let (ok, _, err) = resize(&ls, "8MiB", &[]);
-    assert!(!ok && err.contains("only the SSD cache"), "{err}");
     drop(srv);
-    // --max-size is the SSD cache's.
+    // --max-size is the caches' (the SSD cache's, the log-structured cache's).
     let out = Command::new(bin())
-        .args(["format", "--design", "flashtier", "--cache"])
-        .arg(dir.join("ls2.img"))
-        .arg("--backing")
-        .arg(&backing)
-        .args(["--size", "16MiB", "--max-size", "32MiB"])
+        .args(["format", "--design", "oodt", "--tiers"])
+        .arg(format!(
+            "{},{}",
+            dir.join("fast2.img").display(),
+            backing.display()
+        ))
+        .args(["--size", "8MiB", "--max-size", "32MiB"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -1,16 +1,110 @@
 //! The log-structured cache as a design of the live runtime: a
 //! [`SyncStore`] served on request threads (the store does synchronous
-//! device I/O under its lock).
+//! device I/O under its lock), with the control command `resize`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use serde_json::Value;
-use tiercache_runtime::{Error, OnBlockingPool, Result, SyncStore};
+use serde_json::{json, Value};
+use tiercache_runtime::{Design, Error, OnBlockingPool, Result, SyncStore, WriteBack};
 
 use crate::cache::{CacheError, LogCache};
 
-/// A [`LogCache`] as the runtime serves it (`LogStructured::new(cache)`).
-pub type LogStructured = OnBlockingPool<LogCache>;
+/// A [`LogCache`] as the runtime serves it (`LogStructured::new(cache)`):
+/// the block operations on request threads ([`OnBlockingPool`]) and the
+/// `resize` control command (`{"cmd": "resize", "size": BYTES}`,
+/// [`LogCache::resize`]).
+pub struct LogStructured(OnBlockingPool<LogCache>);
+
+impl LogStructured {
+    /// Serve `cache` with the default number of request threads.
+    pub fn new(cache: Arc<LogCache>) -> Self {
+        LogStructured(OnBlockingPool::new(cache))
+    }
+    /// Serve `cache` with `threads` request threads.
+    pub fn with_threads(cache: Arc<LogCache>, threads: usize) -> std::io::Result<Self> {
+        OnBlockingPool::with_threads(cache, threads).map(LogStructured)
+    }
+    /// The served cache.
+    pub fn store(&self) -> &Arc<LogCache> {
+        self.0.store()
+    }
+}
+
+#[tiercache_runtime::async_trait]
+impl Design for LogStructured {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn description(&self) -> String {
+        self.0.description()
+    }
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn backing_path(&self) -> PathBuf {
+        self.0.backing_path()
+    }
+    fn can_prefetch(&self) -> bool {
+        self.0.can_prefetch()
+    }
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.0.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, data: Vec<u8>, fua: bool) -> Result<()> {
+        self.0.write(offset, data, fua).await
+    }
+    fn batches_writes(&self) -> bool {
+        self.0.batches_writes()
+    }
+    fn write_batch_now(&self, writes: &[(u64, &[u8])]) -> Option<Vec<Result<()>>> {
+        self.0.write_batch_now(writes)
+    }
+    async fn flush(&self) -> Result<()> {
+        self.0.flush().await
+    }
+    async fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.0.trim(offset, len).await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.0.write_zeroes(offset, len, fua).await
+    }
+    async fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        self.0.prefetch(offset, len).await
+    }
+    async fn stats(&self) -> Value {
+        self.0.stats().await
+    }
+    async fn write_back(&self) -> Result<WriteBack> {
+        self.0.write_back().await
+    }
+    async fn detach(&self) -> Result<WriteBack> {
+        self.0.detach().await
+    }
+    async fn shutdown(&self) -> Result<()> {
+        self.0.shutdown().await
+    }
+    fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
+        self.0.metrics(stats, m)
+    }
+    async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
+        if cmd != "resize" {
+            return None;
+        }
+        let Some(size) = request["size"].as_u64() else {
+            return Some(
+                json!({"ok": false, "error": "resize: expected \"size\": the new cache device size in bytes"}),
+            );
+        };
+        let cache = Arc::clone(self.store());
+        let r = tokio::task::spawn_blocking(move || cache.resize(size)).await;
+        Some(match r {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"ok": false, "error": e.0}),
+            Err(e) => json!({"ok": false, "error": format!("the resize failed: {e}")}),
+        })
+    }
+}
 
 fn conv(e: CacheError) -> Error {
     Error::io(e.0)

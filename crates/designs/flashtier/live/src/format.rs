@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use tiercache_io::{BlockDev, FileDev, FileDevOptions};
 
 use crate::compress::Codec;
-use crate::layout::{plan_with, Superblock, WritePolicy, MAX_BACKING_PATH};
+use crate::layout::{plan_reserving, Superblock, WritePolicy, MAX_BACKING_PATH};
 use crate::segment::BLOCK;
 
 /// What `format` needs.
@@ -27,6 +27,10 @@ pub struct FormatOptions {
     pub force: bool,
     /// Compress cached blocks (the compressed variant, superblock version 2).
     pub compress: Codec,
+    /// Make the checkpoint areas large enough for a cache device of up to
+    /// this many bytes, so that `tiercache resize` can grow it that far
+    /// (default: the device's size at format).
+    pub max_size: Option<u64>,
 }
 
 fn open_rw(path: &Path, what: &str) -> Result<Arc<dyn BlockDev>> {
@@ -135,7 +139,10 @@ pub fn format(o: &FormatOptions) -> Result<Superblock> {
         (Some((_, old)), _) => old,
         (None, size) => size.unwrap_or(0),
     };
-    let mut sb = plan_with(len, o.seg_bytes, o.compress)?;
+    if let Some(m) = o.max_size.filter(|&m| m < len) {
+        bail!("--max-size {m} is smaller than the cache device ({len} bytes)");
+    }
+    let mut sb = plan_reserving(len, o.seg_bytes, o.compress, o.max_size.unwrap_or(len))?;
     sb.write_policy = o.write_policy;
     sb.dirty_target = o.dirty_target;
     sb.backing_size = backing_size;
@@ -210,7 +217,7 @@ fn undo_create(cache: &Path, existing: Option<(bool, u64)>) {
 }
 
 /// Write the metadata of an empty cache described by `sb` (its placement
-/// from [`plan_with`]) on `cache`. Bytes at or past `zero_from` read as
+/// from [`plan_reserving`]) on `cache`. Bytes at or past `zero_from` read as
 /// zeros already (a file just created or extended): they are not written.
 fn write_empty(cache: &Path, sb: &mut Superblock, zero_from: u64) -> Result<()> {
     let dev = open_rw(cache, "cache device")?;

@@ -107,6 +107,29 @@ impl Superblock {
     pub fn backing_blocks(&self) -> u64 {
         self.backing_size / BLOCK
     }
+    /// The most segments its checkpoint areas have room for: how far
+    /// `tiercache resize` can grow the cache (`format --max-size`).
+    pub fn max_nsegs(&self) -> u32 {
+        let d = self.geometry().data_blocks() as u64;
+        let fits = |n: u64| {
+            crate::checkpoint::checkpoint_bytes(n, n * d).is_some_and(|b| b <= self.ckpt_bytes)
+        };
+        // The checkpoint grows with the segments: the largest count that fits.
+        let (mut lo, mut hi) = (self.nsegs as u64, u32::MAX as u64);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo as u32
+    }
+    /// Bytes of a cache device whose data region ends after `nsegs` segments.
+    pub fn device_bytes(&self, nsegs: u32) -> u64 {
+        self.seg_off + nsegs as u64 * self.seg_bytes
+    }
 
     /// One 4 KiB copy.
     pub fn encode(&self) -> Vec<u8> {
@@ -294,6 +317,12 @@ impl Superblock {
 
     /// Write both copies (one, sync, the other, sync) with the next generation.
     pub fn write(&mut self, dev: &dyn BlockDev) -> std::io::Result<()> {
+        self.write_then(dev, &|| ())
+    }
+
+    /// [`Superblock::write`], calling `after_copy` after each copy is synced
+    /// (the resize crash tests stop there).
+    pub fn write_then(&mut self, dev: &dyn BlockDev, after_copy: &dyn Fn()) -> std::io::Result<()> {
         // A (corrupted) superblock at the last generation is not wrapped
         // around to 0, which would make the older copy win.
         self.generation = self.generation.checked_add(1).ok_or_else(|| {
@@ -306,6 +335,7 @@ impl Superblock {
         for copy in [0u64, 4096] {
             dev.write_at(&b, copy)?;
             dev.flush()?;
+            after_copy();
         }
         Ok(())
     }
@@ -335,13 +365,36 @@ pub fn plan(len: u64, seg_bytes: u64) -> Result<Superblock> {
 
 /// [`plan`] for a layout storing blocks with codec `compress`.
 pub fn plan_with(len: u64, seg_bytes: u64, compress: Codec) -> Result<Superblock> {
+    plan_reserving(len, seg_bytes, compress, len)
+}
+
+/// [`plan_with`], with checkpoint areas large enough for the segments of a
+/// device of `max_len` bytes (at least `len`): `tiercache resize` can grow
+/// the cache that far.
+pub fn plan_reserving(
+    len: u64,
+    seg_bytes: u64,
+    compress: Codec,
+    max_len: u64,
+) -> Result<Superblock> {
     let g = geometry(seg_bytes, compress).map_err(anyhow::Error::msg)?;
     let journal_off = 8192u64;
+    let max_len = max_len.max(len);
     let guess = (len / seg_bytes) as u32;
+    let max_guess = (max_len / seg_bytes) as u32;
     let journal_records = (guess / 4).clamp(16, 512);
-    let place = |nsegs: u32| -> (u64, u64, u64) {
+    let ckpt_for = |nsegs: u32| {
         let entries = nsegs as u64 * g.data_blocks() as u64;
-        let ckpt_bytes = (BLOCK + 8 * nsegs as u64 + 12 * entries).div_ceil(BLOCK) * BLOCK;
+        (BLOCK + 8 * nsegs as u64 + 12 * entries).div_ceil(BLOCK) * BLOCK
+    };
+    // Room for the segments of the largest device the cache may grow to.
+    let reserve = if max_len > len {
+        ckpt_for(max_guess)
+    } else {
+        0
+    };
+    let place = |nsegs: u32| -> (u64, u64, u64) {
+        let ckpt_bytes = ckpt_for(nsegs).max(reserve);
         let c0 = journal_off + journal_records as u64 * BLOCK;
         let end = c0 + 2 * ckpt_bytes;
         let seg_off = end.div_ceil(seg_bytes) * seg_bytes;

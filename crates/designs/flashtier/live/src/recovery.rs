@@ -247,6 +247,7 @@ pub(crate) fn rebuild(cache: &dyn BlockDev, sb: &Superblock) -> Result<Rebuilt> 
     info.checkpoint_epoch = ck.epoch;
     let bad = |what: String| anyhow::anyhow!("corrupt metadata: {what}");
     let mut seqs = ck.seg_seqs;
+    seqs.resize(sb.nsegs as usize, 0);
     let journal = read_journal(cache, sb, ck.epoch).context("reading the journal")?;
     let mut rewritten = vec![false; sb.nsegs as usize];
     for r in &journal {
@@ -400,11 +401,15 @@ fn checkpoint_map(
         cache,
         sb,
         |head, _| {
-            if head.seg_seqs.len() != sb.nsegs as usize {
+            // A resize records the new segment count in the superblock
+            // around a checkpoint of the other count: segments past the
+            // checkpoint's are free, those past the superblock's hold no
+            // mapped block (an entry there is refused below).
+            if head.seg_seqs.len() > sb.max_nsegs() as usize {
                 return Err(format!(
-                    "the checkpoint describes {} segments, the superblock {}",
+                    "the checkpoint describes {} segments, the superblock at most {}",
                     head.seg_seqs.len(),
-                    sb.nsegs
+                    sb.max_nsegs()
                 ));
             }
             Ok((SparseMap::new(slots, sb.backing_blocks(), slots)?, 0u64))

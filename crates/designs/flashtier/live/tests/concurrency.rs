@@ -42,6 +42,7 @@ fn setup(dir: &Path) -> (Arc<CrashDev>, Arc<CrashDev>, std::path::PathBuf) {
         dirty_target: 0.3,
         seg_bytes: 64 << 10,
         force: false,
+        max_size: None,
         compress: Default::default(),
     })
     .unwrap();

@@ -84,6 +84,7 @@ fn images(policy: WritePolicy, compress: Codec) -> (Vec<u8>, Vec<u8>, tempfile::
         dirty_target: 0.5,
         seg_bytes: SEG,
         force: false,
+        max_size: None,
         compress,
     })
     .unwrap();

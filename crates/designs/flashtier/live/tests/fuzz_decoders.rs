@@ -52,6 +52,7 @@ fn crashed_cache() -> (Vec<u8>, Vec<u8>, Superblock) {
         dirty_target: 0.5,
         seg_bytes: SEG,
         force: false,
+        max_size: None,
         compress: Default::default(),
     })
     .unwrap();

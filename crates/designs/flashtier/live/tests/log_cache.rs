@@ -56,6 +56,7 @@ fn setup(
         dirty_target: 0.3,
         seg_bytes: seg,
         force: false,
+        max_size: None,
         compress: Default::default(),
     })
     .unwrap();
@@ -469,6 +470,7 @@ fn bad_input_is_refused() {
         dirty_target: 0.3,
         seg_bytes: 64 << 10,
         force: false,
+        max_size: None,
         compress: Default::default(),
     };
     let e = format(&again).unwrap_err().to_string();
@@ -476,6 +478,7 @@ fn bad_input_is_refused() {
     let e = format(&FormatOptions {
         seg_bytes: 1000,
         force: true,
+        max_size: None,
         ..again.clone()
     })
     .unwrap_err()
@@ -484,6 +487,7 @@ fn bad_input_is_refused() {
     let e = format(&FormatOptions {
         cache: backing.clone(),
         force: true,
+        max_size: None,
         ..again.clone()
     })
     .unwrap_err()

@@ -61,6 +61,7 @@ fn recovery_of_a_million_blocks() {
         dirty_target: 1.0,
         seg_bytes: 1 << 20,
         force: false,
+        max_size: None,
         compress: Default::default(),
     })
     .unwrap();

@@ -180,6 +180,10 @@ pub struct Log<X> {
     pub data_blocks: u32,
     /// Write-back cleaning resumes at this block.
     pub clean_cursor: u64,
+    /// Segments in use: those from here on are being retired (a shrink,
+    /// [`Self::retire_from`]): never opened again, and cleaning one leaves
+    /// it free but off the free list.
+    pub active: u32,
     /// How segment cleaning picks its victim.
     pub victim: GcPolicy,
     pub counters: LogCounters,
@@ -230,6 +234,7 @@ impl<X> Log<X> {
             .map(|(i, _)| i as u32)
             .collect();
         Log {
+            active: segs.len() as u32,
             map,
             segs,
             free,
@@ -387,6 +392,77 @@ impl<X> Log<X> {
         (target * slots as f64) as usize
     }
 
+    /// Grow to `nsegs` segments (more than now, none being retired): the
+    /// new ones are free, reused after the free ones there are; the map is
+    /// reshaped for the new slots. Fails, changing nothing, when the map
+    /// cannot take them.
+    pub fn add_segments(&mut self, nsegs: u32) -> Result<(), String> {
+        let old = self.segs.len() as u32;
+        if nsegs <= old || self.active != old {
+            return Err(format!("cannot grow {old} segments to {nsegs}"));
+        }
+        self.map = self
+            .map
+            .with_slots(nsegs as u64 * self.data_blocks as u64)?;
+        for s in old..nsegs {
+            self.segs.push(SegInfo {
+                state: SegState::Free,
+                seq: 0,
+                live: 0,
+            });
+            self.free.push_back(s);
+        }
+        self.active = nsegs;
+        Ok(())
+    }
+
+    /// Start shrinking to `nsegs` segments: segments `nsegs..` leave the
+    /// free list and are never opened again; the caller cleans the ones
+    /// still in use ([`Self::retiring`], [`Self::clean_segment`]), then
+    /// drops them ([`Self::drop_retired`]) or takes the shrink back
+    /// ([`Self::unretire`]).
+    pub fn retire_from(&mut self, nsegs: u32) {
+        self.active = nsegs.min(self.segs.len() as u32);
+        let keep = self.active;
+        self.free.retain(|&s| s < keep);
+    }
+
+    /// The next retired segment still in use (sealed or open), if any.
+    pub fn retiring(&self) -> Option<u32> {
+        (self.active..self.segs.len() as u32)
+            .find(|&s| self.segs[s as usize].state != SegState::Free)
+    }
+
+    /// Take back [`Self::retire_from`]: every segment is in use again, the
+    /// retired ones cleaned meanwhile back on the free list.
+    pub fn unretire(&mut self) {
+        for s in self.active..self.segs.len() as u32 {
+            if self.segs[s as usize].state == SegState::Free && !self.free.contains(&s) {
+                self.free.push_back(s);
+            }
+        }
+        self.active = self.segs.len() as u32;
+    }
+
+    /// The map reshaped for the segments in use (all retired ones free): the
+    /// first step of [`Self::drop_retired`], which fails without changing
+    /// anything.
+    pub fn map_for_active(&self) -> Result<SparseMap, String> {
+        if let Some(s) = self.retiring() {
+            return Err(format!("retired segment {s} is still in use"));
+        }
+        self.map
+            .with_slots(self.active as u64 * self.data_blocks as u64)
+    }
+
+    /// Finish a shrink: the retired segments (all free) leave the segment
+    /// table, and `map` (from [`Self::map_for_active`]) replaces the map.
+    pub fn drop_retired(&mut self, map: SparseMap) {
+        debug_assert!(self.retiring().is_none());
+        self.segs.truncate(self.active as usize);
+        self.map = map;
+    }
+
     /// Debug builds: the segment table agrees with the map (cheap counts only).
     pub fn debug_check(&self) {
         debug_assert!(self.map.len() <= self.segs.len() * self.data_blocks as usize);
@@ -493,7 +569,9 @@ impl<X: LogIo> Log<X> {
             "segment {v} still has live blocks"
         );
         self.segs[v as usize].state = SegState::Free;
-        self.free.push_back(v);
+        if v < self.active {
+            self.free.push_back(v);
+        }
         self.counters.segments_cleaned += 1;
         Ok(())
     }

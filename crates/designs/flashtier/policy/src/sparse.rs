@@ -116,6 +116,27 @@ impl SparseMap {
         Ok((width as u64).saturating_mul(cap as u64) + std::mem::size_of::<Self>() as u64)
     }
 
+    /// The same map for a cache of `slots` slots (up to `slots` entries,
+    /// the same backing device): every entry copied into a table shaped for
+    /// it (the dirty index kept if on). Fails, changing nothing, when an
+    /// entry points at a slot past `slots` or the entries would not fit.
+    pub fn with_slots(&self, slots: u64) -> Result<SparseMap, String> {
+        if let Some((lba, e)) = self.iter().find(|(_, e)| e.slot as u64 >= slots) {
+            return Err(format!(
+                "block {lba} is cached in slot {}, past the {slots} slots",
+                e.slot
+            ));
+        }
+        let mut m = SparseMap::new(slots, self.max_lba, slots)?;
+        for (lba, e) in self.iter() {
+            m.insert(lba, e)?;
+        }
+        if self.dirty_index.is_some() {
+            m.index_dirty();
+        }
+        Ok(m)
+    }
+
     /// Blocks mapped.
     pub fn len(&self) -> usize {
         self.len

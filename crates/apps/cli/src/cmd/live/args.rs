@@ -22,8 +22,8 @@ pub struct FormatArgs {
     /// Size of a cache file to create (e.g. 1GiB).
     #[arg(long, allow_hyphen_values = true)]
     pub size: Option<String>,
-    /// SSD cache and three-level cache (each SSD): make their metadata regions for a cache of up
-    /// to this size
+    /// SSD cache, log-structured cache and three-level cache (each SSD):
+    /// make their metadata regions for a cache of up to this size
     /// (e.g. 8GiB), so that `tiercache resize` can grow it that far while it
     /// serves [default: the device's size].
     #[arg(long, value_name = "SIZE")]

@@ -116,11 +116,8 @@ fn warn_if_larger_than_free_space(file: &Path) {
 }
 
 fn format_design(a: &FormatArgs) -> Result<()> {
-    if a.max_size.is_some()
-        && (!matches!(a.tier.mode.as_str(), "cache" | "tica")
-            || (a.tier.mode == "cache" && a.ls.layout != "in-place"))
-    {
-        bail!("--max-size applies to the SSD cache (--design azor) and the three-level cache (--design tica) only");
+    if a.max_size.is_some() && !matches!(a.tier.mode.as_str(), "cache" | "tica") {
+        bail!("--max-size applies to the SSD cache (--design azor), the log-structured cache (--design flashtier) and the three-level cache (--design tica) only");
     }
     if let Some(r) = designs::log_structured::format(a) {
         return r;

@@ -26,6 +26,11 @@ metadata regions were made for; a shrink while dirty lines cannot be
 written back (the backing device fails); a cache that is not fully
 associative; a degraded cache.
 
+The log-structured cache (--design flashtier) adds segments or retires
+them: a shrink evicts the clean blocks of the retired segments and moves
+or writes back their dirty ones, one segment at a time while requests are
+served, then records the new size (docs/designs/log-structured.md).
+
 The three-level cache (--design tica) resizes each SSD to --size, or
 only the one --device names; the policy caches as many pages as the
 smaller SSD holds, less a reserve. A shrink first evicts the least recently
@@ -87,7 +92,7 @@ pub fn resize(a: ResizeArgs) -> Result<()> {
         }
         let why = v["error"].as_str().unwrap_or("no reason given");
         if why.starts_with("unknown command 'resize'") {
-            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache and the three-level cache can)");
+            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache, the log-structured cache and the three-level cache can)");
         }
         bail!("resize refused: {why}");
     }

@@ -50,8 +50,14 @@ const SPINS: usize = 64;
 pub(crate) struct Generations(Box<[AtomicU64]>);
 
 impl Generations {
+    /// One per segment the cache can grow to (`tiercache resize`).
     pub(crate) fn new(st: &State) -> Self {
-        Generations(st.segs.iter().map(|s| AtomicU64::new(s.seq)).collect())
+        let max = (st.sb.max_nsegs() as usize).max(st.segs.len());
+        Generations(
+            (0..max)
+                .map(|s| AtomicU64::new(st.segs.get(s).map_or(0, |x| x.seq)))
+                .collect(),
+        )
     }
     /// Segment `seg` starts life `seq`: before any data of it is written.
     pub(crate) fn reopen(&self, seg: u32, seq: u64) {

@@ -45,6 +45,7 @@ mod lifecycle;
 mod log;
 mod read;
 mod report;
+mod resize;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,7 @@ use tiercache_io::BlockDev;
 
 pub use self::fast::{fast_path_wanted, FAST_MAX};
 use self::log::Staged;
+pub use self::resize::STOP_AT_ENV as RESIZE_STOP_AT_ENV;
 use crate::cleaning::{SegInfo, VictimPolicy};
 use crate::compress::{Codec, RAW_UNITS, UNIT};
 use crate::layout::{Superblock, WritePolicy};
@@ -315,6 +317,8 @@ pub struct LogCache {
     fast: fast::FastCounters,
     /// Failed reads and writes of the cache and backing devices (`stats`).
     device_errors: tiercache_io::DeviceErrors,
+    /// Held by the one resize running (`resize`).
+    resizing: Mutex<()>,
 }
 
 impl LogCache {
@@ -347,6 +351,7 @@ impl LogCache {
             fast_on: std::sync::atomic::AtomicBool::new(true),
             fast: Default::default(),
             device_errors,
+            resizing: Mutex::new(()),
         }
     }
 

@@ -39,6 +39,7 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf) {
         dirty_target: 0.9,
         seg_bytes: 64 << 10,
         force: false,
+        max_size: None,
         compress: Default::default(),
     })
     .unwrap();
@@ -130,6 +131,7 @@ fn setup_compressed(dir: &Path, codec: Codec, policy: WritePolicy) -> (PathBuf, 
         dirty_target: 0.5,
         seg_bytes: 64 << 10,
         force: false,
+        max_size: None,
         compress: codec,
     })
     .unwrap();

@@ -78,6 +78,12 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
         seg_bytes: parse_bytes(&a.ls.segment_size).map_err(anyhow::Error::msg)?,
         force: a.force,
         compress,
+        max_size: a
+            .max_size
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--max-size: {e}"))?,
     };
     let sb = ls::format(&o)?;
     let data = u64::from(sb.nsegs) * u64::from(sb.geometry().phys_blocks()) * ls::BLOCK;
@@ -103,6 +109,13 @@ fn format_ls(a: &FormatArgs) -> Result<()> {
             format_bytes(sb.slots() * ls::BLOCK),
             sb.write_policy,
             backing.display()
+        );
+    }
+    if sb.max_nsegs() > sb.nsegs {
+        println!(
+            "tiercache resize can grow it to {} segments (a cache device of {})",
+            sb.max_nsegs(),
+            format_bytes(sb.device_bytes(sb.max_nsegs()))
         );
     }
     super::warn_if_larger_than_backing("cache", data, "backing device", backing);
