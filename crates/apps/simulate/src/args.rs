@@ -20,7 +20,9 @@ tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode 
 tiercache sim --trace ../shared/traces/samples/msr-cambridge1-sample.csv --mode tica --cache-size 10% --dram-size 1%"
 )]
 pub struct SimArgs {
-    /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).
+    /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently). A
+    /// recording rotated by `serve --record FILE --record-max` is one trace:
+    /// --trace FILE reads FILE.N, ..., FILE.1, then FILE (FILE.1 alone: that file).
     #[arg(long)]
     pub trace: PathBuf,
     /// What to simulate: cache (Azor SSD cache), ssd|ssc|ssc-v (FlashTier flash devices),

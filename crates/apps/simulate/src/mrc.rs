@@ -46,7 +46,9 @@ tiercache mrc --trace ../shared/traces/cloudphysics/w106.trace.xz --method shard
 tiercache mrc --trace ../shared/traces/arc/P3.lis.zst --method minisim --policy s3fifo --rate 0.05 --out p3.svg"
 )]
 pub struct MrcArgs {
-    /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently).
+    /// Trace file (compressed .gz/.xz/.zst/.bz2 are read transparently). A
+    /// recording rotated by `serve --record FILE --record-max` is one trace:
+    /// --trace FILE reads FILE.N, ..., FILE.1, then FILE (FILE.1 alone: that file).
     #[arg(long)]
     pub trace: PathBuf,
     /// Trace format: as `sim --format` [default: detected].
@@ -65,6 +67,11 @@ pub struct MrcArgs {
     /// Shards: sample at most this many lines (fixed memory; the rate falls as the sample fills).
     #[arg(long)]
     pub sample_size: Option<usize>,
+    /// Shards, minisim: which lines are drawn: each seed draws another random
+    /// sample of the same rate (0 is the sample `serve`'s what-if draws); runs
+    /// with several seeds show how much the curve depends on the draw.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Cache sizes (list): SIZE, a number of lines (1000lines), a percentage of the working
     /// set, or `auto` (24 sizes from 0.1 % of the working set to all of it).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
@@ -102,6 +109,7 @@ impl MrcArgs {
             method: None,
             rate: None,
             sample_size: None,
+            seed: 0,
             sizes: vec!["auto".into()],
             line_size: d::LINE_SIZE.into(),
             block_size: "512B".into(),
@@ -171,8 +179,8 @@ fn method(a: &MrcArgs) -> Result<Method> {
             a.policy
         ),
         "exact" => {
-            if a.rate.is_some() || a.sample_size.is_some() {
-                bail!("--method exact samples nothing: drop --rate/--sample-size, or use --method shards");
+            if a.rate.is_some() || a.sample_size.is_some() || a.seed != 0 {
+                bail!("--method exact samples nothing: drop --rate/--sample-size/--seed, or use --method shards");
             }
             Method::Exact
         }
@@ -259,7 +267,7 @@ pub fn run(a: &MrcArgs) -> Result<MrcOutput> {
             let mut exact = StackDistance::new();
             let mut curve = Curve::exact();
             let mut shards = match m {
-                Method::Shards(s) => Some(Shards::new(s)),
+                Method::Shards(s) => Some(Shards::with_seed(s, a.seed)),
                 _ => None,
             };
             let mut n = [0u64; 2];
@@ -419,7 +427,7 @@ fn minisim(
             if let Some(k) = k {
                 n[k as usize] += 1;
             }
-            if !tiercache_mrc::sampled(l, rate) {
+            if !tiercache_mrc::sampled_seeded(l, rate, a.seed) {
                 continue;
             }
             seen.insert(l);

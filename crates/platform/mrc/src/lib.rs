@@ -28,7 +28,7 @@ mod stack;
 
 pub use curve::{Curve, QUANT_BUCKETS};
 pub use fenwick::Fenwick;
-pub use shards::{hash, sampled, Sampling, Shards, MODULUS};
+pub use shards::{hash, hash_seeded, sampled, sampled_seeded, Sampling, Shards, MODULUS};
 pub use stack::StackDistance;
 
 /// What a request does to one cache line, as the SSD cache's engine splits

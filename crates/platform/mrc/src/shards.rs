@@ -18,10 +18,22 @@ pub fn hash(line: u64) -> u64 {
     (x ^ (x >> 31)) & (MODULUS - 1)
 }
 
+/// The spatial hash of `line` under `seed`: seed 0 is [`hash`]; another
+/// seed draws another random subset of lines (an independent sample, to see
+/// how much an estimate depends on which lines were drawn).
+pub fn hash_seeded(line: u64, seed: u64) -> u64 {
+    hash(line ^ seed)
+}
+
 /// Whether `line` is in the sample of `rate` (the same lines for every use:
 /// SHARDS and the miniature simulations sample alike).
 pub fn sampled(line: u64, rate: f64) -> bool {
-    hash(line) < threshold(rate)
+    sampled_seeded(line, rate, 0)
+}
+
+/// Whether `line` is in the sample of `rate` drawn with `seed`.
+pub fn sampled_seeded(line: u64, rate: f64, seed: u64) -> bool {
+    hash_seeded(line, seed) < threshold(rate)
 }
 
 fn threshold(rate: f64) -> u64 {
@@ -42,6 +54,8 @@ pub enum Sampling {
 #[derive(Debug)]
 pub struct Shards {
     sampling: Sampling,
+    /// The sample's seed ([`hash_seeded`]).
+    seed: u64,
     threshold: u64,
     stack: StackDistance,
     curve: Curve,
@@ -53,12 +67,18 @@ pub struct Shards {
 
 impl Shards {
     pub fn new(sampling: Sampling) -> Self {
+        Self::with_seed(sampling, 0)
+    }
+
+    /// The sample drawn with `seed` ([`hash_seeded`]).
+    pub fn with_seed(sampling: Sampling, seed: u64) -> Self {
         let threshold = match sampling {
             Sampling::Rate(r) => threshold(r),
             Sampling::Size { .. } => MODULUS,
         };
         Shards {
             sampling,
+            seed,
             threshold,
             stack: StackDistance::new(),
             curve: Curve::quantized(),
@@ -90,7 +110,7 @@ impl Shards {
     /// One access to `line`.
     pub fn access(&mut self, line: u64, kind: Kind) {
         self.seen[kind as usize] += 1;
-        let h = hash(line);
+        let h = hash_seeded(line, self.seed);
         if h >= self.threshold {
             return;
         }
@@ -124,7 +144,7 @@ impl Shards {
     /// One access to `line` that, if `line` is not cached, no cache keeps
     /// ([`StackDistance::miss_unkept`]).
     pub fn access_unkept(&mut self, line: u64, kind: Kind) {
-        if hash(line) < self.threshold && !self.stack.contains(line) {
+        if hash_seeded(line, self.seed) < self.threshold && !self.stack.contains(line) {
             self.seen[kind as usize] += 1;
             self.stack.miss_unkept();
             self.curve.add(kind, None, 1.0);
@@ -135,7 +155,7 @@ impl Shards {
 
     /// `line` is removed from every cache (a trim).
     pub fn remove(&mut self, line: u64) {
-        let h = hash(line);
+        let h = hash_seeded(line, self.seed);
         if h < self.threshold && self.stack.remove(line) {
             self.members.remove(&(h, line));
         }

@@ -12,7 +12,9 @@
 //!   FILE.{keep-1} becomes FILE.{keep} (the old FILE.{keep} is deleted), ...,
 //!   FILE becomes FILE.1, and a new FILE starts. The recording takes at most
 //!   `(keep + 1) x max_bytes` of disk; each file is a whole native trace,
-//!   its times continuing the previous file's.
+//!   its times continuing the previous file's. Every reader of traces reads
+//!   FILE together with its rotated files, oldest first, as one trace
+//!   ([`tiercache_trace::rotated_set`]); FILE.n alone reads that file only.
 //! - **Memory**: the open file's write buffer ([`BUFFER_BYTES`], 65,536
 //!   requests), whatever the request rate or the recording's length; a
 //!   request adds 16 bytes to it (32 after more than 4.29 s without a
@@ -83,14 +85,10 @@ impl RecordSpec {
         Ok(())
     }
 
-    /// FILE.n (FILE itself for 0).
+    /// FILE.n (FILE itself for 0): the names a reader of the trace
+    /// ([`tiercache_trace::open`]) reads as one recording.
     pub fn file(&self, n: u32) -> PathBuf {
-        if n == 0 {
-            return self.path.clone();
-        }
-        let mut s = self.path.as_os_str().to_owned();
-        s.push(format!(".{n}"));
-        s.into()
+        tiercache_trace::rotated_file(&self.path, n)
     }
 }
 
@@ -389,11 +387,16 @@ mod tests {
         assert_eq!(v["requests"], n);
         rec.record(IoKind::Read, 0, 4096, None); // stopped: not recorded
         assert!(!spec.file(3).exists(), "only keep=2 older files");
-        let mut all = Vec::new();
+        let mut older = Vec::new();
         for f in (0..=2).rev().map(|k| spec.file(k)) {
             assert!(std::fs::metadata(&f).unwrap().len() <= spec.max_bytes);
-            all.extend(read_all(&f));
         }
+        for f in [spec.file(2), spec.file(1)] {
+            older.extend(read_all(&f));
+        }
+        // FILE reads as the files kept, oldest first.
+        let all = read_all(&spec.path);
+        assert!(all.len() > older.len() && all[..older.len()] == older[..]);
         // The newest (keep + 1) files hold the last requests, in order.
         let first = n - all.len() as u64;
         assert!(all.len() > 2 * (MIN_MAX_BYTES as usize / 16 - 2));

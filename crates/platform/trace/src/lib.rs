@@ -112,6 +112,8 @@ pub struct TraceReader {
     first_bad: Option<String>,
     /// Raw time of the first record, the zero of normalised times.
     base: Option<u64>,
+    /// Files of a rotated recording still to read, oldest first ([`rotated_set`]).
+    rest: std::vec::IntoIter<std::path::PathBuf>,
     done: bool,
 }
 
@@ -163,6 +165,16 @@ impl TraceReader {
             };
             match item {
                 None => {
+                    if let Some(next) = self.rest.next() {
+                        match open_native(&next) {
+                            Ok(r) => {
+                                self.inner = Inner::Native(r);
+                                self.path = next;
+                                continue;
+                            }
+                            Err(e) => return self.fail(e),
+                        }
+                    }
                     self.done = true;
                     return self.at_end().map(Err);
                 }
@@ -266,30 +278,77 @@ pub fn open(path: &Path, format: Option<Format>, opts: &ReadOptions) -> Result<T
             ),
         });
     }
+    // A native trace is read with the older files of its rotated recording.
+    let mut files = match format {
+        Format::Native => rotated_set(path),
+        _ => vec![path.to_path_buf()],
+    }
+    .into_iter();
+    let path = files.next().expect("a trace has a first file");
     let inner = match format {
-        Format::Native => {
-            // Uncompressed native files are memory-mapped: the benchmark path.
-            let reader: compress::DynBufRead = match compress::Mapped::open(path) {
-                Some(m) => Box::new(m),
-                None => compress::open_decompressed(path)?.0,
-            };
-            Inner::Native(native::NativeReader::new(path, reader)?)
-        }
+        Format::Native => Inner::Native(open_native(&path)?),
         other => {
-            let (reader, _codec) = compress::open_decompressed(path)?;
-            Inner::Other(formats::source(other, path, reader, opts)?)
+            let (reader, _codec) = compress::open_decompressed(&path)?;
+            Inner::Other(formats::source(other, &path, reader, opts)?)
         }
     };
     Ok(TraceReader {
         inner,
         format,
-        path: path.to_path_buf(),
+        path,
         volume: opts.volume.clone(),
         skip_bad: opts.skip_bad,
         skipped: 0,
         yielded: 0,
         first_bad: None,
         base: None,
+        rest: files,
         done: false,
     })
+}
+
+/// A native trace file's reader.
+fn open_native(path: &Path) -> Result<native::NativeReader> {
+    // Uncompressed native files are memory-mapped: the benchmark path.
+    let reader: compress::DynBufRead = match compress::Mapped::open(path) {
+        Some(m) => Box::new(m),
+        None => compress::open_decompressed(path)?.0,
+    };
+    native::NativeReader::new(path, reader)
+}
+
+/// FILE.`n` (FILE itself for 0): the names a rotated recording takes
+/// (`tiercache serve --record FILE --record-max SIZE`).
+pub fn rotated_file(path: &Path, n: u32) -> std::path::PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{n}"));
+    s.into()
+}
+
+/// The files that hold the native trace FILE, oldest first: a recording
+/// rotated by size keeps its older requests in FILE.1 (the newer) ... FILE.N
+/// (the oldest), so FILE.N, ..., FILE.1, FILE when FILE.1 is a native trace
+/// (N the last of FILE.1, FILE.2, ... that is one), FILE alone otherwise.
+/// [`open`] reads a native trace this way: a rotated recording is one trace.
+pub fn rotated_set(path: &Path) -> Vec<std::path::PathBuf> {
+    let mut older: Vec<std::path::PathBuf> = (1..)
+        .map(|n| rotated_file(path, n))
+        .take_while(|p| is_native(p))
+        .collect();
+    older.reverse();
+    older.push(path.to_path_buf());
+    older
+}
+
+/// Whether `p` is a file that starts as a native trace.
+fn is_native(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == native::MAGIC
 }

@@ -251,3 +251,39 @@ fn disksim_output_refuses_unaligned_and_trims() {
     convert([rec(1024, IoKind::Read)], &out, Format::Disksim, 512).unwrap();
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "1.500000 0 2 1 1\n");
 }
+
+/// A recording rotated by size (`serve --record FILE --record-max`): FILE
+/// holds the newest requests, FILE.1 older ones, FILE.2 the oldest. Opening
+/// FILE reads FILE.2, FILE.1 and FILE as one trace, in time order; FILE.1
+/// opened alone is itself; a FILE.1 that is not a native trace is not read.
+#[test]
+fn a_rotated_recording_reads_as_one_trace() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("run.trace");
+    let rec = |i: u64| Record {
+        time_ns: i * 5_000_000_000, // 5 s apart: time-base records too
+        offset: i * 4096,
+        len: 4096,
+        kind: if i.is_multiple_of(2) {
+            IoKind::Read
+        } else {
+            IoKind::Write
+        },
+        class: Some(Class::Data),
+    };
+    let all: Vec<Record> = (0..9).map(rec).collect();
+    for (n, part) in [(2u32, 0..3u64), (1, 3..6), (0, 6..9)] {
+        let p = tiercache_trace::rotated_file(&file, n);
+        write_native(&p, part.map(rec)).unwrap();
+    }
+    assert_eq!(read_native(&file).unwrap(), all);
+    assert_eq!(
+        tiercache_trace::rotated_set(&file),
+        [2, 1, 0].map(|n| tiercache_trace::rotated_file(&file, n))
+    );
+    let one = tiercache_trace::rotated_file(&file, 1);
+    assert_eq!(read_native(&one).unwrap(), all[3..6]);
+    // A FILE.1 that is not a trace ends the set: FILE alone.
+    std::fs::write(&one, "not a trace\n").unwrap();
+    assert_eq!(read_native(&file).unwrap(), all[6..9]);
+}
