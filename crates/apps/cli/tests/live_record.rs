@@ -3,7 +3,8 @@
 //! - A recorded fio run (nbd engine, random mixed reads and writes at queue
 //!   depth 16, crc32c verify, then a Zipf-skewed mix), run through `sim --like` of the same cache,
 //!   counts exactly the live hits, misses, fills and evictions.
-//! - `--record-max` and `--record-keep` bound the files (rotation).
+//! - `--record-max` and `--record-keep` bound the files (rotation); `sim
+//!   --trace FILE` and `mrc --trace FILE` read the rotated files as one trace.
 //! - `tiercache record start|stop|status` over the control socket.
 //!
 //! Skips with a `SKIPPED:` message when fio is missing.
@@ -165,19 +166,180 @@ fn recording_rotates_within_its_bound() {
         }
     };
     assert!(!file(3).exists(), "only 2 older files are kept");
-    let mut all = Vec::new();
+    let mut older = Vec::new();
     for n in [2, 1, 0] {
         let len = std::fs::metadata(file(n)).unwrap().len();
         assert!(len <= 16 << 10, "{} is {len} bytes", file(n).display());
+    }
+    for n in [2, 1] {
         let r = records(&file(n));
         assert!(!r.is_empty(), "{} is empty", file(n).display());
-        all.extend(r);
+        older.extend(r);
     }
+    // FILE reads as the whole recording kept: FILE.2, FILE.1, then FILE's own.
+    let all = records(&trace);
+    assert!(all.len() > older.len() && all[..older.len()] == older[..]);
     assert!(all.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     // The files that were rotated out are full (16-byte records up to the bound).
     for n in [2, 1] {
         assert!(std::fs::metadata(file(n)).unwrap().len() > (16 << 10) - 64);
     }
+}
+
+/// A recording rotated many times (`--record-max 16KiB`, every file kept)
+/// reads as one trace: `sim --trace FILE --like CACHE` counts exactly the
+/// live hits, misses, fills and evictions, and `mrc --trace FILE` sees every
+/// recorded request (its exact LRU curve at the cache's size is `sim`'s hits).
+#[test]
+fn a_rotated_recording_runs_through_sim_and_mrc_as_one_trace() {
+    require_tools!("fio");
+    let s = Setup::new(64 * MIB, "8MiB", &[]);
+    let trace = s.path("rot.trace");
+    let mut srv = s.serve(&[
+        "--record",
+        trace.to_str().unwrap(),
+        "--record-max",
+        "16KiB",
+        "--record-keep",
+        "1000",
+    ]);
+    fio_workload(&srv.uri(), 16 * MIB);
+    let live = s.stats();
+    let stopped = record_ctl(&s.cache, &["stop"]);
+    srv.stop();
+    assert!(stopped["rotations"].as_u64().unwrap() >= 3, "{stopped:#}");
+    assert!(PathBuf::from(format!("{}.3", trace.display())).exists());
+    let recs = records(&trace);
+    assert_eq!(recs.len() as u64, stopped["requests"].as_u64().unwrap());
+    let sim = json(&run(Command::new(bin())
+        .args(["sim", "--trace"])
+        .arg(&trace)
+        .arg("--like")
+        .arg(&s.cache)
+        .arg("--json")));
+    for k in COUNTERS {
+        assert_eq!(live[k], sim[k], "{k} differs (live {live:#}\nsim {sim:#})");
+    }
+    let rows = json(&run(Command::new(bin())
+        .args(["mrc", "--trace"])
+        .arg(&trace)
+        .args(["--sizes", &format!("{}lines", live["slots"]), "--json"])));
+    let row = &rows[0];
+    let lines: u64 = recs
+        .iter()
+        .filter(|r| matches!(r.kind, IoKind::Read | IoKind::Write))
+        .map(|r| (r.offset + u64::from(r.len) - 1) / 4096 - r.offset / 4096 + 1)
+        .sum();
+    assert_eq!(row["block_accesses"], lines, "{row:#}");
+    assert_eq!(row["hits"], sim["hits"], "{row:#}\nsim {sim:#}");
+}
+
+/// The tiered volume (OODT) records too: a fio run at queue depth 1 (a
+/// Zipf-skewed random mix, so blocks migrate), with the planner on the
+/// request clock (`--plan-clock requests`: a round runs right after the
+/// request that made it due, as the simulator runs it). `sim --trace FILE
+/// --like VOLUME` gives exactly the live counters the tiering simulator also
+/// keeps: requests, planning rounds, migrations, promotions, demotions,
+/// exchanges, migrated bytes, and the share of block accesses the fast tier
+/// served (response times are the device model's, not compared).
+#[test]
+fn a_recorded_tiered_volume_run_through_sim_like_gives_the_live_counters() {
+    require_tools!("fio");
+    let tmp = tempfile::tempdir().unwrap();
+    let (fast, slow) = (tmp.path().join("fast.img"), tmp.path().join("slow.img"));
+    clients_util::sparse_file(&slow, 64 * MIB);
+    let tiers = format!("{},{}", fast.display(), slow.display());
+    run(Command::new(bin()).args([
+        "format",
+        "--design",
+        "oodt",
+        "--tiers",
+        &tiers,
+        "--size",
+        "8MiB",
+        "--tier-block",
+        "4KiB",
+        "--capacity",
+        "slow",
+        "--plan-every",
+        "50",
+        "--moves-per-round",
+        "16",
+        "--plan-clock",
+        "requests",
+    ]));
+    let trace = tmp.path().join("tier.trace");
+    let mut srv = clients_util::Server::start(
+        &fast,
+        &tmp.path().join("nbd.sock"),
+        &["--record", trace.to_str().unwrap()],
+    );
+    fio(
+        &srv.uri(),
+        "zipf",
+        &[
+            "--rw=randrw",
+            "--rwmixread=70",
+            "--bs=4k",
+            "--size=32M",
+            "--norandommap",
+            "--random_distribution=zipf:1.1",
+            "--iodepth=1",
+            "--number_ios=4000",
+            "--randseed=21",
+        ],
+    );
+    let live = json(&run(Command::new(bin())
+        .args(["stats", "--json", "--cache"])
+        .arg(&fast)));
+    let stopped = record_ctl(&fast, &["stop"]);
+    srv.stop();
+    assert_eq!(live["design"], "oodt", "{live:#}");
+    let sim = json(&run(Command::new(bin())
+        .args(["sim", "--trace"])
+        .arg(&trace)
+        .arg("--like")
+        .arg(&fast)
+        .args(["--no-timing", "--no-baseline", "--json"])));
+    let sim = if sim.is_array() { sim[0].clone() } else { sim };
+    assert_eq!(sim["requests"], stopped["requests"], "{sim:#}");
+    assert_eq!(
+        live["planner_rounds"], sim["planning_rounds"],
+        "planning rounds (live {live:#}\nsim {sim:#})"
+    );
+    for k in [
+        "migrations",
+        "promotions",
+        "demotions",
+        "exchanges",
+        "migrated_bytes",
+    ] {
+        assert_eq!(live[k], sim[k], "{k} differs (live {live:#}\nsim {sim:#})");
+    }
+    let hits = |t: usize| {
+        let x = &live["tiers"][t];
+        x["read_hits"].as_u64().unwrap() + x["write_hits"].as_u64().unwrap()
+    };
+    let share = hits(0) as f64 / (hits(0) + hits(1)) as f64;
+    assert_eq!(
+        share.to_bits(),
+        sim["fast_tier_access_share"].as_f64().unwrap().to_bits(),
+        "fast tier access share live {share}, sim {}",
+        sim["fast_tier_access_share"]
+    );
+    eprintln!(
+        "oodt: {} requests, {} rounds, {} promotions, {} demotions, fast-tier accesses {} of {} (live = sim)",
+        sim["requests"],
+        live["planner_rounds"],
+        live["promotions"],
+        live["demotions"],
+        hits(0),
+        hits(0) + hits(1)
+    );
+    // The run exercised what it compares.
+    assert!(live["planner_rounds"].as_u64().unwrap() >= 50, "{live:#}");
+    assert!(live["promotions"].as_u64().unwrap() > 20, "{live:#}");
+    assert!(hits(0) > 0, "{live:#}");
 }
 
 /// `tiercache record start FILE` on a running server records exactly the
@@ -417,6 +579,87 @@ fn what_if_estimates_agree_with_mrc_of_a_recording() {
         "{text}"
     );
     srv.stop();
+}
+
+/// The stated error (docs/operations.md, "What-if"): the largest absolute
+/// difference, at any of the five scales, between a live what-if estimate
+/// made on a sample and the exact figure of the same requests; for LRU
+/// (SHARDS of 8,192 lines) and for the cache's own policy (miniature caches
+/// of 2,048 lines at 1x).
+const WHAT_IF_LRU_ERROR: f64 = 0.01;
+const WHAT_IF_POLICY_ERROR: f64 = 0.05;
+
+/// The live what-if where sampling is partial: a 32 MiB cache (about 5,600
+/// lines after its metadata: the miniature caches sample about 36 % of the
+/// lines) and a working set of 64 MiB (16,384 lines: SHARDS keeps 8,192). The estimates equal
+/// offline `mrc` with the same sample (`--method shards --sample-size 8192`,
+/// `--method minisim --rate R`) to rounding, and are within
+/// [`WHAT_IF_LRU_ERROR`] and [`WHAT_IF_POLICY_ERROR`] of the exact curves of
+/// the recording (`mrc --method exact` for LRU, `--method minisim --rate 1`
+/// for ARC).
+#[test]
+fn sampled_what_if_estimates_are_within_the_stated_error() {
+    require_tools!("fio");
+    let s = Setup::new(128 * MIB, "32MiB", &["--eviction", "arc"]);
+    let trace = s.path("whatif.trace");
+    let mut srv = s.serve(&["--record", trace.to_str().unwrap()]);
+    fio_workload(&srv.uri(), 64 * MIB);
+    let st = s.stats();
+    record_ctl(&s.cache, &["stop"]);
+    srv.stop();
+    let w = &st["what_if"];
+    let (mini_rate, lru_rate) = (
+        w["minisim_sampling_rate"].as_f64().unwrap(),
+        w["lru_sampling_rate"].as_f64().unwrap(),
+    );
+    assert!(mini_rate < 0.6 && lru_rate < 0.6, "not sampled: {w:#}");
+    let rows = w["sizes"].as_array().unwrap().clone();
+    let sizes: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}lines", r["cache_lines"]))
+        .collect();
+    let sizes = sizes.join(",");
+    let mrc = |extra: &[&str]| -> Vec<f64> {
+        let v = json(&run(Command::new(bin())
+            .args(["mrc", "--trace"])
+            .arg(&trace)
+            .args(["--sizes", &sizes, "--json"])
+            .args(extra)));
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["hit_ratio"].as_f64().unwrap())
+            .collect()
+    };
+    let rate = mini_rate.to_string();
+    let same_arc = mrc(&["--policy", "arc", "--method", "minisim", "--rate", &rate]);
+    let same_lru = mrc(&["--method", "shards", "--sample-size", "8192"]);
+    let exact_arc = mrc(&["--policy", "arc", "--method", "minisim", "--rate", "1"]);
+    let exact_lru = mrc(&["--method", "exact"]);
+    for (i, r) in rows.iter().enumerate() {
+        let scale = &r["scale"];
+        for (key, same, exact, bound) in [
+            ("hit_ratio", &same_arc, &exact_arc, WHAT_IF_POLICY_ERROR),
+            ("lru_hit_ratio", &same_lru, &exact_lru, WHAT_IF_LRU_ERROR),
+        ] {
+            let live = r[key].as_f64().unwrap();
+            assert!(
+                (live - same[i]).abs() < 1e-9,
+                "{key} at {scale}x: live {live}, mrc of the same sample {}: {w:#}",
+                same[i]
+            );
+            let err = (live - exact[i]).abs();
+            eprintln!(
+                "{key} at {scale}x: live {live:.4}, exact {:.4}, error {err:.4}",
+                exact[i]
+            );
+            assert!(
+                err <= bound,
+                "{key} at {scale}x: live {live}, exact {}: error {err} above {bound}",
+                exact[i]
+            );
+        }
+    }
 }
 
 /// A resize starts the what-if estimates again, at multiples of the new size.

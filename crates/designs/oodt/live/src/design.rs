@@ -43,6 +43,10 @@ impl Design for Tiered {
     fn metrics(&self, stats: &Value, m: &mut tiercache_runtime::MetricSet) {
         metrics(stats, m)
     }
+    fn attach_recorder(&self, recorder: Arc<tiercache_runtime::Recorder>) -> bool {
+        self.0.attach_recorder(recorder);
+        true
+    }
     async fn write_back(&self) -> Result<WriteBack> {
         // Every block has one home (a tier); nothing is dirty: flush makes it durable.
         self.0.flush().await?;

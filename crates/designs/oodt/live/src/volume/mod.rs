@@ -143,6 +143,9 @@ pub struct TieredVolume {
     worker: Mutex<Option<JoinHandle<()>>>,
     /// Held while a round runs on the request path (one at a time).
     request_round: Mutex<()>,
+    /// The request recorder (`serve --record`): every request as the policy
+    /// takes it, under the core's lock.
+    recorder: std::sync::OnceLock<Arc<tiercache_runtime::Recorder>>,
     counters: Counters,
     recovery: RecoveryReport,
     shut_down: AtomicBool,

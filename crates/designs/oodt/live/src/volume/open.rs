@@ -166,6 +166,7 @@ impl TieredVolume {
             stop: AtomicBool::new(false),
             worker: Mutex::new(None),
             request_round: Mutex::new(()),
+            recorder: std::sync::OnceLock::new(),
             counters: Counters::default(),
             recovery: report,
             shut_down: AtomicBool::new(false),

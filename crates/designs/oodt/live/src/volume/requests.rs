@@ -7,6 +7,7 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
+use tiercache_block::IoKind;
 use tiercache_oodt_policy::dispatcher::{split, ReqId};
 use tiercache_oodt_policy::planner::PlanClock;
 use tiercache_oodt_policy::policy::Access;
@@ -22,6 +23,12 @@ enum Inline {
 }
 
 impl TieredVolume {
+    /// Record every request from now on where the policy takes it
+    /// (`serve --record`); a second recorder is ignored.
+    pub fn attach_recorder(&self, recorder: Arc<tiercache_runtime::Recorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
     /// Claim the blocks of `[offset, offset + len)` (waiting while any is
     /// under migration), wait until no earlier overlapping claim conflicts,
     /// and route each part.
@@ -100,6 +107,15 @@ impl TieredVolume {
             return false;
         }
         let c = &mut *c;
+        // Recorded under the core's lock: the order the policy takes them.
+        if let Some(r) = self.recorder.get() {
+            let k = match kind {
+                Kind::Read => IoKind::Read,
+                Kind::Write => IoKind::Write,
+                Kind::Trim => IoKind::Trim,
+            };
+            r.record(k, offset, len, None);
+        }
         let mut subs = Vec::new();
         c.disp.route(&c.table, offset, len, &mut subs);
         for (i, p) in subs.iter().enumerate() {
