@@ -579,3 +579,87 @@ fn a_shrink_is_refused_while_dirty_blocks_cannot_be_written_back() {
     assert_eq!(file_len(&cache), 8 * MIB);
     check(&mut c);
 }
+
+/// On a block device (a loop device) the size is the part of the device
+/// the cache uses: a shrink leaves the device as it is, a grow goes up to
+/// its end and no further, even with checkpoint areas made for more.
+#[test]
+fn a_block_device_keeps_its_size_and_grows_only_to_its_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let img = dir.join("loop.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 * MIB)
+        .unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .expect("losetup");
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: no loop device ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    struct Loop(String);
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _loop = Loop(dev.clone());
+    let backing = dir.join("backing.img");
+    std::fs::File::create(&backing)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let cache = Path::new(&dev);
+    common::tiercache(&[
+        "format",
+        "--design",
+        "flashtier",
+        "--cache",
+        &dev,
+        "--backing",
+        backing.to_str().unwrap(),
+        "--max-size",
+        "64MiB",
+        "--force",
+    ]);
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
+    // The control socket is the device's: /dev/loopN.ctl.
+    let srv = ServeProc::start(cache, &sock, &log);
+    let full = srv.stats()["slots"].as_u64().unwrap();
+    let mut c = NbdClient::connect(&sock).unwrap();
+    for b in 0..3000u64 {
+        c.write(b * 4096, &common::make_block(b, 1), false)
+            .unwrap()
+            .unwrap();
+    }
+    let (ok, _, err) = resize(cache, "16MiB", &[]);
+    assert!(ok, "{err}\n{}", tail(&log));
+    assert!(srv.stats()["slots"].as_u64().unwrap() < full);
+    let size = std::fs::File::open(cache)
+        .map(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap())
+        .unwrap();
+    assert_eq!(size, 32 * MIB, "the block device keeps its size");
+    let (ok, _, err) = resize(cache, "32MiB", &[]);
+    assert!(ok, "{err}");
+    assert_eq!(srv.stats()["slots"].as_u64(), Some(full));
+    let (ok, _, err) = resize(cache, "48MiB", &[]);
+    assert!(!ok && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("resize refused") && err.contains("fewer than"),
+        "{err}"
+    );
+    assert_eq!(srv.stats()["slots"].as_u64(), Some(full));
+    for b in 0..3000u64 {
+        let d = c.read(b * 4096, 4096).unwrap().unwrap();
+        assert_eq!(common::parse_block(b, &d), Ok(1), "block {b}");
+    }
+    drop(srv);
+}
