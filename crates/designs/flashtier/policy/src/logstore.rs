@@ -655,6 +655,89 @@ mod tests {
         SegInfo { state, seq, live }
     }
 
+    /// Growing adds free segments after the free ones and a map for the
+    /// new slots; retiring takes segments off the free list until they are
+    /// emptied and dropped, or given back.
+    #[test]
+    fn segments_are_added_retired_and_given_back() {
+        let d = 4u32;
+        let mut map = SparseMap::new(16, 1000, 16).unwrap();
+        // Block 7 in segment 1, block 9 (dirty) in segment 3.
+        map.insert(
+            7,
+            Entry {
+                slot: 5,
+                dirty: false,
+            },
+        )
+        .unwrap();
+        map.insert(
+            9,
+            Entry {
+                slot: 13,
+                dirty: true,
+            },
+        )
+        .unwrap();
+        let segs = vec![
+            s(SegState::Free, 0, 0),
+            s(SegState::Sealed, 1, 1),
+            s(SegState::Free, 0, 0),
+            s(SegState::Sealed, 2, 1),
+        ];
+        let mut log = Log::new(map, segs, 3, d, ());
+        assert_eq!(Vec::from(log.free.clone()), vec![0, 2]);
+        // Grow to 6 segments: 4 and 5 free, after 0 and 2; slot 23 fits.
+        log.add_segments(6).unwrap();
+        assert_eq!(Vec::from(log.free.clone()), vec![0, 2, 4, 5]);
+        assert_eq!(
+            log.map.get(9),
+            Some(Entry {
+                slot: 13,
+                dirty: true
+            })
+        );
+        log.map
+            .insert(
+                11,
+                Entry {
+                    slot: 23,
+                    dirty: false,
+                },
+            )
+            .unwrap();
+        log.map.remove(11);
+        assert!(log.add_segments(6).is_err(), "not a growth");
+        // Shrink to 2: 2..6 leave the free list; segment 3 is still in use.
+        log.retire_from(2);
+        assert_eq!(Vec::from(log.free.clone()), vec![0]);
+        assert_eq!(log.retiring(), Some(3));
+        assert!(log.map_for_active().is_err());
+        // Given back: every free segment is on the free list again.
+        log.unretire();
+        assert_eq!(log.active, 6);
+        assert_eq!(Vec::from(log.free.clone()), vec![0, 2, 4, 5]);
+        // Shrink to 3 with segment 3 emptied (as cleaning does).
+        log.retire_from(3);
+        log.evict(9);
+        log.segs[3].state = SegState::Free;
+        assert_eq!(log.retiring(), None);
+        let m = log.map_for_active().unwrap();
+        log.drop_retired(m);
+        assert_eq!(log.segs.len(), 3);
+        assert_eq!(
+            log.map.get(7),
+            Some(Entry {
+                slot: 5,
+                dirty: false
+            })
+        );
+        // A map for fewer slots than an entry needs is refused.
+        assert!(log.map.with_slots(5).is_err());
+        assert!(log.map.with_slots(6).is_ok());
+        assert_eq!(Vec::from(log.free.clone()), vec![0, 2]);
+    }
+
     #[test]
     fn greedy_takes_the_emptiest_sealed_segment() {
         let segs = [
