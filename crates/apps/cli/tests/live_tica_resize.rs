@@ -4,7 +4,8 @@
 //! the sizes; `--device` resizes one SSD; a kill -9 at every metadata write
 //! of a grow and of a shrink recovers each SSD at its old size or its new
 //! one with every acknowledged write; impossible resizes are refused with
-//! one line and change nothing.
+//! one line and change nothing; on loop devices each SSD keeps its size
+//! and grows only to its end.
 //!
 //! Tests skip with a `SKIPPED:` message when a tool is missing
 //! (`scripts/setup.sh` installs them).
@@ -482,4 +483,88 @@ fn one_ssd_resizes_with_device_and_impossible_resizes_are_refused_with_one_line(
         let d = c.read(b * 4096, 4096).unwrap().unwrap();
         assert_eq!(common::parse_block(b, &d), Ok(1), "block {b}");
     }
+}
+
+/// On block devices (loop devices) each SSD keeps its size: a shrink
+/// leaves the devices as they are, a grow goes up to their end and no
+/// further (refused with one line, nothing changed).
+#[test]
+fn block_devices_keep_their_size_and_grow_only_to_their_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    struct Loop(String);
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let mut loops = Vec::new();
+    for name in ["ro-loop.img", "wo-loop.img"] {
+        let img = dir.join(name);
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(32 * MIB)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&img)
+            .output()
+            .expect("losetup");
+        if !out.status.success() {
+            eprintln!(
+                "SKIPPED: no loop device ({})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        loops.push(Loop(
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        ));
+    }
+    let (ro, wo) = (Path::new(&loops[0].0), Path::new(&loops[1].0));
+    std::fs::File::create(dir.join("backing.img"))
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    common::tiercache(&[
+        "format",
+        "--design",
+        "tica",
+        "--ro-ssd",
+        &loops[0].0,
+        "--wo-ssd",
+        &loops[1].0,
+        "--backing",
+        dir.join("backing.img").to_str().unwrap(),
+        "--dram-size",
+        "1MiB",
+        "--max-size",
+        "64MiB",
+        "--force",
+    ]);
+    let dev_size = |p: &Path| {
+        std::fs::File::open(p)
+            .map(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap())
+            .unwrap()
+    };
+    // The control socket is the device's: /dev/loopN.ctl.
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
+    let srv = ServeProc::start(wo, &sock, &log);
+    let full = ssd_slots(&srv.stats());
+    let (ok, _, err) = resize(wo, "16MiB", &[]);
+    assert!(ok, "{err}\n{}", tail(&log));
+    let half = ssd_slots(&srv.stats());
+    assert!(half.0 < full.0 && half.1 < full.1, "{half:?} {full:?}");
+    assert_eq!((dev_size(ro), dev_size(wo)), (32 * MIB, 32 * MIB));
+    let (ok, _, err) = resize(wo, "32MiB", &[]);
+    assert!(ok, "{err}");
+    assert_eq!(ssd_slots(&srv.stats()), full);
+    let (ok, _, err) = resize(wo, "48MiB", &[]);
+    assert!(!ok && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("resize refused: cannot grow the RO-SSD"),
+        "{err}"
+    );
+    assert_eq!(ssd_slots(&srv.stats()), full);
+    drop(srv);
 }

@@ -181,6 +181,14 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
     // The same size: nothing to do, nothing changed.
     let same = c.resize(2 * MIB, None).unwrap();
     assert_eq!(same["ok"], true);
+    assert!(
+        same["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("nothing to do"),
+        "{same}"
+    );
+    assert_eq!(same["metadata_writes"], 0);
     for p in 0..100u64 {
         assert_eq!(c.read(p * PAGE, PAGE as usize).unwrap(), block(p, 1));
     }
@@ -232,4 +240,32 @@ fn a_shrink_is_refused_while_dirty_pages_cannot_be_written_back() {
     c.resize(2 * MIB, None).unwrap();
     assert_eq!((file_len(&ro), file_len(&wo)), (2 * MIB, 2 * MIB));
     verify(&c, &want);
+}
+
+/// A degraded cache (an SSD failed) is not resized: refused with one line.
+#[test]
+fn a_degraded_cache_is_not_resized() {
+    use std::sync::Arc;
+    use tiercache_io::{BlockDev, FaultRule, FaultyDev, FileDev, FileDevOptions, OpKinds};
+    let tmp = tempfile::tempdir().unwrap();
+    let (ro, wo) = pair(tmp.path());
+    let dev = |p: &Path| -> Arc<dyn BlockDev> {
+        Arc::new(FileDev::open(p, FileDevOptions::default()).unwrap())
+    };
+    let backing_path = tmp.path().join("backing.img");
+    let wo_dev = Arc::new(FaultyDev::new(dev(&wo), 5));
+    let c = tiercache_tica_live::open_with_devices(
+        dev(&ro),
+        wo_dev.clone(),
+        dev(&backing_path),
+        &backing_path,
+    )
+    .unwrap();
+    c.write(0, &block(0, 1), false).unwrap();
+    wo_dev.add_rule(FaultRule::always(OpKinds::WRITE)).unwrap();
+    c.write(PAGE, &block(1, 1), false).unwrap();
+    assert!(c.degraded().is_some(), "the WO-SSD failed");
+    let e = c.resize(4 * MIB, None).unwrap_err();
+    assert!(e.0.contains("degraded") && !e.0.contains('\n'), "{}", e.0);
+    assert_eq!((file_len(&ro), file_len(&wo)), (2 * MIB, 2 * MIB));
 }

@@ -128,6 +128,17 @@ impl ThreeLevel {
         let _one = self.resizing.lock().unwrap_or_else(|e| e.into_inner());
         let started = Instant::now();
         let steps = self.plan_resize(size, device)?;
+        if steps.is_empty() {
+            let s = self.lock();
+            let (ro, wo) = (s.ro.slots(), s.wo.slots());
+            return Ok(json!({
+                "ok": true,
+                "message": format!("nothing to do: the SSDs already hold {ro} (RO-SSD) and {wo} (WO-SSD) pages at {size} bytes"),
+                "devices": [], "ro_slots": ro, "wo_slots": wo, "slots": wo, "old_slots": wo,
+                "ssd_pages": s.tica.config().ssd_pages, "moved_pages": 0, "evicted_pages": 0,
+                "seconds": started.elapsed().as_secs_f64(), "paused_seconds": 0.0, "metadata_writes": 0,
+            }));
+        }
         let stop_at = std::env::var(STOP_AT_ENV)
             .ok()
             .and_then(|v| v.parse::<u32>().ok());
