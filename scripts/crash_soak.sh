@@ -2,7 +2,7 @@
 # Crash soak of the live server: many kill -9 rounds under a write-back load
 # with a cache much smaller than the data, each followed by a restart and a
 # full check of every block against the client's ledger (see
-# crates/apps/cli/tests/live_crash.rs for what is checked).
+# crates/apps/cli/tests/system/live_crash.rs for what is checked).
 #
 # Usage: scripts/crash_soak.sh [ROUNDS_PER_CONFIG] [SEED]
 #   ROUNDS_PER_CONFIG  kill -9 rounds per cache configuration (default 100;
@@ -21,7 +21,7 @@ echo "crash soak: $rounds kill -9 rounds per configuration, seed $seed"
 cargo build -p tiercache-cli --tests --quiet
 set +e
 TIERCACHE_CRASH_ROUNDS="$rounds" TIERCACHE_CRASH_SEED="$seed" \
-  cargo test -p tiercache-cli --test live_crash -- --nocapture --test-threads=1 2>&1 \
+  cargo test -p tiercache-cli --test system -- live_crash:: --nocapture --test-threads=1 2>&1 \
   | grep -E '^\[|^test |panicked|seed|test result' 
 status="${PIPESTATUS[0]}"
 set -e

@@ -6,7 +6,7 @@ sample traces, as the reference that refactoring must not change.
 
 writes tests/reference/sim_modes.json: the commit it was built from, and
 for each configuration its arguments and its JSON. The test
-`crates/apps/cli/tests/sim_reference.rs` runs the same arguments through the
+`crates/apps/cli/tests/system/sim_reference.rs` runs the same arguments through the
 current binary and requires the same JSON, key by key. Regenerate only when
 a result is meant to change, and say why in the commit message.
 """

@@ -39,23 +39,25 @@ if [ "${1:-}" = "power" ]; then
   mkdir -p target/soak
   echo "power-loss soak: $cases cases per simulation, seed $seed, $(date -u +%FT%TZ)"
   failed=0
-  for spec in "tiercache-oodt-live dst" "tiercache-flashtier-live dst" "tiercache-tica-live dst" "tiercache-oodt-live power_loss" "tiercache-cli live_faults"; do
-    read -r pkg bin <<<"$spec"
-    log="target/soak/power-$pkg-$bin.log"
+  # package, test target, and a test-name filter (- for all of the target)
+  for spec in "tiercache-oodt-live dst -" "tiercache-flashtier-live dst -" "tiercache-tica-live dst -" "tiercache-oodt-live power_loss -" "tiercache-cli system live_faults::"; do
+    read -r pkg bin filter <<<"$spec"
+    [ "$filter" = - ] && filter=""
+    log="target/soak/power-$pkg-$bin${filter:+-${filter%::}}.log"
     start=$(date +%s)
     set +e
     TIERCACHE_DST_CASES="$cases" TIERCACHE_DST_SEED="$seed" \
       TIERVOL_POWER_ROUNDS=$(( cases / 100 > 30 ? cases / 100 : 30 )) TIERVOL_POWER_SEED="$seed" \
-      cargo test -q -p "$pkg" --test "$bin" -- --nocapture >"$log" 2>&1
+      cargo test -q -p "$pkg" --test "$bin" -- $filter --nocapture >"$log" 2>&1
     status=$?
     set -e
     secs=$(( $(date +%s) - start ))
     if [ "$status" -eq 0 ]; then
-      echo "$pkg $bin: passed [$secs s]"
+      echo "$pkg $bin${filter:+ ${filter%::}}: passed [$secs s]"
       grep -hE '^dst |power losses:|^fault matrix \|' "$log" | sed 's/^/  /'
     else
       failed=1
-      echo "$pkg $bin: FAILED after $secs s (seed $seed); see $log:" >&2
+      echo "$pkg $bin${filter:+ ${filter%::}}: FAILED after $secs s (seed $seed); see $log:" >&2
       grep -E 'FAILED at|panicked' "$log" | head -5 >&2
     fi
   done
@@ -71,10 +73,10 @@ case "$rounds" in
   ''|*[!0-9]*|0) echo "ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2 ;;
 esac
 declare -A test_of=(
-  [cache]="live_crash kill9_write_back_4k_lines_full_lru"
-  [log-structured]="live_ls_crash kill9_log_structured_write_back"
-  [tier]="live_tier_crash kill9_during_migrations_oodt"
-  [tica]="live_tica_crash kill9_tica_adaptive"
+  [cache]="live_crash::kill9_write_back_4k_lines_full_lru"
+  [log-structured]="live_ls_crash::kill9_log_structured_write_back"
+  [tier]="live_tier_crash::kill9_during_migrations_oodt"
+  [tica]="live_tica_crash::kill9_tica_adaptive"
 )
 mkdir -p target/soak
 echo "soak: $rounds kill -9 rounds per design ($designs), seed $seed, $(date -u +%FT%TZ)"
@@ -86,12 +88,12 @@ for d in "${list[@]}"; do
     echo "unknown design '$d' (allowed: cache, log-structured, tier, tica)" >&2
     exit 2
   fi
-  read -r bin name <<<"$spec"
+  name="$spec"
   log="target/soak/$d.log"
   start=$(date +%s)
   set +e
   TIERCACHE_CRASH_ROUNDS="$rounds" TIERCACHE_CRASH_SEED="$seed" \
-    cargo test -q -p tiercache-cli --test "$bin" -- --exact "$name" --nocapture \
+    cargo test -q -p tiercache-cli --test system -- --exact "$name" --nocapture \
     >"$log" 2>&1
   status=$?
   set -e

@@ -10,11 +10,16 @@ the default `cargo test` (the fast tier) skips it; this script finds them with
     scripts/system_tests.py args            the cargo arguments that select them all
                                             (`--workspace --test NAME ...`)
     scripts/system_tests.py run [--jobs N] [--save-reference] [-- TEST-ARGS]
-                                            build them, then run N test binaries at a
+                                            build them, then run N test groups at a
                                             time (default: the CPU count), each in its
                                             crate's directory as `cargo test` would;
-                                            prints each target's result and wall time,
+                                            prints each group's result and wall time,
                                             and the output of those that failed.
+
+A group is one test binary, or one module of a target made of modules
+(`tests/NAME/main.rs`, such as the CLI's `system`): such a target is built
+and linked once and each of its modules runs as a process of its own,
+labelled `crate/module`, as if it were a target.
 
 The times of the last run (target/system-tier-times.json) order the next one,
 longest first; without them (a fresh clone) the times of a reference run,
@@ -67,7 +72,8 @@ def selection(meta):
 
 
 def build(meta):
-    """Build every system target; [(label, executable, crate directory)]."""
+    """Build every system target; [(label, executable, crate directory, test
+    selection arguments)]."""
     dirs = {p["id"]: str(Path(p["manifest_path"]).parent) for p in meta["packages"]}
     names = {p["id"]: p["name"] for p in meta["packages"]}
     wanted = {(p, n) for p, targets in system_targets(meta) for n in targets}
@@ -82,8 +88,31 @@ def build(meta):
             continue
         pid, target = m["package_id"], m["target"]["name"]
         if "test" in m["target"]["kind"] and (names[pid], target) in wanted:
-            binaries.append((f"{names[pid]}/{target}", m["executable"], dirs[pid]))
+            exe = m["executable"]
+            if Path(m["target"]["src_path"]).name == "main.rs":
+                # A target made of modules (tests/NAME/main.rs) runs as one
+                # process per module, labelled by the module.
+                for module, tests in modules(exe, dirs[pid]).items():
+                    binaries.append((f"{names[pid]}/{module}", exe, dirs[pid],
+                                     ["--exact"] + tests))
+            else:
+                binaries.append((f"{names[pid]}/{target}", exe, dirs[pid], []))
     return binaries
+
+
+def modules(exe, cwd):
+    """{module: [full test names]} of a test binary, by first path segment
+    (tests at the top level form the module "main")."""
+    out = subprocess.run([exe, "--list", "--format", "terse"], cwd=cwd, check=True,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True).stdout
+    found = {}
+    for line in out.splitlines():
+        if not line.endswith(": test"):
+            continue
+        name = line[: -len(": test")]
+        module = name.split("::", 1)[0] if "::" in name else "main"
+        found.setdefault(module, []).append(name)
+    return found
 
 
 def run(jobs, test_args, save_reference=False):
@@ -91,7 +120,7 @@ def run(jobs, test_args, save_reference=False):
     t0 = time.monotonic()
     binaries = build(meta)
     built = time.monotonic() - t0
-    print(f"== system tier: {len(binaries)} test targets built in {built:.0f} s", flush=True)
+    print(f"== system tier: {len(binaries)} test groups built in {built:.0f} s", flush=True)
     times_file = Path(meta["target_directory"]) / "system-tier-times.json"
     last = {}
     for f in (REFERENCE_TIMES, times_file):
@@ -104,11 +133,11 @@ def run(jobs, test_args, save_reference=False):
     logs.mkdir(exist_ok=True)
 
     def one(b):
-        label, exe, cwd = b
+        label, exe, cwd, select = b
         log = logs / (label.replace("/", "--") + ".log")
         start = time.monotonic()
         with open(log, "w") as f:
-            rc = subprocess.run([exe] + test_args, cwd=cwd, stdin=subprocess.DEVNULL,
+            rc = subprocess.run([exe] + test_args + select, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=f, stderr=subprocess.STDOUT).returncode
         return label, rc, time.monotonic() - start, log
 
@@ -127,7 +156,7 @@ def run(jobs, test_args, save_reference=False):
     for label, log in failed:
         print(f"\n==== {label} failed; its output ({log}):\n{log.read_text()}", flush=True)
     total = time.monotonic() - t0
-    print(f"== system tier: {len(binaries) - len(failed)} of {len(binaries)} targets passed "
+    print(f"== system tier: {len(binaries) - len(failed)} of {len(binaries)} groups passed "
           f"in {total:.0f} s ({jobs} at a time)", flush=True)
     return 1 if failed else 0
 

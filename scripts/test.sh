@@ -50,11 +50,12 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --quiet $($PY scripts/system_tests.py args) -- -D warnings
 fast_tier
 system_tier
-echo "== python package: pip install . with the test profile"
-# The test profile's build of the workspace is done by now: the extension
-# only adds PyO3 and its own crate (a release build would compile it all
-# again, with link-time optimization).
-MATURIN_PEP517_ARGS="--profile test" $PY -m pip install -q --disable-pip-version-check .
+echo "== python package: pip install . with the profile the tests use"
+# The tests' build of the workspace is done by now (the test profile is the
+# dev profile): the extension only adds PyO3 and its own crate, where a
+# release build would compile it all again, with link-time optimization.
+# (Not `--profile test`: `cargo rustc` would build a test harness.)
+MATURIN_PEP517_ARGS="--profile dev" $PY -m pip install -q --disable-pip-version-check .
 echo "== python tests"
 # The CLI they compare against: the one both tiers ran (the test profile's).
 TIERCACHE_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/tiercache" \

@@ -3,7 +3,7 @@
 //! the same [`Log`] decisions as in the live store (`tiercache-flashtier-live`),
 //! so its decision counters (blocks appended, silent evictions, dirty blocks
 //! moved ...) equal the live store's on the same requests at queue depth 1;
-//! the conformance test `crates/apps/cli/tests/conformance_ssc_tier.rs`
+//! the conformance test `crates/apps/cli/tests/system/conformance_ssc_tier.rs`
 //! checks it. Only the I/O is left out: [`Counting`] is the driver that does
 //! none.
 //!

@@ -15,8 +15,8 @@
 //!
 //! Skips with a message when a server binary is absent.
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! `TIERCACHE_CRASH_ROUNDS` overrides the rounds per test and
 //! `TIERCACHE_CRASH_SEED` the seed (scripts/crash_soak.sh runs many more).
 
-mod common;
+use crate::common;
 
 use common::crash::{crash_rounds, tiercache_in, CrashDesign, CrashRun};
 use common::*;

@@ -7,7 +7,7 @@
 //! Tests skip with a `SKIPPED:` message when a tool (or FUSE / loop devices) is
 //! missing; `scripts/setup.sh` installs the tools.
 
-mod clients_util;
+use crate::clients_util;
 
 use clients_util::{
     assert_same_file, bin, fio, output, pattern, poll_for, run, sparse_file, wait_for, wait_until,

@@ -9,7 +9,7 @@
 //! nothing lost), and after shutdown the backing file alone passes fio's
 //! verify too. Skipped with a message when fio is not installed.
 
-mod common;
+use crate::common;
 
 use common::crash::tiercache_in;
 use common::inproc::{dev, InProcess};

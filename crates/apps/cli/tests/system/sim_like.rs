@@ -5,7 +5,7 @@
 //! device decides. Runs on the MSR Cambridge sample in
 //! ../shared/traces/samples; skips with a message when it is absent.
 
-mod common;
+use crate::common;
 
 use common::{format_cache, sample_trace, sim_json, tiercache};
 use std::path::Path;

@@ -11,7 +11,7 @@
 //! a crash no bypassed write is shadowed by an older logged copy; backing
 //! errors reach the client as EIO for that request only.
 
-mod common;
+use crate::common;
 
 use common::crash::tiercache_in;
 use common::inproc::{dev, read_version, write_blocks, InProcess};

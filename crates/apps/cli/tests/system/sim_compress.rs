@@ -7,7 +7,7 @@
 //! read at queue depth 1 through `tiercache serve`, makes the same decisions
 //! as `sim --compress` with that model.
 
-mod common;
+use crate::common;
 
 use common::{format_cache, tiercache, ServeProc};
 use std::path::{Path, PathBuf};

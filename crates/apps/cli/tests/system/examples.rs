@@ -41,7 +41,7 @@
 //! backtick-quoted repository path (first component a top-level entry of
 //! the repository, or a `*.rs` path; `*` and `{a,b}` expanded) must exist.
 
-mod doc_blocks;
+use crate::doc_blocks;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -748,7 +748,7 @@ fn blocks_markers_outputs_and_paths_are_read() {
     let root = repo_root();
     assert!(doc_blocks::exists_glob(
         &root,
-        "crates/apps/*/tests/exam*.rs"
+        "crates/apps/*/tests/system/exam*.rs"
     ));
     assert!(!doc_blocks::exists_glob(
         &root,

@@ -5,7 +5,7 @@
 //! trace path, which depends on the machine, is left out). Skips with a
 //! message when the shared traces are absent.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 use std::path::PathBuf;

@@ -8,8 +8,8 @@
 //! (more hits on a second pass) than with `--compress off`. Tests skip with
 //! a `SKIPPED:` message when a tool is missing.
 
-mod clients_util;
-mod common;
+use crate::clients_util;
+use crate::common;
 
 use clients_util::{assert_same_file, bin, fio, output, run, sparse_file, write_file, Setup};
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};

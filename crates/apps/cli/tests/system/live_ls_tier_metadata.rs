@@ -5,7 +5,7 @@
 //! kill -9 and serves again, its server's peak RSS (VmHWM) under the
 //! design's stated bound plus a fixed overhead.
 
-mod common;
+use crate::common;
 
 use common::{bin, make_block, parse_block, tiercache, NbdClient, ServeProc};
 use std::path::Path;

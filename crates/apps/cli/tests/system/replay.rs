@@ -3,7 +3,7 @@
 //! nbdkit's null plugin (which drops writes, so `--verify` must fail); plus
 //! refusal of bad input with one clear message.
 
-mod common;
+use crate::common;
 
 use common::{format_cache, shared_sample, tiercache, wait_until, ServeProc, READY_TIMEOUT};
 use std::os::unix::net::UnixStream;

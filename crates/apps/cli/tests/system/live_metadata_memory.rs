@@ -3,7 +3,7 @@
 //! and a large sparse cache formats, serves and restarts after a kill -9
 //! with its peak memory under the stated bound plus the fixed overhead.
 
-mod common;
+use crate::common;
 
 use common::{init_backing, NbdClient, ServeProc};
 use std::path::Path;

@@ -23,7 +23,7 @@
 //! that `replay` sends every record at its own offset (it wraps offsets
 //! modulo the export size). Skips with a message when the trace is absent.
 
-mod common;
+use crate::common;
 
 use common::{format_cache, tiercache, ServeProc};
 use std::path::{Path, PathBuf};

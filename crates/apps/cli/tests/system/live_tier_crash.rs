@@ -22,7 +22,7 @@
 //!
 //! `TIERCACHE_CRASH_ROUNDS` and `TIERCACHE_CRASH_SEED` override rounds and seed.
 
-mod common;
+use crate::common;
 
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 use common::*;

@@ -8,7 +8,7 @@
 //!
 //! Tests skip with a `SKIPPED:` message when qemu-io is missing.
 
-mod common;
+use crate::common;
 
 use common::designs::*;
 use common::*;

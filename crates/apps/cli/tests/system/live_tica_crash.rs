@@ -14,7 +14,7 @@
 //! `TIERCACHE_CRASH_ROUNDS` overrides the rounds and `TIERCACHE_CRASH_SEED`
 //! the seed.
 
-mod common;
+use crate::common;
 
 use common::crash::{crash_rounds, tiercache_in, CrashDesign};
 

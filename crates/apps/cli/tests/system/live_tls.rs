@@ -5,8 +5,8 @@
 //!
 //! Tests skip with a `SKIPPED:` message when a tool is missing.
 
-mod clients_util;
-mod pki;
+use crate::clients_util;
+use crate::pki;
 
 use clients_util::{
     assert_same_file, bin, output, pattern, run, wait_until, write_file, Server, Setup,

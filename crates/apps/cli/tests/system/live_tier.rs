@@ -5,8 +5,8 @@
 //! both ways under the clients. fio's own checksums are the reference.
 //! Skips with a `SKIPPED:` message when fio is missing.
 
-mod clients_util;
-mod common;
+use crate::clients_util;
+use crate::common;
 
 use clients_util::fio;
 use common::ServeProc;

@@ -8,7 +8,7 @@
 //! stops, and `tiercache flush` / `detach` must then leave nothing dirty and a
 //! backing file equal to what the client wrote.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

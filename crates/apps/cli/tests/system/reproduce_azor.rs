@@ -7,7 +7,7 @@
 //! and nbdfuse are installed) completes, leaves the filesystem clean and
 //! writes its rows. Skips with a message when the shared sample is absent.
 
-mod common;
+use crate::common;
 
 use common::{bin, sample_trace, sim_json};
 use std::collections::HashMap;

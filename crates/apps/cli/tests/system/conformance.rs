@@ -18,7 +18,7 @@
 //! through `format` (then `stats --json` of the served cache) and `sim`
 //! give the same configuration, and a bad value the same error.
 
-mod common;
+use crate::common;
 
 use common::{format_cache, sample_trace, sim_json, tiercache, ServeProc};
 use serde_json::Value;

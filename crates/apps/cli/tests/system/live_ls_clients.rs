@@ -7,7 +7,7 @@
 //! silent eviction run, and the tests assert in `tiercache stats` that they
 //! did. Tests skip with a `SKIPPED:` message when a tool is missing.
 
-mod clients_util;
+use crate::clients_util;
 
 use clients_util::{assert_same_file, bin, fio, output, pattern, run, write_file, Setup};
 use std::fs;

@@ -2,7 +2,7 @@
 //! are what `tiercache sim --json` gives for the same configuration, the
 //! live part measures real fio runs, and a bad `--traces` is an error.
 
-mod common;
+use crate::common;
 
 use common::{bin, shared_sample, tiercache};
 use std::path::Path;

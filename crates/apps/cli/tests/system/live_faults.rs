@@ -10,7 +10,7 @@
 //! cache, visibly in stats); an error on the backing device reaches the
 //! client as EIO for that request only, and the server keeps serving.
 
-mod common;
+use crate::common;
 
 use common::inproc::{write_blocks, InProcess};
 use common::*;

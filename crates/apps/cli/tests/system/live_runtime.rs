@@ -4,7 +4,7 @@
 //! second server or `format --force` or `check` on a served device, the
 //! control socket's mode, idle and non-reading clients, EMFILE.
 
-mod common;
+use crate::common;
 
 use common::designs::*;
 use common::*;

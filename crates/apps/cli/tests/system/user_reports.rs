@@ -3,7 +3,7 @@
 //! between designs, URIs with spaces. One test each (each failed before
 //! its fix).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::process::ExitStatusExt;

@@ -8,7 +8,7 @@
 //! Tests skip with a `SKIPPED:` message when a tool is missing
 //! (`scripts/setup.sh` installs them).
 
-mod clients_util;
+use crate::clients_util;
 
 use clients_util::{
     bin, fio, output, run, wait_for, wait_until, Server, Setup, FIO_NO_STATE, READY_TIMEOUT,
