@@ -137,16 +137,23 @@ def run(jobs, test_args, save_reference=False):
         log = logs / (label.replace("/", "--") + ".log")
         start = time.monotonic()
         with open(log, "w") as f:
-            rc = subprocess.run([exe] + test_args + select, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=f, stderr=subprocess.STDOUT).returncode
-        return label, rc, time.monotonic() - start, log
+            proc = subprocess.Popen([exe] + test_args + select, cwd=cwd,
+                                    stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+            # wait4: the CPU time of the test and of the programs it waited
+            # for (servers, fio, ...), to see how busy a group keeps the cores.
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        return label, proc.returncode, time.monotonic() - start, cpu, log
 
-    failed, times = [], {}
+    failed, times, cpu_total = [], {}, 0.0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for fut in as_completed([pool.submit(one, b) for b in binaries]):
-            label, rc, secs, log = fut.result()
+            label, rc, secs, cpu, log = fut.result()
+            cpu_total += cpu
             times[label] = secs
-            print(f"{'ok' if rc == 0 else 'FAILED':6} {secs:7.1f} s  {label}", flush=True)
+            print(f"{'ok' if rc == 0 else 'FAILED':6} {secs:7.1f} s  {cpu:7.1f} s CPU  {label}",
+                  flush=True)
             if rc != 0:
                 failed.append((label, log))
     times_file.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
@@ -157,7 +164,8 @@ def run(jobs, test_args, save_reference=False):
         print(f"\n==== {label} failed; its output ({log}):\n{log.read_text()}", flush=True)
     total = time.monotonic() - t0
     print(f"== system tier: {len(binaries) - len(failed)} of {len(binaries)} groups passed "
-          f"in {total:.0f} s ({jobs} at a time)", flush=True)
+          f"in {total:.0f} s ({jobs} at a time; the tests took {cpu_total:.0f} s of CPU, "
+          f"{cpu_total / max(total - built, 1):.2f} cores on average)", flush=True)
     return 1 if failed else 0
 
 
