@@ -318,6 +318,39 @@ fn shards_is_close_to_exact_and_fixed_size_stays_in_its_memory() {
     assert!(fixed[0]["sampling_rate"].as_f64().unwrap() < 0.1);
 }
 
+/// `--seed S` draws another sample of the same rate: the same line count
+/// on average, another curve, each close to the exact one; the same seed
+/// gives the same curve. `--method exact` takes no seed.
+#[test]
+fn another_seed_draws_another_sample() {
+    let d = tempfile::tempdir().unwrap();
+    let t = skewed(d.path());
+    let t = t.to_str().unwrap();
+    let sizes = "100lines,500lines,2000lines,10000lines";
+    let exact = json(&["mrc", "--trace", t, "--json", "--sizes", sizes]);
+    for method in [
+        &["--method", "shards"][..],
+        &["--policy", "lru", "--method", "minisim"],
+    ] {
+        let draw = |seed: &str| {
+            let mut a = vec![
+                "mrc", "--trace", t, "--json", "--sizes", sizes, "--rate", "0.1",
+            ];
+            a.extend_from_slice(method);
+            a.extend_from_slice(&["--seed", seed]);
+            json(&a)
+        };
+        let (s0, s1) = (draw("0"), draw("7"));
+        assert_ne!(s0, s1, "{method:?}: seed 7 drew the same sample as seed 0");
+        assert_eq!(s1, draw("7"), "{method:?}: a seed draws one sample");
+        for s in [&s0, &s1] {
+            assert!(mae(&exact, s) < 0.03, "{method:?}: {}", mae(&exact, s));
+        }
+    }
+    let e = fail(&["mrc", "--trace", t, "--method", "exact", "--seed", "3"]);
+    assert!(e.contains("samples nothing"), "{e}");
+}
+
 #[test]
 fn minisim_at_rate_one_is_sims_own_policy() {
     let d = tempfile::tempdir().unwrap();
