@@ -161,7 +161,7 @@ pub async fn serve(
         let started = match can_record {
             true => recorder.start(spec).map(|_| ()),
             false => Err(anyhow::anyhow!(
-                "--record: the {} design cannot record its requests (the SSD cache can)",
+                "--record: the {} design cannot record its requests (azor, oodt and tica can)",
                 design.name()
             )),
         };

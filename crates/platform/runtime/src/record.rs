@@ -261,7 +261,7 @@ impl Recorder {
             "status" => Ok(self.status()),
             "stop" => self.stop(),
             "start" if !can_record => Err(anyhow::anyhow!(
-                "this design cannot record its requests (the SSD cache can)"
+                "this design cannot record its requests (azor, oodt and tica can)"
             )),
             "start" => match (req["path"].as_str(), req["max_bytes"].as_u64()) {
                 (Some(p), Some(m)) => self.start(RecordSpec {
