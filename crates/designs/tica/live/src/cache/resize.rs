@@ -52,6 +52,9 @@ pub const STOP_AT_ENV: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
 
 /// Pages evicted, or moved below the new end, per hold of the lock.
 const BATCH: usize = 256;
+/// The shortest and the longest pause between two holds of the lock.
+const PAUSE_MIN: Duration = Duration::from_micros(200);
+const PAUSE_MAX: Duration = Duration::from_millis(20);
 
 /// One SSD's part of a resize.
 #[derive(Clone, Copy)]
@@ -82,6 +85,21 @@ impl State {
             }
             Fault::Other(e) => CacheError(e),
         }
+    }
+
+    /// Move page `p` of SSD `role` below its usable end if it lies past
+    /// it (a commit first when no slot is free). Returns whether it moved.
+    fn move_page(
+        &mut self,
+        role: Role,
+        p: tiercache_tica_policy::Page,
+    ) -> Result<bool, CacheError> {
+        let r = self.ensure_slot(role).and_then(|_| {
+            self.ssd(role)
+                .move_below_usable(p)
+                .map_err(|e| Fault::Ssd(role, e.0))
+        });
+        r.map_err(|f| self.resize_fault(f))
     }
 
     /// The policy's SSD capacity for the SSDs' sizes now: each SSD at
@@ -316,6 +334,7 @@ impl ThreeLevel {
         dev.set_len(st.new.dev_size)
             .map_err(|e| CacheError(format!("cannot grow the {}: {e}", st.role.label())))?;
         after_write();
+        let _slow = super::inline::SlowIo::enter(&self.slow);
         let mut s = self.lock();
         let held = Instant::now();
         let r = Self::check_open(&s)
@@ -388,32 +407,30 @@ impl ThreeLevel {
     ) -> Result<(), CacheError> {
         let new_of = |role: Role| steps.iter().find(|st| st.role == role);
         loop {
-            let mut s = self.lock();
-            let held = Instant::now();
-            Self::check_open(&s)?;
-            if s.degraded.is_some() {
-                return Err(CacheError(
-                    "an SSD failed during the resize; the cache runs degraded".into(),
-                ));
-            }
-            let cap = s.capacity_for(|r| {
-                new_of(r).map_or(s.ssd_ref(r).slots(), |st| st.new.slots as usize)
-            });
-            let now = s.tica.config().ssd_pages;
-            if now > cap {
-                let step = s.tica.wo_len().saturating_sub(BATCH).max(cap);
-                *evicted += s.set_capacity(step)?;
-            } else {
+            let done = self.step(longest, |s| {
+                Self::check_open(s)?;
+                if s.degraded.is_some() {
+                    return Err(CacheError(
+                        "an SSD failed during the resize; the cache runs degraded".into(),
+                    ));
+                }
+                let cap = s.capacity_for(|r| {
+                    new_of(r).map_or(s.ssd_ref(r).slots(), |st| st.new.slots as usize)
+                });
+                if s.tica.config().ssd_pages > cap {
+                    let step = s.tica.wo_len().saturating_sub(BATCH).max(cap);
+                    *evicted += s.set_capacity(step)?;
+                    return Ok(false);
+                }
                 for st in steps {
                     s.ssd(st.role).set_usable(st.new.slots as usize);
                 }
-            }
-            *longest = (*longest).max(held.elapsed());
-            if now <= cap {
-                break;
+                Ok(true)
+            })?;
+            if done {
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// Move the pages past each new end below it, a batch per hold of the
@@ -429,55 +446,59 @@ impl ThreeLevel {
             let end = st.new.slots as usize;
             let pages = self.lock().ssd_ref(st.role).pages_past(end);
             for batch in pages.chunks(BATCH) {
-                let mut s = self.lock();
-                let held = Instant::now();
-                Self::check_open(&s)?;
-                if s.degraded.is_some() {
-                    return Err(CacheError(
-                        "an SSD failed during the resize; the cache runs degraded".into(),
-                    ));
-                }
-                for &p in batch {
-                    let r = s.ensure_slot(st.role).and_then(|_| {
-                        s.ssd(st.role)
-                            .move_below_usable(p)
-                            .map_err(|e| Fault::Ssd(st.role, e.0))
-                    });
-                    match r {
-                        Ok(m) => moved += m as u64,
-                        Err(f) => return Err(s.resize_fault(f)),
+                self.step(longest, |s| {
+                    Self::check_open(s)?;
+                    if s.degraded.is_some() {
+                        return Err(CacheError(
+                            "an SSD failed during the resize; the cache runs degraded".into(),
+                        ));
                     }
-                }
-                *longest = (*longest).max(held.elapsed());
+                    for &p in batch {
+                        moved += s.move_page(st.role, p)? as u64;
+                    }
+                    Ok(())
+                })?;
             }
         }
-        let mut s = self.lock();
-        let held = Instant::now();
-        Self::check_open(&s)?;
-        // Pages that came past the end meanwhile (none should: writes take
-        // slots below it) move now.
-        for st in steps {
-            for p in s.ssd_ref(st.role).pages_past(st.new.slots as usize) {
-                let r = s.ensure_slot(st.role).and_then(|_| {
-                    s.ssd(st.role)
-                        .move_below_usable(p)
-                        .map_err(|e| Fault::Ssd(st.role, e.0))
-                });
-                match r {
-                    Ok(m) => moved += m as u64,
-                    Err(f) => return Err(s.resize_fault(f)),
+        self.step(longest, |s| {
+            Self::check_open(s)?;
+            // Pages that came past the end meanwhile (none should: writes
+            // take slots below it) move now.
+            for st in steps {
+                for p in s.ssd_ref(st.role).pages_past(st.new.slots as usize) {
+                    moved += s.move_page(st.role, p)? as u64;
                 }
             }
-        }
-        s.commit_all().map_err(|f| s.resize_fault(f))?;
-        for st in steps {
-            s.ssd(st.role).resize(st.new, after_write).map_err(|e| {
-                let why = e.0.clone();
-                s.resize_fault(Fault::Ssd(st.role, why))
-            })?;
-        }
-        *longest = (*longest).max(held.elapsed());
+            s.commit_all().map_err(|f| s.resize_fault(f))?;
+            for st in steps {
+                s.ssd(st.role).resize(st.new, after_write).map_err(|e| {
+                    let why = e.0.clone();
+                    s.resize_fault(Fault::Ssd(st.role, why))
+                })?;
+            }
+            Ok(())
+        })?;
         Ok(moved)
+    }
+
+    /// One step of a resize under the lock: marked as slow I/O first (an
+    /// inline request goes to the request threads instead of waiting on a
+    /// runtime worker), then, after it, a pause as long as the hold (within
+    /// [`PAUSE_MIN`]..[`PAUSE_MAX`]), so that the requests waiting get the
+    /// lock (it is not fair: the next step would take it again at once).
+    fn step<R>(&self, longest: &mut Duration, f: impl FnOnce(&mut State) -> R) -> R {
+        let held;
+        let r = {
+            let _slow = super::inline::SlowIo::enter(&self.slow);
+            let mut s = self.lock();
+            let t = Instant::now();
+            let r = f(&mut s);
+            held = t.elapsed();
+            r
+        };
+        *longest = (*longest).max(held);
+        std::thread::sleep(held.clamp(PAUSE_MIN, PAUSE_MAX));
+        r
     }
 }
 
