@@ -41,9 +41,10 @@ pages keep two copies throughout. The SSDs are resized one after the
 other: a crash in between leaves one at its new size. Measured under fio
 (4 KiB random reads and writes at queue depth 32, both SSD files on tmpfs,
 2 cores): growing both from 1 GiB to
-2 GiB took 0.03 to 0.08 s; shrinking them back 6.7 to 9.0 s (262 144 pages
-evicted, about 260 000 moved), requests waiting at most 0.25 s
-(docs/designs/tica.md, Resizing while serving).
+2 GiB took 0.02 to 0.05 s; shrinking them back 11 to 15 s (262 144 pages
+evicted, 210 000 to 260 000 moved), the lock held at most 0.16 s at a time
+and fio's slowest request 0.4 to 0.8 s (docs/designs/tica.md, Resizing
+while serving).
 
 Measured under fio (4 KiB random reads and writes at queue depth 32, a
 write-back cache file of 4 KiB lines on tmpfs, 2 cores): growing 1 GiB to

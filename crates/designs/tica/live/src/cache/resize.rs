@@ -30,8 +30,10 @@
 //!   its size; its tail is no longer used).
 //!
 //! FLUSH and FUA requests take the lock like every request and mean what
-//! they always mean; a request waits at most for one batch of moves or the
-//! final commit and superblock writes.
+//! they always mean; a request waits at most for one batch of evictions or
+//! moves, or the final commit and superblock writes: after each hold the
+//! resize pauses as long as it held the lock (the lock is not fair), and
+//! while it holds it an inline request goes to the request threads.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
