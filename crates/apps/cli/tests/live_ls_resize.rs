@@ -23,8 +23,8 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 
 /// The environment variable that stops a resize after its Nth metadata
-/// write (`tiercache_flashtier_live::cache::RESIZE_STOP_AT_ENV`).
-const STOP_AT: &str = tiercache_flashtier_live::cache::RESIZE_STOP_AT_ENV;
+/// write (the same for every design).
+const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
 
 fn have(tool: &str) -> bool {
     Command::new("which")

@@ -22,8 +22,8 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 
 /// The environment variable that stops a resize after its Nth metadata
-/// write (`tiercache_azor_live::live::RESIZE_STOP_AT_ENV`).
-const STOP_AT: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+/// write (the same for every design).
+const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
 
 fn have(tool: &str) -> bool {
     Command::new("which")
@@ -445,7 +445,8 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
         "{err}"
     );
     drop(srv);
-    // A design that does not resize (the tiered volume): refused by name.
+    // A configuration that cannot resize: a tiered volume of capacity sum
+    // (its fast tier is part of the exported size).
     let fast = dir.join("fast.img");
     let tiers = format!("{},{}", fast.display(), backing.display());
     common::tiercache(&[
@@ -462,7 +463,8 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
     let srv = ServeProc::start(&fast, &dir.join("tier.sock"), &log);
     let (ok, _, err) = resize(&fast, "4MiB", &[]);
     assert!(
-        !ok && err.contains("cannot be resized while it serves"),
+        !ok && err.starts_with("tiercache: error: resize refused: ")
+            && err.contains("capacity sum"),
         "{err}"
     );
     drop(srv);

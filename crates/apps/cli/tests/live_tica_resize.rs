@@ -24,8 +24,8 @@ use std::time::Duration;
 const MIB: u64 = 1 << 20;
 
 /// The environment variable that stops a resize after its Nth metadata
-/// write (`tiercache_tica_live::cache::resize::STOP_AT_ENV`).
-const STOP_AT: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+/// write (the same for every design).
+const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
 
 fn have(tool: &str) -> bool {
     Command::new("which")

@@ -41,6 +41,7 @@ pub mod notify;
 pub mod panic;
 pub mod record;
 pub mod remote;
+pub mod resize;
 
 pub use async_trait::async_trait;
 pub use blocking_design::{OnBlockingPool, SyncStore, SyncWorkers};

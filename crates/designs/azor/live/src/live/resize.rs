@@ -26,13 +26,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tiercache_azor_policy::Assoc;
+use tiercache_runtime::resize::MetadataWrites;
 use tiercache_store::Layout;
 
-/// Test knob: stop (and wait to be killed) after this many metadata writes
-/// of a resize, counting the cache file's size change, every write and every
-/// sync of its checkpoint and superblock copies. The crash tests kill the
-/// server there.
-pub const STOP_AT_ENV: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+pub use tiercache_runtime::resize::STOP_AT_ENV;
 
 /// Dirty lines at most left for the pause of a shrink (cleaning while
 /// serving stops there).
@@ -58,21 +55,10 @@ impl LiveCache {
                 "cache_bytes": old.slots as u64 * old.line_size as u64,
             }));
         }
-        let stop_at = std::env::var(STOP_AT_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok());
-        let writes = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let writes = Arc::new(MetadataWrites::from_env());
         let after_write = {
             let writes = Arc::clone(&writes);
-            move || {
-                let n = writes.fetch_add(1, Ordering::SeqCst) + 1;
-                if stop_at == Some(n) {
-                    eprintln!("tiercache: resize stopped after metadata write {n} ({STOP_AT_ENV})");
-                    loop {
-                        std::thread::sleep(Duration::from_secs(3600));
-                    }
-                }
-            }
+            move || writes.done()
         };
         let grow = new.slots > old.slots;
         let mut cleaned = 0;
@@ -150,7 +136,7 @@ impl LiveCache {
             "dropped_lines": dropped,
             "seconds": started.elapsed().as_secs_f64(),
             "paused_seconds": pause.as_secs_f64(),
-            "metadata_writes": writes.load(Ordering::SeqCst),
+            "metadata_writes": writes.count(),
         }))
     }
 

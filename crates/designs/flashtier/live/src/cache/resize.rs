@@ -26,46 +26,18 @@
 //! FLUSH and FUA take the lock like every other request and mean what they
 //! always mean.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tiercache_runtime::resize::MetadataWrites;
 
 use super::{err, LogCache, Res, State};
 use crate::segment::BLOCK;
 
-/// Test knob: stop (and wait to be killed) after this many metadata writes
-/// of a resize: the cache file's size change, the zeroed summaries of a
-/// grow, the checkpoint of a shrink, each superblock copy. The crash tests
-/// kill the server there.
-pub const STOP_AT_ENV: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+pub use tiercache_runtime::resize::STOP_AT_ENV;
 
 /// Fewest segments a cache has (as `format` requires).
 const MIN_SEGMENTS: u32 = 4;
-
-/// Counts a resize's metadata writes and stops at [`STOP_AT_ENV`].
-struct Writes {
-    n: AtomicU32,
-    stop_at: Option<u32>,
-}
-
-impl Writes {
-    fn new() -> Writes {
-        Writes {
-            n: AtomicU32::new(0),
-            stop_at: std::env::var(STOP_AT_ENV).ok().and_then(|v| v.parse().ok()),
-        }
-    }
-    fn done(&self) {
-        let n = self.n.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.stop_at == Some(n) {
-            eprintln!("tiercache: resize stopped after metadata write {n} ({STOP_AT_ENV})");
-            loop {
-                std::thread::sleep(Duration::from_secs(3600));
-            }
-        }
-    }
-}
 
 /// What a shrink did to the blocks of the retired segments.
 #[derive(Default)]
@@ -98,7 +70,7 @@ impl LogCache {
                 "cache_bytes": slots(old) * BLOCK,
             }));
         }
-        let writes = Writes::new();
+        let writes = MetadataWrites::from_env();
         let mut pause = Duration::ZERO;
         let mut moved = Moved::default();
         if new > old {
@@ -136,7 +108,7 @@ impl LogCache {
             "written_back_blocks": moved.written_back,
             "seconds": started.elapsed().as_secs_f64(),
             "paused_seconds": pause.as_secs_f64(),
-            "metadata_writes": writes.n.load(Ordering::SeqCst),
+            "metadata_writes": writes.count(),
         }))
     }
 
@@ -181,7 +153,7 @@ impl LogCache {
         size: u64,
         old: u32,
         new: u32,
-        writes: &Writes,
+        writes: &MetadataWrites,
         pause: &mut Duration,
     ) -> Res<()> {
         let old_len = self.cache.len();
@@ -224,7 +196,7 @@ impl LogCache {
 
     /// The part of a grow under the lock: the map for the new slots, the
     /// superblock, the new free segments.
-    fn grow_locked(&self, st: &mut State, new: u32, writes: &Writes) -> Res<()> {
+    fn grow_locked(&self, st: &mut State, new: u32, writes: &MetadataWrites) -> Res<()> {
         let mut grown = st.sb.clone();
         grown.nsegs = new;
         // The map first (it can fail: nothing is written then).
@@ -248,7 +220,13 @@ impl LogCache {
 
     /// Shrink to `new` segments on a device of `size` bytes: retire, empty,
     /// record, cut.
-    fn shrink(&self, size: u64, new: u32, writes: &Writes, pause: &mut Duration) -> Res<Moved> {
+    fn shrink(
+        &self,
+        size: u64,
+        new: u32,
+        writes: &MetadataWrites,
+        pause: &mut Duration,
+    ) -> Res<Moved> {
         let before = self.counters();
         let r = self.retire(new, pause).and_then(|_| {
             let mut st = self.lock()?;
@@ -331,7 +309,7 @@ impl LogCache {
 
     /// The end of a shrink under the lock (every retired segment free): a
     /// checkpoint, the superblock with the new count, the state for it.
-    fn shrink_locked(&self, st: &mut State, new: u32, writes: &Writes) -> Res<()> {
+    fn shrink_locked(&self, st: &mut State, new: u32, writes: &MetadataWrites) -> Res<()> {
         let map = st.map_for_active().map_err(err)?;
         if st.open.is_some_and(|s| s >= new) {
             return Err(err("the open segment is past the new end"));

@@ -36,21 +36,17 @@
 //! while it holds it an inline request goes to the request threads.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tiercache_runtime::resize::MetadataWrites;
 use tiercache_store::Layout;
 
 use super::{CacheError, Fault, State, ThreeLevel};
 use crate::open::policy_ssd_pages;
 use crate::pair::{Role, PAGE};
 
-/// Test knob: stop (and wait to be killed) after this many metadata writes
-/// of a resize, counting each SSD file's size change and every write and
-/// sync of a checkpoint and a superblock copy. The crash tests kill the
-/// server there. (The SSD cache reads the same variable.)
-pub const STOP_AT_ENV: &str = "TIERCACHE_TEST_RESIZE_STOP_AT";
+pub use tiercache_runtime::resize::STOP_AT_ENV;
 
 /// Pages evicted, or moved below the new end, per hold of the lock.
 const BATCH: usize = 256;
@@ -159,19 +155,8 @@ impl ThreeLevel {
                 "seconds": started.elapsed().as_secs_f64(), "paused_seconds": 0.0, "metadata_writes": 0,
             }));
         }
-        let stop_at = std::env::var(STOP_AT_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok());
-        let writes = AtomicU32::new(0);
-        let after_write = || {
-            let n = writes.fetch_add(1, Ordering::SeqCst) + 1;
-            if stop_at == Some(n) {
-                eprintln!("tiercache: resize stopped after metadata write {n} ({STOP_AT_ENV})");
-                loop {
-                    std::thread::sleep(Duration::from_secs(3600));
-                }
-            }
-        };
+        let writes = MetadataWrites::from_env();
+        let after_write = || writes.done();
         let mut longest_hold = Duration::ZERO;
         let mut moved = 0u64;
         let mut evicted = 0u64;
@@ -245,7 +230,7 @@ impl ThreeLevel {
             "evicted_pages": evicted,
             "seconds": started.elapsed().as_secs_f64(),
             "paused_seconds": longest_hold.as_secs_f64(),
-            "metadata_writes": writes.load(Ordering::SeqCst),
+            "metadata_writes": writes.count(),
         }))
     }
 
