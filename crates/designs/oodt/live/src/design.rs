@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tiercache_runtime::{async_trait, blocking, Design, Result, WriteBack};
 
 use crate::volume::TieredVolume;
@@ -71,6 +71,31 @@ impl Design for Tiered {
             unit: "blocks",
         })
     }
+    /// `resize` (`{"cmd":"resize","size":BYTES}`): the fast tier to `size`
+    /// bytes of device; the exported size stays (see `volume::resize`).
+    async fn command(&self, cmd: &str, request: &Value) -> Option<Value> {
+        if cmd != "resize" {
+            return None;
+        }
+        let Some(size) = request["size"].as_u64() else {
+            return Some(
+                json!({"ok": false, "error": "resize: expected \"size\": the new size of the fast tier in bytes"}),
+            );
+        };
+        if request.get("device").is_some_and(|d| !d.is_null()) {
+            return Some(
+                json!({"ok": false, "error": "resize: a tiered volume resizes its fast tier only (no --device)"}),
+            );
+        }
+        let v = Arc::clone(&self.0);
+        // Long (a shrink moves blocks home): off the request threads.
+        let r = tokio::task::spawn_blocking(move || v.resize(size)).await;
+        Some(match r {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"ok": false, "error": e}),
+            Err(e) => json!({"ok": false, "error": format!("resize: {e}")}),
+        })
+    }
     async fn shutdown(&self) -> Result<()> {
         let v = Arc::clone(&self.0);
         blocking(move || Ok(v.shutdown()?)).await
@@ -83,7 +108,8 @@ impl Design for Tiered {
 /// fast and slow tier's accesses, `migrations_total{direction}` from
 /// `promotions`/`demotions`, `migrated_bytes_total`,
 /// `migration_errors_total`, `migrations_in_flight`, and
-/// `tier_used_blocks{tier}` from `tiers[i].used_slots`.
+/// `tier_slots{tier}` and `tier_used_blocks{tier}` from `tiers[i].slots`
+/// and `tiers[i].used_slots`.
 fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
     let n = |p: &str| s.pointer(p).and_then(Value::as_u64).unwrap_or(0);
     for (i, tier) in ["fast", "slow"].iter().enumerate() {
@@ -108,6 +134,12 @@ fn metrics(s: &Value, m: &mut tiercache_runtime::MetricSet) {
             };
             m.counter(name, help, &[("op", op)], v);
         }
+        m.gauge(
+            "tier_slots",
+            "Blocks each tier has room for (the fast tier's changes with a resize).",
+            &[("tier", tier)],
+            n(&format!("/tiers/{i}/slots")) as f64,
+        );
         m.gauge(
             "tier_used_blocks",
             "Blocks each tier holds.",

@@ -258,6 +258,16 @@ impl Journal {
     /// Write `table` (no migration in flight) as the next checkpoint and
     /// flush it; the log starts a new epoch.
     pub fn checkpoint(&mut self, table: &MappingTable) -> io::Result<()> {
+        self.checkpoint_observed(table, &|| {})
+    }
+
+    /// [`checkpoint`](Self::checkpoint), calling `after_write` after each
+    /// of its device writes and syncs (the resize's crash tests stop there).
+    pub fn checkpoint_observed(
+        &mut self,
+        table: &MappingTable,
+        after_write: &dyn Fn(),
+    ) -> io::Result<()> {
         let seq = self.seq + 1;
         let len = table.checkpoint_len();
         if CHECKPOINT_HEADER as u64 + len > self.layout.checkpoint_bytes {
@@ -276,10 +286,12 @@ impl Journal {
         table.write_checkpoint(|b| {
             crc = crc32c::crc32c_append(crc, b);
             self.dev.write_at(b, at)?;
+            after_write();
             at += b.len() as u64;
             Ok::<(), io::Error>(())
         })?;
         self.dev.flush()?;
+        after_write();
         let mut h = [0u8; CHECKPOINT_HEADER];
         h[..8].copy_from_slice(CHECKPOINT_MAGIC);
         h[8..16].copy_from_slice(&seq.to_le_bytes());
@@ -288,7 +300,9 @@ impl Journal {
         let hcrc = crc32c::crc32c(&h[..CHECKPOINT_HEADER - 4]);
         h[CHECKPOINT_HEADER - 4..].copy_from_slice(&hcrc.to_le_bytes());
         self.dev.write_at(&h, off)?;
+        after_write();
         self.dev.flush()?;
+        after_write();
         self.seq = seq;
         self.next_slot = 0;
         Ok(())

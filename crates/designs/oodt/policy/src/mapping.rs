@@ -129,6 +129,24 @@ impl SlotBitmap {
         self.used -= 1;
     }
 
+    /// Give the allocator `slots` slots: new ones are free; dropped ones
+    /// must be (the first slot in use at or past `slots`, if any, is the error).
+    fn resize(&mut self, slots: u64) -> Result<(), u64> {
+        if let Some(s) = (slots..self.slots).find(|&s| self.is_set(s)) {
+            return Err(s);
+        }
+        self.words.resize(slots.div_ceil(64) as usize, 0);
+        // Bits past the last slot are never set (they were free, or never existed).
+        if !slots.is_multiple_of(64) {
+            if let Some(w) = self.words.last_mut() {
+                *w &= (1u64 << (slots % 64)) - 1;
+            }
+        }
+        self.slots = slots;
+        self.cursor = if slots == 0 { 0 } else { self.cursor % slots };
+        Ok(())
+    }
+
     fn alloc(&mut self) -> Option<u64> {
         if self.used == self.slots {
             return None;
@@ -281,6 +299,27 @@ impl MappingTable {
     /// Slots of `tier` (`None` for a capacity tier with homes: one per block).
     pub fn slots(&self, tier: TierId) -> Option<u64> {
         self.fast.get(tier as usize).map(|b| b.slots)
+    }
+
+    /// Resize fast tier `tier` of a volume with homes to `slots` slots (a
+    /// fast tier grown or shrunk while it serves): new slots are free;
+    /// slots dropped must hold no block (move their blocks home first).
+    pub fn resize_fast(&mut self, tier: TierId, slots: u64) -> Result<(), TierError> {
+        if !self.has_homes() || tier as usize + 1 >= self.ntiers {
+            return Err(TierError::Config(format!(
+                "tier {tier} is not a fast tier of a volume whose blocks have homes"
+            )));
+        }
+        if slots == 0 || slots > MAX_FAST_SLOTS {
+            return Err(TierError::Config(format!(
+                "fast tier of {slots} slots (allowed: 1 to {MAX_FAST_SLOTS})"
+            )));
+        }
+        self.fast[tier as usize].resize(slots).map_err(|s| {
+            TierError::Config(format!(
+                "slot {s} of tier {tier} holds a block (move it before shrinking to {slots} slots)"
+            ))
+        })
     }
 
     /// Free slots of `tier` (`u64::MAX` for a capacity tier with homes).
@@ -610,6 +649,43 @@ impl MappingTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fast_tier_grows_with_free_slots_and_shrinks_only_past_its_last_block() {
+        let mut t = MappingTable::new(4096, 200, &[3]).unwrap();
+        for b in 0..3 {
+            let l = t.reserve(0, b).unwrap();
+            t.switch(b, Loc { tier: 1, slot: b }, l).unwrap();
+        }
+        assert_eq!(t.free_slots(0), 0);
+        t.resize_fast(0, 130).unwrap();
+        assert_eq!((t.slots(0), t.free_slots(0)), (Some(130), 127));
+        let mut seen = std::collections::HashSet::new();
+        for b in 3..130 {
+            let l = t.reserve(0, b).unwrap();
+            assert!(l.slot < 130 && seen.insert(l.slot), "{l}");
+        }
+        assert!(t.reserve(0, 130).is_err(), "no slot past the new end");
+        // Slot 129 holds a block: refused, nothing changed.
+        assert!(t.resize_fast(0, 129).is_err());
+        assert_eq!(t.slots(0), Some(130));
+        for s in 3..130 {
+            t.release(Loc { tier: 0, slot: s });
+        }
+        t.resize_fast(0, 3).unwrap();
+        assert_eq!((t.slots(0), t.free_slots(0)), (Some(3), 0));
+        // The checkpoint carries the new size.
+        assert_eq!(
+            MappingTable::from_checkpoint(&t.checkpoint())
+                .unwrap()
+                .slots(0),
+            Some(3)
+        );
+        assert!(t.resize_fast(0, 0).is_err());
+        assert!(t.resize_fast(1, 5).is_err(), "the capacity tier has homes");
+        let mut sum = MappingTable::new_sum(4096, 6, &[4, 4]).unwrap();
+        assert!(sum.resize_fast(0, 8).is_err(), "a sum volume has no homes");
+    }
 
     #[test]
     fn blocks_start_at_home_on_the_capacity_tier() {

@@ -46,6 +46,18 @@ evicted, 210 000 to 260 000 moved), the lock held at most 0.16 s at a time
 and fio's slowest request 0.4 to 0.8 s (docs/designs/tica.md, Resizing
 while serving).
 
+The tiered volume (--design oodt) resizes its fast tier; --size is the
+fast tier's new size, metadata included. The exported size stays what it
+is, because NBD clients learn the size only when they connect: only a
+volume of --capacity slow resizes (a volume of capacity sum exports the
+fast tier's blocks too, and is refused). Growing: a fast-tier file is
+extended, the superblock records the new size, and the new slots are used
+by the next migrations. Shrinking: the blocks in the slots past the new
+end are moved home to the slow tier, one logged migration each, while
+requests are served (none waits for the resize), then the new size is
+recorded and the file cut. Migrations wait while a resize runs
+(docs/designs/tiered-volume.md, Resizing the fast tier).
+
 Measured under fio (4 KiB random reads and writes at queue depth 32, a
 write-back cache file of 4 KiB lines on tmpfs, 2 cores): growing 1 GiB to
 2 GiB took 0.3 s, all of it paused; shrinking 2 GiB to 1 GiB took 10 to 12
@@ -93,7 +105,7 @@ pub fn resize(a: ResizeArgs) -> Result<()> {
         }
         let why = v["error"].as_str().unwrap_or("no reason given");
         if why.starts_with("unknown command 'resize'") {
-            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache, the log-structured cache and the three-level cache can)");
+            bail!("resize refused: this design cannot be resized while it serves (only the SSD cache, the log-structured cache, the three-level cache and the tiered volume can)");
         }
         bail!("resize refused: {why}");
     }

@@ -110,6 +110,17 @@ pub fn check_volume(fast: &Path) -> anyhow::Result<CheckReport> {
                 sb.capacity
             ));
         }
+        if sb.capacity == Capacity::Slow && t.slots(0) != Some(l.fast_slots) {
+            // A resize stopped between its checkpoint and its superblock:
+            // the open takes the superblock's size, if the slots it drops
+            // hold no block.
+            if let Err(e) = t.clone().resize_fast(0, l.fast_slots) {
+                problems.push(format!(
+                    "the mapping checkpoint's fast tier does not fit the superblock's {} slots: {e}",
+                    l.fast_slots
+                ));
+            }
+        }
         if sb.capacity == Capacity::Sum {
             let seen: u64 = (0..t.tiers() as u8).map(|x| t.used_slots(x)).sum();
             if seen != t.blocks() {

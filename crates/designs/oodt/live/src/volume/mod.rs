@@ -43,6 +43,7 @@ mod check;
 mod format;
 mod open;
 mod requests;
+mod resize;
 mod worker;
 
 pub use check::{check_volume, CheckReport};
@@ -127,7 +128,14 @@ struct Part {
 
 /// A live tiered volume (see the module docs).
 pub struct TieredVolume {
+    /// The superblock as opened (what never changes: the block size, the
+    /// exported size, the regions' offsets, the tiers).
     sb: Superblock,
+    /// The superblock as recorded now (a resize changes the fast tier's slots).
+    sb_now: Mutex<Superblock>,
+    /// Held by a resize from start to end, and by the migration worker
+    /// around each job: migrations do not race a resize.
+    resizing: Mutex<()>,
     cfg: VolumeConfig,
     devs: Vec<Arc<dyn BlockDev>>,
     /// Failed reads and writes of each tier's device (`stats`).
@@ -197,9 +205,14 @@ impl TieredVolume {
         self.sb.volume_bytes
     }
 
-    /// The superblock.
+    /// The superblock as opened.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The superblock as recorded now (after any resize).
+    pub fn superblock_now(&self) -> Superblock {
+        lock(&self.sb_now).clone()
     }
 
     /// Where `block` lives now (`None` past the end of the volume).
@@ -275,7 +288,7 @@ impl TieredVolume {
             .policy
             .parse()
             .unwrap_or(tiercache_oodt_policy::policy::PolicyKind::Oodt);
-        let bound = crate::memory::metadata_memory(&self.sb, kind);
+        let bound = crate::memory::metadata_memory(&lock(&self.sb_now), kind);
         let n = &self.counters;
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let tiers: Vec<_> = (0..2)
@@ -304,6 +317,7 @@ impl TieredVolume {
             "policy": self.cfg,
             "block_size": self.sb.block_bytes,
             "volume_bytes": self.sb.volume_bytes,
+            "fast_tier_bytes": lock(&self.sb_now).tiers[0].identity.size,
             "blocks": blocks,
             "tiers": tiers,
             "backing": tiercache_runtime::remote::backing_json(self.devs[1].as_ref()),

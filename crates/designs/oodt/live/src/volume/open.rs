@@ -56,6 +56,9 @@ pub fn open_volume(o: &OpenOptions) -> anyhow::Result<Arc<TieredVolume>> {
             recorded.path = found.path.clone();
             recorded.file_id = found.file_id;
             recorded.serial = found.serial.clone();
+            // A resize extends a file before, and cuts it after, the
+            // superblock records its size: the layout check below is the one.
+            recorded.size = found.size;
         }
         if let Some(d) = recorded.differences(&found, false) {
             bail!(
@@ -121,6 +124,17 @@ impl TieredVolume {
         {
             bail!("the mapping checkpoint does not match the superblock's geometry");
         }
+        let mut table = rec.table;
+        if sb.capacity == Capacity::Slow && table.slots(0) != Some(l.fast_slots) {
+            // A resize stopped between its checkpoint and its superblock:
+            // the superblock's size is the volume's (the slots it has and
+            // the checkpoint lacks, or the reverse, hold no block).
+            table.resize_fast(0, l.fast_slots).map_err(|e| {
+                anyhow::anyhow!(
+                    "the mapping checkpoint does not fit the superblock's fast tier: {e}"
+                )
+            })?;
+        }
         let bs = u64::from(sb.block_bytes);
         for loc in &rec.trim {
             let (dev, off) = Self::locate_in(&devs, &sb, *loc);
@@ -132,7 +146,7 @@ impl TieredVolume {
             d.flush()?;
         }
         // A new epoch: the replayed log is never needed again.
-        journal.checkpoint(&rec.table)?;
+        journal.checkpoint(&table)?;
         let policy = build(kind, &PolicyConfig::default(), sb.blocks(), sb.block_bytes)?;
         let planner = cfg.planner();
         let inline_fast = devs[0]
@@ -143,7 +157,7 @@ impl TieredVolume {
         report.duration = report.duration.max(Duration::from_micros(1));
         Ok(Arc::new(TieredVolume {
             core: Mutex::new(Core {
-                table: rec.table,
+                table,
                 disp: Dispatcher::new(),
                 poisoned: FxHashSet::default(),
                 policy,
@@ -155,6 +169,8 @@ impl TieredVolume {
                 next_migration: 1,
                 failed: None,
             }),
+            sb_now: Mutex::new(sb.clone()),
+            resizing: Mutex::new(()),
             sb,
             cfg,
             devs,

@@ -63,6 +63,8 @@ impl TieredVolume {
             }
             let jobs = self.plan_round(idle);
             for job in jobs {
+                // Not while a resize runs (it may drop the slots a job takes).
+                let _no_resize = lock(&self.resizing);
                 if self.stop.load(Ordering::Acquire) || !self.checkpoint_if_full() {
                     break;
                 }
@@ -112,6 +114,7 @@ impl TieredVolume {
         let jobs = self.plan_round(Duration::MAX);
         let mut done = 0;
         for job in jobs {
+            let _no_resize = lock(&self.resizing);
             if !self.checkpoint_if_full() {
                 return Err(io::Error::other("checkpoint failed"));
             }
@@ -203,8 +206,14 @@ impl TieredVolume {
     /// Write a checkpoint of the mapping (no migration in flight: called
     /// by the worker between migrations, or after it stopped).
     pub(super) fn checkpoint(&self) -> io::Result<()> {
+        self.checkpoint_observed(&|| {})
+    }
+
+    /// [`checkpoint`](Self::checkpoint), calling `after_write` after each
+    /// device write and sync.
+    pub(super) fn checkpoint_observed(&self, after_write: &dyn Fn()) -> io::Result<()> {
         let table = lock(&self.core).table.clone();
-        lock(&self.journal).checkpoint(&table)?;
+        lock(&self.journal).checkpoint_observed(&table, after_write)?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -421,6 +430,8 @@ impl TieredVolume {
         if let Some(h) = lock(&self.worker).take() {
             let _ = h.join();
         }
+        // After the worker stopped (it may wait on this lock for a job).
+        let _no_resize = lock(&self.resizing);
         let residents: Vec<BlockId> = lock(&self.core).table.residents(0).collect();
         let mut moved = 0;
         for block in residents {
