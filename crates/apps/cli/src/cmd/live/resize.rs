@@ -55,8 +55,12 @@ extended, the superblock records the new size, and the new slots are used
 by the next migrations. Shrinking: the blocks in the slots past the new
 end are moved home to the slow tier, one logged migration each, while
 requests are served (none waits for the resize), then the new size is
-recorded and the file cut. Migrations wait while a resize runs
-(docs/designs/tiered-volume.md, Resizing the fast tier).
+recorded and the file cut. Migrations wait while a resize runs. Measured
+under fio (4 KiB random reads and writes at queue depth 32, 1 MiB blocks,
+both tiers files on a virtio disk, 2 cores): growing the fast tier from
+256 MiB to 1.25 GiB took 0.02 to 0.03 s; shrinking it back 19.9 to 20.8 s,
+moving about 1020 blocks home (docs/designs/tiered-volume.md, Resizing the
+fast tier).
 
 Measured under fio (4 KiB random reads and writes at queue depth 32, a
 write-back cache file of 4 KiB lines on tmpfs, 2 cores): growing 1 GiB to
