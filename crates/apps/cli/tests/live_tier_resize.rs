@@ -466,3 +466,84 @@ fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
     assert_eq!(fast_slots(&srv.stats()), fast_slots(&before));
     assert_eq!(file_len(&fast), 4 * MIB);
 }
+
+/// On a block device (a loop device) the fast tier keeps its size: a shrink
+/// leaves the device as it is (and survives a restart), a grow goes up to
+/// its end and no further (refused with one line, nothing changed).
+#[test]
+fn a_block_device_keeps_its_size_and_grows_only_to_its_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    struct Loop(String);
+    impl Drop for Loop {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let img = dir.join("fast-loop.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(16 * MIB)
+        .unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .expect("losetup");
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: no loop device ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    let lo = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let fast = Path::new(&lo.0);
+    let slow = dir.join("slow.img");
+    std::fs::File::create(&slow)
+        .unwrap()
+        .set_len(32 * MIB)
+        .unwrap();
+    common::tiercache(&[
+        "format",
+        "--design",
+        "oodt",
+        "--tiers",
+        &format!("{},{}", lo.0, slow.display()),
+        "--tier-block",
+        "64KiB",
+        "--capacity",
+        "slow",
+        "--force",
+    ]);
+    let dev_size = |p: &Path| {
+        std::fs::File::open(p)
+            .map(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap())
+            .unwrap()
+    };
+    let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
+    let mut srv = ServeProc::start(fast, &sock, &log);
+    let full = fast_slots(&srv.stats());
+    let (ok, _, err) = resize(fast, "8MiB", &[]);
+    assert!(ok, "{err}\n{}", tail(&log));
+    let half = fast_slots(&srv.stats());
+    assert!(half < full, "{half} {full}");
+    assert_eq!(dev_size(fast), 16 * MIB, "the device keeps its size");
+    // The smaller size is the volume's after a restart.
+    let _ = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status();
+    assert!(srv.wait_exit().success(), "{}", tail(&log));
+    let srv = ServeProc::start(fast, &sock, &log);
+    assert_eq!(fast_slots(&srv.stats()), half);
+    let (ok, _, err) = resize(fast, "16MiB", &[]);
+    assert!(ok, "{err}");
+    assert_eq!(fast_slots(&srv.stats()), full);
+    let (ok, _, err) = resize(fast, "32MiB", &[]);
+    assert!(
+        !ok && err.trim_end().lines().count() == 1 && err.contains("resize refused: "),
+        "{err}"
+    );
+    assert!(err.contains("fewer than 33554432"), "{err}");
+    assert_eq!(fast_slots(&srv.stats()), full);
+}
