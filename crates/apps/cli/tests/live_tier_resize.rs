@@ -356,6 +356,18 @@ fn kill_round(
         panic!("load during the resize: {e}\n{}", tail(&log));
     }
     drop(c);
+    // `check` finds the metadata consistent as the kill left it.
+    let out = Command::new(bin())
+        .args(["check", "--cache"])
+        .arg(&fast)
+        .output()
+        .expect("run tiercache check");
+    assert!(
+        out.status.success(),
+        "{from} -> {to}, killed after write {n}: check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Restart: every acknowledged write is there, the fast tier old or new.
     let srv = ServeProc::start(&fast, &sock, &log);
     let mut c = NbdClient::connect(&sock).expect("connect after the kill");
