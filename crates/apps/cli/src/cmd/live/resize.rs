@@ -9,64 +9,51 @@ use super::args::CtlArgs;
 /// `tiercache resize`: change the size of a running cache.
 #[derive(Args, Debug)]
 #[command(after_help = "\
-The cache keeps serving. Growing: a cache file is extended (a block device
-must hold the new size), the superblock records the new size, and the new
-lines are used from then on; the metadata regions are sized at format, so a
-cache grows only up to its `format --max-size` (default: its size at format).
-Shrinking: dirty lines are written back while requests are served, then
-requests pause while the rest is written back, the lines past the new end
-are dropped, the new size is recorded, and a cache file is cut to it (a
-block device keeps its size; its tail is no longer used). Requests wait
-during the pause, FLUSH and FUA included, and mean what they always mean. A
+Every design resizes while it serves, and keeps serving. For all of them: a
+cache grows only up to its `format --max-size` (default: its size at
+format), because the metadata regions are sized at format; a cache file is
+extended or cut, a block device keeps its size (a grow stops at its end, a
+shrink leaves its tail unused); FLUSH and FUA mean what they always mean; a
 crash at any moment recovers the old size or the new one with every
-acknowledged write. `stats`, the metrics and `sim --like` show the new size.
+acknowledged write; `stats`, the metrics and `sim --like` show the new
+size. Refused, with one line and nothing changed: a size past the device or
+past `--max-size`, not a multiple of 4 KiB, or too small; a shrink while
+dirty data cannot be written back (the backing device fails); a degraded
+cache. Times below: fio, 4 KiB random reads and writes at queue depth 32, 2
+cores; each design's page has the details.
 
-Refused, with nothing changed: a size past the device, or past what the
-metadata regions were made for; a shrink while dirty lines cannot be
-written back (the backing device fails); a cache that is not fully
-associative; a degraded cache.
+The SSD cache (--design azor; fully associative only): a shrink writes
+dirty lines back while requests are served, then pauses requests while the
+rest is written back, drops the lines past the new end and records the new
+size. 1 GiB to 2 GiB: 0.3 s, all of it paused; 2 GiB to 1 GiB: 10 to 12 s,
+about 1 GiB written back, requests paused 0.5 to 0.7 s
+(docs/designs/ssd-cache.md).
 
-The log-structured cache (--design flashtier) adds segments or retires
-them: a shrink evicts the clean blocks of the retired segments and moves
-or writes back their dirty ones, one segment at a time while requests are
-served, then records the new size (docs/designs/log-structured.md).
+The log-structured layout (--design flashtier) adds segments or retires
+them: a shrink evicts the clean blocks of the retired segments and moves or
+writes back their dirty ones, one segment per hold of the lock while
+requests are served, then records the new size. 1 GiB to 2 GiB: 0.15 to
+0.32 s; back to 1 GiB: 3.9 to 5.7 s (docs/designs/log-structured.md).
 
-The three-level cache (--design tica) resizes each SSD to --size, or
-only the one --device names; the policy caches as many pages as the
-smaller SSD holds, less a reserve. A shrink first evicts the least recently
-used pages the smaller capacity has no room for (a dirty one written back),
-then moves the pages past the new end below it, 256 at a time while
-requests are served, then records the new size and cuts the file; dirty
-pages keep two copies throughout. The SSDs are resized one after the
-other: a crash in between leaves one at its new size. Measured under fio
-(4 KiB random reads and writes at queue depth 32, both SSD files on tmpfs,
-2 cores): growing both from 1 GiB to
-2 GiB took 0.02 to 0.05 s; shrinking them back 11 to 15 s (262 144 pages
-evicted, 210 000 to 260 000 moved), the lock held at most 0.16 s at a time
-and fio's slowest request 0.4 to 0.8 s (docs/designs/tica.md, Resizing
-while serving).
+The three-level cache (--design tica) resizes each SSD to --size, or only
+the one --device names; the policy caches as many pages as the smaller SSD
+holds, less a reserve. A shrink first evicts the least recently used pages
+the smaller capacity has no room for (a dirty one written back), then moves
+the pages past the new end below it, 256 at a time while requests are
+served; dirty pages keep two copies throughout. The SSDs are resized one
+after the other: a crash in between leaves one at its new size, and
+`resize` again completes it. Both SSDs 1 GiB to 2 GiB: 0.02 to 0.05 s; back
+to 1 GiB: 11 to 15 s, the lock held at most 0.16 s at a time
+(docs/designs/tica.md).
 
 The tiered volume (--design oodt) resizes its fast tier; --size is the
 fast tier's new size, metadata included. The exported size stays what it
 is, because NBD clients learn the size only when they connect: only a
-volume of --capacity slow resizes (a volume of capacity sum exports the
-fast tier's blocks too, and is refused). Growing: a fast-tier file is
-extended, the superblock records the new size, and the new slots are used
-by the next migrations. Shrinking: the blocks in the slots past the new
-end are moved home to the slow tier, one logged migration each, while
-requests are served (none waits for the resize), then the new size is
-recorded and the file cut. Migrations wait while a resize runs. Measured
-under fio (4 KiB random reads and writes at queue depth 32, 1 MiB blocks,
-both tiers files on a virtio disk, 2 cores): growing the fast tier from
-256 MiB to 1.25 GiB took 0.02 to 0.03 s; shrinking it back 19.9 to 20.8 s,
-moving about 1020 blocks home (docs/designs/tiered-volume.md, Resizing the
-fast tier).
-
-Measured under fio (4 KiB random reads and writes at queue depth 32, a
-write-back cache file of 4 KiB lines on tmpfs, 2 cores): growing 1 GiB to
-2 GiB took 0.3 s, all of it paused; shrinking 2 GiB to 1 GiB took 10 to 12
-s, writing back about 1 GiB of dirty lines, with requests paused 0.5 to
-0.7 s (docs/designs/ssd-cache.md, Resizing while serving).
+volume of --capacity slow resizes (a volume of capacity sum is refused). A
+shrink moves the blocks past the new end home to the slow tier, one logged
+migration each, while requests are served; migrations wait while a resize
+runs. 256 MiB to 1.25 GiB: 0.02 to 0.03 s; back: 19.9 to 20.8 s, about
+1,020 blocks of 1 MiB moved home (docs/designs/tiered-volume.md).
 
 Examples:
   tiercache resize --cache cache.img --size 2GiB

@@ -9,8 +9,8 @@
 //!
 //! Skips with a `SKIPPED:` message when fio is missing.
 
-mod clients_util;
-mod common;
+use crate::clients_util;
+use crate::common;
 
 use clients_util::{bin, fio, output, run, Setup};
 use serde_json::Value;

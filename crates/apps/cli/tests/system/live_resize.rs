@@ -8,7 +8,7 @@
 //! Tests skip with a `SKIPPED:` message when a tool is missing
 //! (`scripts/setup.sh` installs them).
 
-mod common;
+use crate::common;
 
 use common::{
     bin, format_cache, init_backing, run_load, tail, verify_all, wait_until, Ledger, LoadShape,

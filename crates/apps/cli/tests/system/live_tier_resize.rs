@@ -1,16 +1,17 @@
-//! `tiercache resize` of a served three-level (TICA) cache: fio's crc32c
-//! verification at queue depth 32 passes while both SSDs grow and shrink
-//! five times; `stats`, the SSD files, the metrics and `sim --like` follow
-//! the sizes; `--device` resizes one SSD; a kill -9 at every metadata write
-//! of a grow and of a shrink recovers each SSD at its old size or its new
-//! one with every acknowledged write; impossible resizes are refused with
-//! one line and change nothing; on loop devices each SSD keeps its size
-//! and grows only to its end.
+//! `tiercache resize` of a served tiered volume (`--design oodt`, capacity
+//! `slow`): the fast tier grows, or shrinks by moving its blocks home, while
+//! the exported size stays. fio's crc32c verification at queue depth 32
+//! passes while the fast tier grows and shrinks five times; `stats`, the
+//! fast-tier file, the metrics and `sim --like` follow the size; a kill -9
+//! at every metadata write of a grow and of a shrink recovers the old size
+//! or the new one with every acknowledged write; impossible resizes
+//! (a volume of capacity sum among them) are refused with one line and
+//! change nothing.
 //!
 //! Tests skip with a `SKIPPED:` message when a tool is missing
 //! (`scripts/setup.sh` installs them).
 
-mod common;
+use crate::common;
 
 use common::{
     bin, init_backing, run_load, tail, verify_all, wait_until, Ledger, LoadShape, NbdClient, Rng,
@@ -23,8 +24,7 @@ use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
-/// The environment variable that stops a resize after its Nth metadata
-/// write (the same for every design).
+/// The environment variable that stops a resize after its Nth metadata write.
 const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
 
 fn have(tool: &str) -> bool {
@@ -34,13 +34,21 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// `tiercache format --design tica` of `ro.img` and `wo.img` in `dir`.
-fn format_pair(dir: &Path, size: &str, max: &str) {
+/// `tiercache format --design oodt` of `fast.img` over `slow.img` in `dir`,
+/// 64 KiB blocks, planning every 50 requests.
+fn format_volume(dir: &Path, size: &str, capacity: &str) {
     let out = Command::new(bin())
         .current_dir(dir)
-        .args(["format", "--design", "tica", "--ro-ssd", "ro.img"])
-        .args(["--wo-ssd", "wo.img", "--backing", "backing.img"])
-        .args(["--dram-size", "1MiB", "--size", size, "--max-size", max])
+        .args(["format", "--design", "oodt", "--tiers", "fast.img,slow.img"])
+        .args([
+            "--size",
+            size,
+            "--tier-block",
+            "64KiB",
+            "--capacity",
+            capacity,
+        ])
+        .args(["--plan-every", "50"])
         .output()
         .expect("run tiercache format");
     assert!(
@@ -74,8 +82,12 @@ fn bytes(s: &str) -> u64 {
     s.trim_end_matches("MiB").parse::<u64>().unwrap() * MIB
 }
 
-/// The SSD pages `sim --like` takes from the device (its `ssd_bytes`).
-fn like_pages(dir: &Path, ssd: &Path) -> u64 {
+fn fast_slots(st: &Value) -> u64 {
+    st["tiers"][0]["slots"].as_u64().expect("tiers[0].slots")
+}
+
+/// The fast-tier blocks `sim --like` takes from the volume.
+fn like_blocks(dir: &Path, fast: &Path) -> u64 {
     let trace = dir.join("t.csv");
     std::fs::write(
         &trace,
@@ -85,7 +97,7 @@ fn like_pages(dir: &Path, ssd: &Path) -> u64 {
     let out = common::tiercache(&[
         "sim",
         "--like",
-        ssd.to_str().unwrap(),
+        fast.to_str().unwrap(),
         "--trace",
         trace.to_str().unwrap(),
         "--format",
@@ -95,13 +107,12 @@ fn like_pages(dir: &Path, ssd: &Path) -> u64 {
     ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     let row = if v.is_array() { &v[0] } else { &v };
-    row["ssd_bytes"]
+    row["fast_tier_blocks"]
         .as_u64()
-        .unwrap_or_else(|| panic!("no ssd_bytes in sim --like: {row}"))
-        / row["page_bytes"].as_u64().unwrap()
+        .unwrap_or_else(|| panic!("no fast_tier_blocks in sim --like: {row}"))
 }
 
-/// The `tiercache_slots` gauge of a `/metrics` scrape at `url`.
+/// The `tiercache_tier_slots{tier="fast"}` gauge of a `/metrics` scrape at `url`.
 fn scraped_slots(url: &str) -> u64 {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").expect("http URL");
@@ -116,8 +127,8 @@ fn scraped_slots(url: &str) -> u64 {
     let mut body = String::new();
     s.read_to_string(&mut body).unwrap();
     body.lines()
-        .find_map(|l| l.strip_prefix("tiercache_slots "))
-        .unwrap_or_else(|| panic!("no tiercache_slots in the scrape:\n{body}"))
+        .find_map(|l| l.strip_prefix("tiercache_tier_slots{tier=\"fast\"} "))
+        .unwrap_or_else(|| panic!("no fast tier_slots in the scrape:\n{body}"))
         .trim()
         .parse::<f64>()
         .unwrap() as u64
@@ -182,64 +193,60 @@ impl Drop for VerifyingFio {
 }
 
 #[test]
-fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
+fn fio_verifies_while_the_fast_tier_grows_and_shrinks_five_times() {
     if !have("fio") {
         eprintln!("SKIPPED: fio is not installed (scripts/setup.sh installs it)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (ro, wo) = (dir.join("ro.img"), dir.join("wo.img"));
-    std::fs::File::create(dir.join("backing.img"))
+    let fast = dir.join("fast.img");
+    std::fs::File::create(dir.join("slow.img"))
         .unwrap()
-        .set_len(256 * MIB)
+        .set_len(64 * MIB)
         .unwrap();
-    format_pair(dir, "24MiB", "96MiB");
+    format_volume(dir, "8MiB", "slow");
     let sock = dir.join("nbd.sock");
     let log = dir.join("serve.log");
-    let mut srv = ServeProc::start_with(&wo, &sock, &log, &["--metrics", "127.0.0.1:0"]);
+    let mut srv = ServeProc::start_with(&fast, &sock, &log, &["--metrics", "127.0.0.1:0"]);
     let metrics = srv.stats()["runtime"]["metrics"]
         .as_str()
         .expect("runtime.metrics in stats")
         .to_string();
+    let volume = srv.stats()["volume_bytes"].as_u64().unwrap();
     let uri = format!("nbd+unix:///?socket={}", sock.display());
-    let mut fio = VerifyingFio::start(&uri, 128 * MIB, &dir.join("fio.json"));
-    wait_until("dirty pages under fio", Duration::from_secs(300), || {
+    let mut fio = VerifyingFio::start(&uri, 32 * MIB, &dir.join("fio.json"));
+    wait_until("promotions under fio", Duration::from_secs(300), || {
         assert!(fio.running(), "fio ended: {}", tail(&dir.join("fio.err")));
-        srv.stats()["dirty_pages"].as_u64().unwrap() >= 256
+        srv.stats()["tiers"][0]["used_slots"].as_u64().unwrap() >= 32
     });
     let sizes = [
-        "96MiB", "16MiB", "64MiB", "12MiB", "80MiB", "20MiB", "96MiB", "8MiB", "48MiB", "24MiB",
+        "24MiB", "4MiB", "16MiB", "2MiB", "20MiB", "6MiB", "32MiB", "3MiB", "12MiB", "8MiB",
     ];
-    let mut before = srv.stats()["slots"].as_u64().unwrap();
+    let mut before = fast_slots(&srv.stats());
     let mut moved = 0;
     for size in sizes {
         assert!(fio.running(), "fio ended before resizing to {size}");
-        let (ok, out, err) = resize(&wo, size, &["--json"]);
+        // Blocks in the slots a shrink drops: promoted since the last resize.
+        wait_until("promotions", Duration::from_secs(300), || {
+            srv.stats()["tiers"][0]["used_slots"].as_u64().unwrap() * 2 >= before
+        });
+        let (ok, out, err) = resize(&fast, size, &["--json"]);
         assert!(ok, "resize to {size} failed: {out}{err}\n{}", tail(&log));
         let v: Value = serde_json::from_str(&out).unwrap();
         let slots = v["slots"].as_u64().unwrap();
         assert_eq!(v["old_slots"].as_u64(), Some(before), "{v}");
         assert_ne!(slots, before, "{v}");
-        moved += v["moved_pages"].as_u64().unwrap();
-        assert_eq!(v["ro_slots"].as_u64(), Some(slots), "{v}");
-        assert_eq!(
-            (file_len(&ro), file_len(&wo)),
-            (bytes(size), bytes(size)),
-            "the SSD files follow the size"
-        );
+        assert_eq!(v["volume_bytes"].as_u64(), Some(volume), "{v}");
+        moved += v["moved_blocks"].as_u64().unwrap();
+        assert_eq!(file_len(&fast), bytes(size), "the fast-tier file follows");
         let st = srv.stats();
-        assert_eq!(st["slots"].as_u64(), Some(slots), "stats after {size}");
-        assert_eq!(st["ro_ssd"]["slots"].as_u64(), Some(slots));
-        assert!(st["wo_ssd"]["used_pages"].as_u64().unwrap() < slots);
-        let pages = st["policy"]["ssd_pages"].as_u64().unwrap();
-        assert_eq!(
-            pages,
-            tiercache_tica_live::policy_ssd_pages(slots as usize) as u64
-        );
-        assert_eq!(like_pages(dir, &ro), pages, "sim --like after {size}");
+        assert_eq!(fast_slots(&st), slots, "stats after {size}");
+        assert!(st["tiers"][0]["used_slots"].as_u64().unwrap() <= slots);
+        assert_eq!(st["volume_bytes"].as_u64(), Some(volume), "exported size");
+        assert_eq!(st["fast_tier_bytes"].as_u64(), Some(bytes(size)));
+        assert_eq!(like_blocks(dir, &fast), slots, "sim --like after {size}");
         assert_eq!(scraped_slots(&metrics), slots, "the metrics after {size}");
-        // Still writing and verifying after the resize: it ran under load.
         assert!(
             fio.running(),
             "fio failed during the resize to {size}: {}",
@@ -247,7 +254,7 @@ fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
         );
         before = slots;
     }
-    assert!(moved > 0, "no shrink moved a page past its new end");
+    assert!(moved > 0, "no shrink moved a block home");
     let report = fio.stop();
     let job = &report["jobs"][0];
     assert_eq!(job["error"], 0, "fio reported an error: {job}");
@@ -260,40 +267,30 @@ fn fio_verifies_while_the_ssds_grow_and_shrink_five_times() {
         .args(["-TERM", &srv.child.id().to_string()])
         .status();
     assert!(srv.wait_exit().success(), "{}", tail(&log));
-    let srv = ServeProc::start(&ro, &sock, &log);
-    assert_eq!(srv.stats()["slots"].as_u64(), Some(before));
-}
-
-/// Each SSD's slots in `stats`: (RO-SSD, WO-SSD).
-fn ssd_slots(st: &Value) -> (u64, u64) {
-    (
-        st["ro_ssd"]["slots"].as_u64().unwrap(),
-        st["wo_ssd"]["slots"].as_u64().unwrap(),
-    )
+    let srv = ServeProc::start(&fast, &sock, &log);
+    assert_eq!(fast_slots(&srv.stats()), before);
 }
 
 /// One kill -9 round: the server stops its resize from `from` to `to`
 /// after metadata write `n` and is killed there while a pipelined load
-/// runs; the restarted server must hold every acknowledged write and each
-/// SSD at the old size or the new one. Returns whether the resize stopped
-/// (false: it has fewer than `n` metadata writes and completed).
-#[allow(clippy::too_many_arguments)]
+/// runs; the restarted server must hold every acknowledged write and the
+/// fast tier at the old size or the new one. Returns whether the resize
+/// stopped (false: it has fewer than `n` metadata writes and completed).
 fn kill_round(
     dir: &Path,
     ledger: &mut Ledger,
     rng: &mut Rng,
-    from: &str,
-    to: &str,
+    (from, to): (&str, &str),
     n: u32,
     slots: (u64, u64),
 ) -> bool {
-    let wo = dir.join("wo.img");
+    let fast = dir.join("fast.img");
     let sock = dir.join("nbd.sock");
     let log = dir.join("serve.log");
-    // Both SSDs at `from`, with a clean start.
+    // The fast tier at `from`, with a clean start.
     {
-        let mut srv = ServeProc::start(&wo, &sock, &log);
-        let (ok, out, err) = resize(&wo, from, &[]);
+        let mut srv = ServeProc::start(&fast, &sock, &log);
+        let (ok, out, err) = resize(&fast, from, &[]);
         assert!(ok, "setting up {from}: {out}{err}");
         let _ = Command::new("kill")
             .args(["-TERM", &srv.child.id().to_string()])
@@ -301,10 +298,11 @@ fn kill_round(
         assert!(srv.wait_exit().success(), "{}", tail(&log));
     }
     let n_s = n.to_string();
-    let mut srv = ServeProc::start_env(&wo, &sock, &log, &[], &[(STOP_AT, &n_s)]);
+    let mut srv = ServeProc::start_env(&fast, &sock, &log, &[], &[(STOP_AT, &n_s)]);
     let mut c = NbdClient::connect(&sock).expect("connect");
     let shape = LoadShape {
         depth: 8,
+        hot_blocks: ledger.blocks.len() as u64,
         ..LoadShape::default()
     };
     let target = ledger.writes_acked + 600;
@@ -321,7 +319,7 @@ fn kill_round(
     let marker = format!("resize stopped after metadata write {n} ");
     let mut resizer = Command::new(bin())
         .args(["resize", "--cache"])
-        .arg(&wo)
+        .arg(&fast)
         .args(["--size", to])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -358,8 +356,20 @@ fn kill_round(
         panic!("load during the resize: {e}\n{}", tail(&log));
     }
     drop(c);
-    // Restart: every acknowledged write is there, each SSD old or new.
-    let srv = ServeProc::start(&wo, &sock, &log);
+    // `check` finds the metadata consistent as the kill left it.
+    let out = Command::new(bin())
+        .args(["check", "--cache"])
+        .arg(&fast)
+        .output()
+        .expect("run tiercache check");
+    assert!(
+        out.status.success(),
+        "{from} -> {to}, killed after write {n}: check: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Restart: every acknowledged write is there, the fast tier old or new.
+    let srv = ServeProc::start(&fast, &sock, &log);
     let mut c = NbdClient::connect(&sock).expect("connect after the kill");
     verify_all(&mut c, ledger).unwrap_or_else(|e| {
         panic!(
@@ -368,15 +378,13 @@ fn kill_round(
         )
     });
     c.disconnect();
-    let (ro_slots, wo_slots) = ssd_slots(&srv.stats());
-    for (what, s) in [("RO-SSD", ro_slots), ("WO-SSD", wo_slots)] {
-        assert!(
-            s == slots.0 || s == slots.1,
-            "{from} -> {to}, killed after write {n}: the {what} has {s} slots, neither {} nor {}",
-            slots.0,
-            slots.1
-        );
-    }
+    let s = fast_slots(&srv.stats());
+    assert!(
+        s == slots.0 || s == slots.1,
+        "{from} -> {to}, killed after write {n}: the fast tier has {s} slots, neither {} nor {}",
+        slots.0,
+        slots.1
+    );
     drop(srv);
     hit
 }
@@ -386,26 +394,26 @@ fn kill_9_at_every_metadata_write_of_a_grow_and_a_shrink_loses_no_acknowledged_w
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let blocks = 4096; // 16 MiB exported
-    init_backing(&dir.join("backing.img"), blocks);
-    format_pair(dir, "8MiB", "16MiB");
-    let wo = dir.join("wo.img");
+    init_backing(&dir.join("slow.img"), blocks);
+    format_volume(dir, "4MiB", "slow");
+    let fast = dir.join("fast.img");
     // The slot counts of the two sizes.
     let slots_at = |size: &str| -> u64 {
         let sock = dir.join("nbd.sock");
         let log = dir.join("serve.log");
-        let srv = ServeProc::start(&wo, &sock, &log);
-        let (ok, out, err) = resize(&wo, size, &["--json"]);
+        let srv = ServeProc::start(&fast, &sock, &log);
+        let (ok, out, err) = resize(&fast, size, &["--json"]);
         assert!(ok, "{out}{err}");
         let v: Value = serde_json::from_str(&out).unwrap();
         drop(srv);
         v["slots"].as_u64().unwrap()
     };
-    let slots = (slots_at("8MiB"), slots_at("16MiB"));
+    let slots = (slots_at("4MiB"), slots_at("2MiB"));
     let mut ledger = Ledger::new(blocks);
-    let mut rng = Rng(0x71ca_5123);
-    for (from, to) in [("8MiB", "16MiB"), ("16MiB", "8MiB")] {
+    let mut rng = Rng(0x0bd7_5123);
+    for (from, to) in [("2MiB", "4MiB"), ("4MiB", "2MiB")] {
         let mut n = 1;
-        while kill_round(dir, &mut ledger, &mut rng, from, to, n, slots) {
+        while kill_round(dir, &mut ledger, &mut rng, (from, to), n, slots) {
             n += 1;
         }
         eprintln!(
@@ -417,79 +425,65 @@ fn kill_9_at_every_metadata_write_of_a_grow_and_a_shrink_loses_no_acknowledged_w
 }
 
 #[test]
-fn one_ssd_resizes_with_device_and_impossible_resizes_are_refused_with_one_line() {
+fn impossible_resizes_are_refused_with_one_line_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (ro, wo) = (dir.join("ro.img"), dir.join("wo.img"));
-    std::fs::File::create(dir.join("backing.img"))
-        .unwrap()
-        .set_len(64 * MIB)
-        .unwrap();
-    format_pair(dir, "16MiB", "32MiB");
-    let sock = dir.join("nbd.sock");
-    let log = dir.join("serve.log");
-    let srv = ServeProc::start(&wo, &sock, &log);
-    let mut c = NbdClient::connect(&sock).unwrap();
-    for b in 0..512u64 {
-        c.write(b * 4096, &common::make_block(b, 1), false)
-            .unwrap()
-            .unwrap();
-    }
-    let (ro_slots, wo_slots) = ssd_slots(&srv.stats());
-    let refused = |size: &str, extra: &[&str], why: &str| {
-        let (ok, out, err) = resize(&wo, size, extra);
-        assert!(!ok, "resize to {size} succeeded: {out}");
-        assert_eq!(err.lines().count(), 1, "one line: {err}");
-        assert!(
-            err.starts_with("tiercache: error: resize refused: ") && err.contains(why),
-            "resize to {size}: {err}"
-        );
-        assert_eq!(ssd_slots(&srv.stats()), (ro_slots, wo_slots));
-        assert_eq!((file_len(&ro), file_len(&wo)), (16 * MIB, 16 * MIB));
-    };
-    refused("64MiB", &[], "format the cache with --max-size");
-    refused("5000000", &[], "not a multiple of 4 KiB");
-    refused("4KiB", &[], "holds no line");
-    let other = dir.join("other.img");
-    std::fs::File::create(&other)
+    std::fs::File::create(dir.join("slow.img"))
         .unwrap()
         .set_len(16 * MIB)
         .unwrap();
-    refused(
-        "8MiB",
-        &["--device", other.to_str().unwrap()],
-        "not an SSD of a three-level cache",
-    );
-    // --device: only that SSD; the policy follows the smaller one.
-    let (ok, out, err) = resize(&wo, "8MiB", &["--device", ro.to_str().unwrap(), "--json"]);
-    assert!(ok, "{out}{err}\n{}", tail(&log));
-    let v: Value = serde_json::from_str(&out).unwrap();
-    let (ro_now, wo_now) = ssd_slots(&srv.stats());
-    assert!(ro_now < ro_slots && wo_now == wo_slots, "{v}");
-    assert_eq!((file_len(&ro), file_len(&wo)), (8 * MIB, 16 * MIB));
-    assert_eq!(
-        srv.stats()["policy"]["ssd_pages"].as_u64(),
-        Some(tiercache_tica_live::policy_ssd_pages(ro_now as usize) as u64)
-    );
-    assert_eq!(like_pages(dir, &wo), v["ssd_pages"].as_u64().unwrap());
-    // The text answer is one line naming what changed.
-    let (ok, out, err) = resize(&wo, "32MiB", &[]);
+    format_volume(dir, "4MiB", "slow");
+    let fast = dir.join("fast.img");
+    let log = dir.join("serve.log");
+    let srv = ServeProc::start(&fast, &dir.join("nbd.sock"), &log);
+    let slots = fast_slots(&srv.stats());
+    let refused = |size: &str, why: &str| {
+        let (ok, out, err) = resize(&fast, size, &[]);
+        assert!(!ok, "resize to {size} succeeded: {out}");
+        assert!(
+            err.starts_with("tiercache: error: resize refused: ")
+                && err.contains(why)
+                && err.trim_end().lines().count() == 1,
+            "{size}: {err}"
+        );
+        assert_eq!(fast_slots(&srv.stats()), slots, "{size} changed the size");
+        assert_eq!(file_len(&fast), 4 * MIB, "{size} changed the file");
+    };
+    refused("5000000", "not a multiple of 4 KiB");
+    refused("128KiB", "holds no block");
+    // The same size: nothing to do, no metadata write.
+    let (ok, out, err) = resize(&fast, "4MiB", &["--json"]);
     assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["metadata_writes"].as_u64(), Some(0), "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("nothing to do"));
+    drop(srv);
+    // Capacity sum: the fast tier is part of the exported size.
+    let sum = tempfile::tempdir().unwrap();
+    std::fs::File::create(sum.path().join("slow.img"))
+        .unwrap()
+        .set_len(16 * MIB)
+        .unwrap();
+    format_volume(sum.path(), "4MiB", "sum");
+    let fast = sum.path().join("fast.img");
+    let srv = ServeProc::start(&fast, &sum.path().join("nbd.sock"), &log);
+    let before = srv.stats();
+    let (ok, _, err) = resize(&fast, "8MiB", &[]);
     assert!(
-        out.lines().count() == 1 && out.contains("RO-SSD") && out.contains("WO-SSD"),
-        "{out}"
+        !ok && err.starts_with("tiercache: error: resize refused: ")
+            && err.contains("capacity sum")
+            && err.trim_end().lines().count() == 1,
+        "{err}"
     );
-    for b in 0..512u64 {
-        let d = c.read(b * 4096, 4096).unwrap().unwrap();
-        assert_eq!(common::parse_block(b, &d), Ok(1), "block {b}");
-    }
+    assert_eq!(fast_slots(&srv.stats()), fast_slots(&before));
+    assert_eq!(file_len(&fast), 4 * MIB);
 }
 
-/// On block devices (loop devices) each SSD keeps its size: a shrink
-/// leaves the devices as they are, a grow goes up to their end and no
-/// further (refused with one line, nothing changed).
+/// On a block device (a loop device) the fast tier keeps its size: a shrink
+/// leaves the device as it is (and survives a restart), a grow goes up to
+/// its end and no further (refused with one line, nothing changed).
 #[test]
-fn block_devices_keep_their_size_and_grow_only_to_their_end() {
+fn a_block_device_keeps_its_size_and_grows_only_to_its_end() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     struct Loop(String);
@@ -498,48 +492,40 @@ fn block_devices_keep_their_size_and_grow_only_to_their_end() {
             let _ = Command::new("losetup").args(["-d", &self.0]).status();
         }
     }
-    let mut loops = Vec::new();
-    for name in ["ro-loop.img", "wo-loop.img"] {
-        let img = dir.join(name);
-        std::fs::File::create(&img)
-            .unwrap()
-            .set_len(32 * MIB)
-            .unwrap();
-        let out = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&img)
-            .output()
-            .expect("losetup");
-        if !out.status.success() {
-            eprintln!(
-                "SKIPPED: no loop device ({})",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return;
-        }
-        loops.push(Loop(
-            String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        ));
-    }
-    let (ro, wo) = (Path::new(&loops[0].0), Path::new(&loops[1].0));
-    std::fs::File::create(dir.join("backing.img"))
+    let img = dir.join("fast-loop.img");
+    std::fs::File::create(&img)
         .unwrap()
-        .set_len(64 * MIB)
+        .set_len(16 * MIB)
+        .unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .expect("losetup");
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: no loop device ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    let lo = Loop(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let fast = Path::new(&lo.0);
+    let slow = dir.join("slow.img");
+    std::fs::File::create(&slow)
+        .unwrap()
+        .set_len(32 * MIB)
         .unwrap();
     common::tiercache(&[
         "format",
         "--design",
-        "tica",
-        "--ro-ssd",
-        &loops[0].0,
-        "--wo-ssd",
-        &loops[1].0,
-        "--backing",
-        dir.join("backing.img").to_str().unwrap(),
-        "--dram-size",
-        "1MiB",
-        "--max-size",
-        "64MiB",
+        "oodt",
+        "--tiers",
+        &format!("{},{}", lo.0, slow.display()),
+        "--tier-block",
+        "64KiB",
+        "--capacity",
+        "slow",
         "--force",
     ]);
     let dev_size = |p: &Path| {
@@ -547,24 +533,29 @@ fn block_devices_keep_their_size_and_grow_only_to_their_end() {
             .map(|mut f| std::io::Seek::seek(&mut f, std::io::SeekFrom::End(0)).unwrap())
             .unwrap()
     };
-    // The control socket is the device's: /dev/loopN.ctl.
     let (sock, log) = (dir.join("nbd.sock"), dir.join("serve.log"));
-    let srv = ServeProc::start(wo, &sock, &log);
-    let full = ssd_slots(&srv.stats());
-    let (ok, _, err) = resize(wo, "16MiB", &[]);
+    let mut srv = ServeProc::start(fast, &sock, &log);
+    let full = fast_slots(&srv.stats());
+    let (ok, _, err) = resize(fast, "8MiB", &[]);
     assert!(ok, "{err}\n{}", tail(&log));
-    let half = ssd_slots(&srv.stats());
-    assert!(half.0 < full.0 && half.1 < full.1, "{half:?} {full:?}");
-    assert_eq!((dev_size(ro), dev_size(wo)), (32 * MIB, 32 * MIB));
-    let (ok, _, err) = resize(wo, "32MiB", &[]);
+    let half = fast_slots(&srv.stats());
+    assert!(half < full, "{half} {full}");
+    assert_eq!(dev_size(fast), 16 * MIB, "the device keeps its size");
+    // The smaller size is the volume's after a restart.
+    let _ = Command::new("kill")
+        .args(["-TERM", &srv.child.id().to_string()])
+        .status();
+    assert!(srv.wait_exit().success(), "{}", tail(&log));
+    let srv = ServeProc::start(fast, &sock, &log);
+    assert_eq!(fast_slots(&srv.stats()), half);
+    let (ok, _, err) = resize(fast, "16MiB", &[]);
     assert!(ok, "{err}");
-    assert_eq!(ssd_slots(&srv.stats()), full);
-    let (ok, _, err) = resize(wo, "48MiB", &[]);
-    assert!(!ok && err.lines().count() == 1, "{err}");
+    assert_eq!(fast_slots(&srv.stats()), full);
+    let (ok, _, err) = resize(fast, "32MiB", &[]);
     assert!(
-        err.contains("resize refused: cannot grow the RO-SSD"),
+        !ok && err.trim_end().lines().count() == 1 && err.contains("resize refused: "),
         "{err}"
     );
-    assert_eq!(ssd_slots(&srv.stats()), full);
-    drop(srv);
+    assert!(err.contains("fewer than 33554432"), "{err}");
+    assert_eq!(fast_slots(&srv.stats()), full);
 }
