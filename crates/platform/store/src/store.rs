@@ -756,7 +756,8 @@ impl<D: MetaDevice> Store<D> {
     /// synced) and the new slots are usable on return. Shrinking: no slot at
     /// or past the new end may be mapped in `table`; a checkpoint of `table`
     /// comes first (so no log record names a slot past the new end), then
-    /// the superblock. The caller may cut the device after it returns.
+    /// the superblock. A `table` that holds fewer lines than the store maps
+    /// (a cache that drops lines at its new size) is checkpointed first too. The caller may cut the device after it returns.
     /// Either way a crash recovers the old layout or the new one, each with
     /// the table of every commit that returned. `after_write` runs after
     /// every metadata write and sync of the resize (the crash tests stop there).
@@ -795,7 +796,10 @@ impl<D: MetaDevice> Store<D> {
                 layout.data_end()
             )));
         }
-        if layout.slots < old.slots {
+        // A checkpoint first when the table loses slots: past the new end,
+        // or (a cache that starts again empty at its new size) all of them.
+        let mapped: u64 = self.mapped.iter().map(|w| w.count_ones() as u64).sum();
+        if layout.slots < old.slots || (table.clone().count() as u64) < mapped {
             self.checkpoint_hooked(table, after_write)?;
         }
         let mut sb = self.sb.clone();

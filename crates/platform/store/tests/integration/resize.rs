@@ -90,6 +90,18 @@ fn crash_everywhere(
     table: &[(Slot, LineMeta)],
     want: &dyn Fn(bool) -> Vec<Vec<(Slot, LineMeta)>>,
 ) -> Vec<u8> {
+    crash_everywhere_keeping(image, new_size, table, true, want)
+}
+
+/// [`crash_everywhere`], the resize given the lines of `table` below the new
+/// end (`keep`) or none (a cache that starts again empty at its new size).
+fn crash_everywhere_keeping(
+    image: &[u8],
+    new_size: u64,
+    table: &[(Slot, LineMeta)],
+    keep_lines: bool,
+    want: &dyn Fn(bool) -> Vec<Vec<(Slot, LineMeta)>>,
+) -> Vec<u8> {
     let (old_slots, new_layout) = {
         let dev = MemDevice::from_image(image.to_vec());
         let o = open(&dev, &backing()).unwrap();
@@ -109,7 +121,7 @@ fn crash_everywhere(
         let keep: Vec<_> = table
             .iter()
             .copied()
-            .filter(|(s, _)| *s < new_layout.slots)
+            .filter(|(s, _)| keep_lines && *s < new_layout.slots)
             .collect();
         let writes = std::cell::Cell::new(0u32);
         let done = store
@@ -216,4 +228,33 @@ fn a_shrink_refuses_a_table_with_lines_past_the_new_end_and_a_short_device() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("the new size needs"), "{e}");
+}
+
+/// A set-associative cache starts again empty at its new size (the number
+/// of slots decides each line's set): its lines are checkpointed away before
+/// the superblock records the new size, so that no crash recovers the new
+/// geometry with lines in the old one's places. (Without that checkpoint, a
+/// grow wrote only the superblock.)
+#[test]
+fn a_grow_that_drops_every_line_checkpoints_first() {
+    let (image, table, slots) = full_store();
+    let kept: Vec<_> = table.iter().copied().filter(|(s, _)| *s < 3).collect();
+    let shrunk = crash_everywhere(&image, SMALL, &table, &|is_new| {
+        if is_new {
+            vec![kept.clone()]
+        } else {
+            vec![table.clone(), kept.clone()]
+        }
+    });
+    let grown = crash_everywhere_keeping(&shrunk, DEV, &kept, false, &|is_new| {
+        if is_new {
+            vec![Vec::new()]
+        } else {
+            vec![kept.clone(), Vec::new()]
+        }
+    });
+    let dev = MemDevice::from_image(grown);
+    let o = open(&dev, &backing()).unwrap();
+    assert_eq!(o.store.layout().slots, slots);
+    assert!(entries(&o.table).is_empty());
 }

@@ -22,10 +22,12 @@ dirty data cannot be written back (the backing device fails); a degraded
 cache. Times below: fio, 4 KiB random reads and writes at queue depth 32, 2
 cores; each design's page has the details.
 
-The SSD cache (--design azor; fully associative only): a shrink writes
-dirty lines back while requests are served, then pauses requests while the
-rest is written back, drops the lines past the new end and records the new
-size. 1 GiB to 2 GiB: 0.3 s, all of it paused; 2 GiB to 1 GiB: 10 to 12 s,
+The SSD cache (--design azor): a shrink writes dirty lines back while
+requests are served, then pauses requests while the rest is written back,
+drops the lines past the new end and records the new size. A cache that is
+not fully associative (direct, N-way) starts again empty at its new size,
+grow or shrink, every dirty line written back first: the slot count decides
+each line's set. 1 GiB to 2 GiB: 0.3 s, all of it paused; 2 GiB to 1 GiB: 10 to 12 s,
 about 1 GiB written back, requests paused 0.5 to 0.7 s
 (docs/designs/ssd-cache.md).
 

@@ -15,9 +15,11 @@
 //!   log record names a slot past it), and only then is the cache file cut
 //!   (a block device keeps its size; its tail is no longer used).
 //!
-//! Only a fully associative cache resizes (elsewhere the slot count decides
-//! each line's set). The engine keeps its lines below the new end in their
-//! eviction order and its counters. FLUSH and FUA requests wait for the
+//! A fully associative cache keeps its lines below the new end, in their
+//! eviction order, and its counters. Elsewhere (direct-mapped, N-way) the
+//! slot count decides each line's set, so the cache starts again empty at
+//! its new size: every dirty line is written back first, grow or shrink, and
+//! the checkpoint holds no line; it keeps its counters. FLUSH and FUA requests wait for the
 //! pause like every other request, then mean what they always mean.
 
 use super::{LiveCache, LiveError};
@@ -73,7 +75,8 @@ impl LiveCache {
             .await
             .map_err(|e| LiveError(e.to_string()))?
             .map_err(|e| LiveError(format!("cannot grow the cache device: {e}")))?;
-        } else {
+        }
+        if !grow || !self.keeps_lines() {
             cleaned += self.clean_while_serving().await?;
         }
         self.set_paused(true);
@@ -121,7 +124,7 @@ impl LiveCache {
             pause.as_secs_f64(),
             match (cleaned, dropped) {
                 (0, 0) => String::new(),
-                (c, d) => format!("; {c} dirty lines written back, {d} lines past the new end dropped"),
+                (c, d) => format!("; {c} dirty lines written back, {d} lines dropped"),
             }
         );
         tracing::info!("{message}");
@@ -166,12 +169,6 @@ impl LiveCache {
             }
             c.engine.config().clone()
         };
-        if cfg.assoc != Assoc::Full {
-            return Err(LiveError(format!(
-                "only a fully associative cache can be resized: this one is {} (the slot count decides which set holds each line); format it again with --assoc full",
-                cfg.assoc
-            )));
-        }
         if !size.is_multiple_of(4096) {
             return Err(LiveError(format!("size {size} is not a multiple of 4 KiB")));
         }
@@ -187,6 +184,13 @@ impl LiveCache {
             crate::memory::check_fits(&c, size).map_err(|e| LiveError(format!("{e:#}")))?;
         }
         Ok(new)
+    }
+
+    /// Whether a resize keeps the lines below the new end: only in a fully
+    /// associative cache (elsewhere the slot count decides each line's set,
+    /// so the cache starts again empty, every line written back first).
+    fn keeps_lines(&self) -> bool {
+        self.core.lock().expect("core").engine.config().assoc == Assoc::Full
     }
 
     /// Write dirty lines back while requests are served, until few are left.
@@ -239,7 +243,7 @@ impl LiveCache {
                 }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            if new.slots < old.slots {
+            if new.slots < old.slots || !self.keeps_lines() {
                 let before = self.stats.forced_cleaned_lines.load(Ordering::Relaxed);
                 self.flush_all().await.map_err(|e| {
                     LiveError(format!(
@@ -289,7 +293,14 @@ impl LiveCache {
                 .map_err(|e| LiveError(format!("metadata commit: {e}")))?;
         }
         let gen = c.appended_gen;
-        let past: Vec<_> = c.view.iter().filter(|(s, _)| *s >= new.slots).collect();
+        // A cache that is not fully associative starts again empty: every
+        // line goes (all clean by now), as if past the new end.
+        let end = if c.engine.config().assoc == Assoc::Full {
+            new.slots
+        } else {
+            0
+        };
+        let past: Vec<_> = c.view.iter().filter(|(s, _)| *s >= end).collect();
         if let Some((s, m)) = past.iter().find(|(_, m)| !m.dirty.is_empty()) {
             return Err(LiveError(format!(
                 "slot {s} past the new end still holds dirty data of line {}; the size is unchanged",
@@ -297,7 +308,7 @@ impl LiveCache {
             )));
         }
         let mut view = tiercache_store::SlotTable::new(new.slots, c.view.sub_blocks());
-        for (s, m) in c.view.iter().filter(|(s, _)| *s < new.slots) {
+        for (s, m) in c.view.iter().filter(|(s, _)| *s < end) {
             view.set(s, Some(m));
         }
         st.resize(new, view.iter(), after_write)
@@ -320,7 +331,7 @@ impl LiveCache {
             new.slots as u64,
             c.engine.dirty_target_lines() as u64,
         );
-        let gone = |s: &tiercache_azor_policy::eviction::Slot| *s < new.slots;
+        let gone = |s: &tiercache_azor_policy::eviction::Slot| *s < end;
         c.withdrawn.retain(|s, _| gone(s));
         c.slot_gen.retain(|s, _| gone(s));
         c.inflight_writes.retain(|s, _| gone(s));

@@ -297,18 +297,25 @@ impl Engine {
     /// The engine of the same configuration and counters with `slots` slots
     /// (a cache resized while it serves), holding this engine's lines of the
     /// slots below `slots`, in their eviction order (coldest first, as this
-    /// engine's policy would evict them). Only a fully associative cache can
-    /// be resized: elsewhere the slot count decides each line's set.
+    /// engine's policy would evict them). That is for a fully associative
+    /// cache; elsewhere the slot count decides each line's set, so the new
+    /// engine starts empty (and every line must be clean).
     ///
     /// The driver calls it with no op in flight, after writing back every
-    /// dirty line of the slots that go. It empties this engine's eviction
+    /// dirty line of the slots that go (of all slots, when not fully
+    /// associative). It empties this engine's eviction
     /// state: replace this engine with the result.
     pub fn resized(&mut self, slots: u32) -> Result<Engine, String> {
-        if self.cfg.assoc != Assoc::Full {
-            return Err(format!(
-                "only a fully associative cache can be resized (this one is {}: its slot count decides which set holds each line)",
-                self.cfg.assoc
-            ));
+        // Elsewhere the slot count decides which set holds each line: such a
+        // cache starts again empty, so every line must be clean.
+        let keep = self.cfg.assoc == Assoc::Full;
+        if !keep {
+            if let Some(s) = (0..self.geo.slots).find(|s| self.map.bits.any_dirty(*s)) {
+                return Err(format!(
+                    "slot {s} is still dirty: a {} cache starts again empty at its new size, so every line must be written back first",
+                    self.cfg.assoc
+                ));
+            }
         }
         if let Some(s) = (slots..self.geo.slots).find(|s| self.map.bits.any_dirty(*s)) {
             return Err(format!(
@@ -319,7 +326,7 @@ impl Engine {
         cfg.cache_bytes = slots as u64 * self.geo.line_bytes as u64;
         let mut e = Engine::new(cfg).map_err(|e| e.0)?;
         let mapped: Vec<Slot> = (0..self.geo.slots)
-            .filter(|s| self.map.line_of(*s).is_some())
+            .filter(|s| keep && self.map.line_of(*s).is_some())
             .collect();
         // Coldest first: what this engine's policy would evict, in order.
         let mut seen = rustc_hash::FxHashSet::default();

@@ -1,6 +1,7 @@
 //! `Engine::resized`: a fully associative cache keeps its lines (those of
-//! the slots that remain), its eviction order and its counters; other
-//! geometries and dirty slots past the new end are refused.
+//! the slots that remain), its eviction order and its counters; a
+//! set-associative one starts again empty with its counters, once every
+//! line is clean; dirty slots past the new end are refused.
 
 use tiercache_azor_policy::admission::AdmissionConfig;
 use tiercache_azor_policy::eviction::EvictionKind;
@@ -93,10 +94,36 @@ fn shrinking_drops_the_lines_past_the_end_once_they_are_clean() {
 }
 
 #[test]
-fn a_set_associative_cache_is_not_resized() {
+fn a_set_associative_cache_starts_again_empty_once_every_line_is_clean() {
     let mut e = Engine::new(cfg(16, Assoc::Ways(4))).unwrap();
+    e.set_synchronous(true);
+    for line in 0..8 {
+        io(&mut e, line + 1, IoKind::Write, line);
+    }
+    // A dirty line anywhere is refused: the sets change, nothing is kept.
     let Err(err) = e.resized(32) else {
-        panic!("a 4-way cache was resized")
+        panic!("a 4-way cache with dirty lines was resized")
     };
-    assert!(err.contains("only a fully associative cache"), "{err}");
+    assert!(err.contains("still dirty"), "{err}");
+    let mut ops = Vec::new();
+    e.clean(usize::MAX, true, &mut ops);
+    for op in &ops {
+        let mut more = Vec::new();
+        e.complete(op, &mut more);
+    }
+    let requests = e.stats().requests;
+    for slots in [32, 8] {
+        let g = e.resized(slots).unwrap();
+        g.check_invariants();
+        assert_eq!(g.geometry().slots, slots);
+        assert_eq!(g.geometry().ways, 4);
+        assert_eq!(g.stats().requests, requests, "counters carry over");
+        assert!((0..8).all(|l| !cached(&g, l)), "every line dropped");
+    }
+    // The resized cache works: 16 lines fill a 32-slot 4-way cache's sets.
+    let mut g = e.resized(32).unwrap();
+    for line in 0..16 {
+        io(&mut g, 100 + line, IoKind::Read, line);
+    }
+    assert!((0..16).all(|l| cached(&g, l)));
 }
