@@ -9,6 +9,7 @@ pub mod crash;
 pub mod designs;
 pub mod fio;
 pub mod inproc;
+pub mod resize;
 pub mod wait;
 
 // Not every test uses each of these.

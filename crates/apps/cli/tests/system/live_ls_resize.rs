@@ -10,14 +10,15 @@
 //! (`scripts/setup.sh` installs them).
 
 use crate::common;
+use common::resize::{file_len, have, VerifyingFio};
 
 use common::{
     bin, format_cache, init_backing, run_load, tail, verify_all, wait_until, Ledger, LoadShape,
-    NbdClient, Rng, ServeProc, FIO_NO_STATE,
+    NbdClient, Rng, ServeProc,
 };
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
@@ -25,13 +26,6 @@ const MIB: u64 = 1 << 20;
 /// The environment variable that stops a resize after its Nth metadata
 /// write (the same for every design).
 const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
-
-fn have(tool: &str) -> bool {
-    Command::new("which")
-        .arg(tool)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// `tiercache format --design flashtier` of a cache file of `size`.
 fn format_ls(cache: &Path, backing: &Path, size: &str, extra: &[&str]) -> String {
@@ -56,10 +50,6 @@ fn resize(cache: &Path, size: &str, extra: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).unwrap().len()
 }
 
 /// Bytes of a size written like "96MiB".
@@ -112,65 +102,6 @@ fn scraped_slots(url: &str) -> u64 {
         .trim()
         .parse::<f64>()
         .unwrap() as u64
-}
-
-/// fio writing and verifying (crc32c, as it goes) `len` bytes of the
-/// export at queue depth 32, over and over until the test stops it; it
-/// ends on its own only on an error. Killed on drop.
-struct VerifyingFio {
-    child: Child,
-    out: std::path::PathBuf,
-}
-
-impl VerifyingFio {
-    fn start(uri: &str, len: u64, out: &Path) -> VerifyingFio {
-        let child = Command::new("fio")
-            .args(["--name=verify-while-resizing", "--ioengine=nbd"])
-            .args(["--rw=randwrite", "--bs=4k", "--iodepth=32"])
-            .args([
-                "--verify=crc32c",
-                "--verify_backlog=512",
-                "--verify_fatal=1",
-            ])
-            .args(["--loops=1000000", "--output-format=json", FIO_NO_STATE])
-            .arg(format!("--uri={uri}"))
-            .arg(format!("--size={len}"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(out).unwrap())
-            .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
-            .spawn()
-            .expect("fio starts");
-        VerifyingFio {
-            child,
-            out: out.to_path_buf(),
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().expect("fio status").is_none()
-    }
-
-    /// Stop by PID (SIGINT: fio reports and exits); its report.
-    fn stop(mut self) -> Value {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-INT", &pid]).status();
-        self.child.wait().expect("fio exits");
-        let s = std::fs::read_to_string(&self.out).unwrap();
-        let j = &s[s.find('{').unwrap_or(0)..];
-        serde_json::from_str(j).unwrap_or_else(|e| {
-            panic!(
-                "fio JSON {e}: {s}\n{}",
-                std::fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
-            )
-        })
-    }
-}
-
-impl Drop for VerifyingFio {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -12,27 +12,21 @@
 //! (`scripts/setup.sh` installs them).
 
 use crate::common;
+use common::resize::{file_len, have, resize, VerifyingFio};
 
 use common::{
     bin, init_backing, run_load, tail, verify_all, wait_until, Ledger, LoadShape, NbdClient, Rng,
-    ServeProc, FIO_NO_STATE,
+    ServeProc,
 };
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
 /// The environment variable that stops a resize after its Nth metadata write.
 const STOP_AT: &str = tiercache_runtime::resize::STOP_AT_ENV;
-
-fn have(tool: &str) -> bool {
-    Command::new("which")
-        .arg(tool)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// `tiercache format --design oodt` of `fast.img` over `slow.img` in `dir`,
 /// 64 KiB blocks, planning every 50 requests.
@@ -56,26 +50,6 @@ fn format_volume(dir: &Path, size: &str, capacity: &str) {
         "format: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// `tiercache resize --cache CACHE --size SIZE [extra]`: (success, stdout, stderr).
-fn resize(cache: &Path, size: &str, extra: &[&str]) -> (bool, String, String) {
-    let out = Command::new(bin())
-        .args(["resize", "--cache"])
-        .arg(cache)
-        .args(["--size", size])
-        .args(extra)
-        .output()
-        .expect("run tiercache resize");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).unwrap().len()
 }
 
 fn bytes(s: &str) -> u64 {
@@ -132,64 +106,6 @@ fn scraped_slots(url: &str) -> u64 {
         .trim()
         .parse::<f64>()
         .unwrap() as u64
-}
-
-/// fio writing and verifying (crc32c, as it goes) `len` bytes of the
-/// export at queue depth 32 until the test stops it. Killed on drop.
-struct VerifyingFio {
-    child: Child,
-    out: std::path::PathBuf,
-}
-
-impl VerifyingFio {
-    fn start(uri: &str, len: u64, out: &Path) -> VerifyingFio {
-        let child = Command::new("fio")
-            .args(["--name=verify-while-resizing", "--ioengine=nbd"])
-            .args(["--rw=randwrite", "--bs=4k", "--iodepth=32"])
-            .args([
-                "--verify=crc32c",
-                "--verify_backlog=512",
-                "--verify_fatal=1",
-            ])
-            .args(["--loops=1000000", "--output-format=json", FIO_NO_STATE])
-            .arg(format!("--uri={uri}"))
-            .arg(format!("--size={len}"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(out).unwrap())
-            .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
-            .spawn()
-            .expect("fio starts");
-        VerifyingFio {
-            child,
-            out: out.to_path_buf(),
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().expect("fio status").is_none()
-    }
-
-    /// Stop by PID (SIGINT: fio reports and exits); its report.
-    fn stop(mut self) -> Value {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-INT", &pid]).status();
-        self.child.wait().expect("fio exits");
-        let s = std::fs::read_to_string(&self.out).unwrap();
-        let j = &s[s.find('{').unwrap_or(0)..];
-        serde_json::from_str(j).unwrap_or_else(|e| {
-            panic!(
-                "fio JSON {e}: {s}\n{}",
-                std::fs::read_to_string(self.out.with_extension("err")).unwrap_or_default()
-            )
-        })
-    }
-}
-
-impl Drop for VerifyingFio {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
